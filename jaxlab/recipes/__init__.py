@@ -1,1 +1,10 @@
-"""jaxlab.recipes."""
+"""Runnable methods: one module per recipe, registered on import.
+
+``NAMES`` maps each recipe name to its module, so the registry can list recipes without importing
+every family (importing a recipe pulls in its whole family).
+"""
+
+NAMES: dict[str, str] = {
+    "lm-tiny": "lm_tiny",
+}
+MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

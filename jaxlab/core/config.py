@@ -1,0 +1,255 @@
+"""Typed, frozen, nested configs with YAML presets and dotted ``key=value`` overrides.
+
+A config is a frozen :func:`dataclasses.dataclass` (hashable, so it can be a static argument of
+``jax.jit``) whose fields are ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``tuple[...]``,
+``X | None`` or nested config dataclasses, each with a default.
+
+Resolution order: dataclass defaults, then a preset (a YAML file holding a partial nested mapping),
+then command-line overrides ``a.b.c=value``. Values are parsed with PyYAML; construction and type
+checking are done by dacite in strict mode. This module adds what those libraries do not give: the
+error messages (the dotted key, the value, what was expected and the closest valid key) and
+validation through each dataclass's ``__post_init__`` raising :class:`ConfigError`.
+
+Why not draccus or tyro: both parse ``--a.b=value`` argparse flags and exit the process on error;
+jaxlab's command line and its tests need bare ``a.b=value`` overrides and errors that are
+exceptions carrying the key, the value and a suggestion. PyYAML + dacite do the parsing and typing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dacite
+import yaml
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: names the dotted key, the offending value and what was expected."""
+
+    def __init__(self, key: str, value: Any, expected: str, hint: str | None = None):
+        self.key, self.value, self.expected, self.hint = key, value, expected, hint
+        msg = f"config key '{key}': got {value!r}, expected {expected}"
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+def is_config(obj: Any) -> bool:
+    """True for a config dataclass class or instance."""
+    return dataclasses.is_dataclass(obj)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _nested_config_type(tp: Any) -> type | None:
+    """The config dataclass inside ``tp`` (``Cfg`` or ``Cfg | None``), else None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if dataclasses.is_dataclass(arg):
+                return arg
+    return None
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dict of a config (tuples become lists), suitable for YAML or JSON."""
+
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list):
+            return [conv(x) for x in v]
+        return v
+
+    return conv(cfg)
+
+
+def to_yaml(cfg: Any) -> str:
+    """The resolved config as YAML text."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}} -> {"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def diff(a: Any, b: Any) -> list[str]:
+    """Dotted keys whose values differ between two configs (or config dicts)."""
+    fa = flatten(a if isinstance(a, Mapping) else to_dict(a))
+    fb = flatten(b if isinstance(b, Mapping) else to_dict(b))
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>"))
+
+
+def suggest(key: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def _check_keys(cls: type, data: Mapping[str, Any], prefix: str) -> None:
+    """Unknown keys anywhere in ``data`` are errors naming the key and suggesting the closest one."""
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k, v in data.items():
+        path = f"{prefix}{k}"
+        if k not in names:
+            hint = suggest(k, names)
+            valid = ", ".join(names)
+            raise ConfigError(path, v, f"one of the keys of {cls.__name__}: {valid}", hint)
+        sub = _nested_config_type(hints[k])
+        if sub is not None and isinstance(v, Mapping):
+            _check_keys(sub, v, path + ".")
+        elif sub is not None and v is not None and not isinstance(v, Mapping):
+            raise ConfigError(path, v, f"a mapping of {sub.__name__} fields")
+
+
+def _expected(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise TypeError(v)
+    return float(v)
+
+
+def _field_type(cls: type, dotted: str) -> Any:
+    tp: Any = cls
+    for part in dotted.split("."):
+        sub = _nested_config_type(tp)
+        if sub is None:
+            return None
+        tp = _hints(sub).get(part)
+    return tp
+
+
+def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    """Builds config ``cls`` from a (partial) nested mapping, strictly.
+
+    Raises:
+      ConfigError: unknown key (with the closest valid key), wrong type, or a value rejected by a
+        dataclass's ``__post_init__``.
+    """
+    _check_keys(cls, data, "")
+    merged = _deep_merge(to_dict(cls()), data)
+    try:
+        return dacite.from_dict(
+            cls,
+            merged,
+            config=dacite.Config(strict=True, cast=[tuple], type_hooks={float: _coerce_float}),
+        )
+    except dacite.WrongTypeError as e:
+        path = e.field_path or "?"
+        raise ConfigError(path, e.value, _expected(e.field_type)) from None
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError("?", data, f"a valid {cls.__name__}: {e}") from None
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_overrides(cls: type, overrides: Sequence[str]) -> dict[str, Any]:
+    """``["optim.lr=3e-4", "model.layers=4"] -> {"optim": {"lr": 3e-4}, "model": {"layers": 4}}``.
+
+    Each value is parsed as YAML (so ``true``, ``1e-3``, ``[1, 2]`` and ``null`` work); strings need
+    no quotes. A value for a ``str`` field is kept verbatim.
+    """
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, None, "an override of the form key=value", "e.g. optim.lr=3e-4")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(item, raw, "a non-empty key before '='")
+        tp = _field_type(cls, key)
+        if tp is str:
+            value: Any = raw
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw != "" else ""
+            except yaml.YAMLError as e:
+                raise ConfigError(key, raw, "a YAML scalar, list or mapping", str(e)) from None
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(key, raw, "a nested key, but a parent key was also set directly")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Reads a preset: a YAML mapping (empty file = no overrides)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError("preset", str(path), "an existing YAML file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("preset", str(path), "valid YAML", str(e)) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError("preset", str(path), "a YAML mapping at the top level")
+    return dict(data)
+
+
+def resolve(
+    cls: type[C],
+    *,
+    preset: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> C:
+    """Defaults, then a preset mapping, then dotted overrides, validated into ``cls``."""
+    data = _deep_merge(dict(preset or {}), parse_overrides(cls, overrides))
+    return from_dict(cls, data)
+
+
+def replace(cfg: C, **changes: Any) -> C:
+    """``dataclasses.replace`` that accepts dotted keys: ``replace(cfg, **{"loop.total_steps": 5})``."""
+    nested: dict[str, Any] = {}
+    for key, v in changes.items():
+        node = nested
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return from_dict(type(cfg), _deep_merge(to_dict(cfg), nested))
+
+
+def load_yaml_text(text: str) -> dict[str, Any]:
+    """Parses YAML text into a mapping (empty text = no overrides)."""
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("yaml", text[:40], "a YAML mapping at the top level")
+    return dict(data)

@@ -1,0 +1,251 @@
+"""The one training loop every recipe runs through.
+
+``run(recipe, cfg, run_dir)`` builds the recipe's :class:`~jaxlab.core.recipe.Task` and owns the rest:
+
+* one compiled multi-step function per chunk length: ``lax.scan`` of ``train_step`` over ``n <= K``
+  steps (``loop.steps_per_call``), jitted with the state donated, so the host dispatches once per
+  ``n`` steps;
+* metrics to ``metrics.jsonl`` every ``log_every`` steps, evaluation every ``eval_every`` steps and
+  at the end, user hooks ``Hook(fn, every)``;
+* checkpoints (state, data-iterator position, step, config) every ``checkpoint_every`` steps and at
+  the end; on start the latest checkpoint is restored, so an interrupted run continues and ends
+  bit-identical (on the CPU) to an uninterrupted one;
+* SIGTERM/SIGINT: finish the current chunk, save, and return with ``interrupted=True``;
+* a non-finite ``loss`` stops the run with :class:`NonFiniteLossError`; the bad state is never
+  saved, so the last good checkpoint stays the latest;
+* a tqdm progress bar with steps/s and the recipe's own unit per second.
+
+Chunks end on every log/eval/checkpoint/hook boundary, so events happen at exact steps whatever K is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.core import config as config_lib
+from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.config import ConfigError
+from jaxlab.core.recipe import Recipe, Task
+from jaxlab.core.tracking import Tracker
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Run control (these fields may change between a run and its resumption).
+
+    Attributes:
+      total_steps: optimisation steps in the whole run.
+      steps_per_call: K, steps fused into one host call with ``lax.scan``.
+      log_every: steps between metric rows (the last step of each chunk is logged).
+      eval_every: steps between evaluations (0: only at the end).
+      checkpoint_every: steps between checkpoints (0: only at the end).
+      keep_checkpoints: how many recent checkpoints to keep.
+      async_checkpoint: write checkpoints in the background.
+      progress: show a progress bar.
+      tensorboard: also write TensorBoard events (needs the ``tb`` extra).
+    """
+
+    total_steps: int = 100
+    steps_per_call: int = 1
+    log_every: int = 10
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    async_checkpoint: bool = True
+    progress: bool = True
+    tensorboard: bool = False
+
+    def __post_init__(self):
+        for name in ("total_steps", "steps_per_call", "log_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"loop.{name}", getattr(self, name), "an integer >= 1")
+        for name in ("eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"loop.{name}", getattr(self, name), "an integer >= 0 (0 = end only)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """``fn(step, state, metrics)`` called on the host every ``every`` steps."""
+
+    fn: Callable[[int, Any, dict[str, Any]], None]
+    every: int
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN/Inf loss; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    state: Any
+    step: int
+    interrupted: bool
+    metrics: dict[str, Any]
+    eval_metrics: dict[str, Any]
+    run_dir: Path
+
+
+def _multi_step(train_step: Callable, n: int, with_data: bool) -> Callable:
+    """``(state, batches[n]) -> (state, metrics[n])`` as one scan."""
+
+    def multi(state, batches):
+        if with_data:
+            return jax.lax.scan(train_step, state, batches)
+        return jax.lax.scan(lambda s, _: train_step(s, None), state, None, length=n)
+
+    return jax.jit(multi, donate_argnums=0)
+
+
+class _StopFlag:
+    """Records SIGTERM/SIGINT during a run instead of dying mid-step."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
+    b = total
+    for e in everies:
+        if e > 0:
+            b = min(b, (step // e + 1) * e)
+    return b
+
+
+def abstract_state(task: Task, key: jax.Array) -> Any:
+    """Shapes/dtypes (and shardings, if the task gives them) of the train state, without compute."""
+    return jax.eval_shape(task.init, key)
+
+
+def run(
+    recipe: Recipe,
+    cfg: Any,
+    run_dir: str | Path,
+    *,
+    hooks: Sequence[Hook] = (),
+    task: Task | None = None,
+    resume: bool = True,
+) -> RunResult:
+    """Trains ``recipe`` with config ``cfg`` in ``run_dir`` (see the module docstring)."""
+    loop: LoopConfig = cfg.loop
+    run_dir = Path(run_dir)
+    task = task if task is not None else recipe.build(cfg)
+    tracker = Tracker(run_dir, tensorboard=loop.tensorboard)
+    if tracker.active:
+        (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
+        (run_dir / "recipe.txt").write_text(recipe.name + "\n")
+    ckpt = Checkpointer(
+        run_dir / "checkpoints", cfg, keep=loop.keep_checkpoints, async_save=loop.async_checkpoint
+    )
+    key = jax.random.PRNGKey(cfg.seed)
+    data_it = task.data() if task.data is not None else None
+
+    step = 0
+    if resume and ckpt.latest_step() is not None:
+        state, step = ckpt.restore(abstract_state(task, key), data_it)
+    else:
+        state = jax.jit(task.init)(key)
+
+    compiled: dict[int, Callable] = {}
+    everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
+    last_metrics: dict[str, Any] = {}
+    eval_metrics: dict[str, Any] = {}
+    last_saved = step if ckpt.latest_step() == step else -1
+    bar = None
+    if loop.progress and tracker.active:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=loop.total_steps, initial=step, unit="step", dynamic_ncols=True)
+
+    def save(s: int, st: Any) -> None:
+        nonlocal last_saved
+        if s != last_saved:
+            ckpt.save(s, st, data_it, force=True)
+            last_saved = s
+
+    interrupted = False
+    try:
+        with _StopFlag() as stop:
+            while step < loop.total_steps:
+                n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
+                if n not in compiled:
+                    compiled[n] = _multi_step(task.train_step, n, data_it is not None)
+                batches = None
+                if data_it is not None:
+                    items = [next(data_it) for _ in range(n)]
+                    batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
+                t0 = time.perf_counter()
+                state, metrics = compiled[n](state, batches)
+                metrics = jax.device_get(metrics)
+                dt = time.perf_counter() - t0
+                if "loss" in metrics:
+                    losses = np.asarray(metrics["loss"]).reshape(n, -1)
+                    bad = ~np.all(np.isfinite(losses), axis=1)
+                    if bad.any():
+                        first = step + int(np.argmax(bad)) + 1
+                        ckpt.wait()
+                        good = ckpt.latest_step()
+                        raise NonFiniteLossError(
+                            f"non-finite loss at step {first}; training stopped. Last good "
+                            f"checkpoint: step {good} in {ckpt.directory} (kept untouched)."
+                        )
+                step += n
+                last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
+                if bar is not None:
+                    bar.update(n)
+                    post = {"loss": f"{float(last_metrics['loss']):.4g}"} if "loss" in metrics else {}
+                    if task.units_per_step and dt > 0:
+                        count, unit = task.units_per_step
+                        post[f"{unit}/s"] = f"{count * n / dt:,.0f}"
+                    bar.set_postfix(post, refresh=False)
+                if step % loop.log_every == 0 or step == loop.total_steps:
+                    row = dict(last_metrics)
+                    row["steps_per_s"] = n / dt if dt > 0 else math.nan
+                    tracker.log(step, row)
+                is_end = step == loop.total_steps
+                if task.evaluate is not None and (
+                    is_end or (loop.eval_every and step % loop.eval_every == 0)
+                ):
+                    eval_metrics = dict(task.evaluate(state))
+                    tracker.log(step, eval_metrics, prefix="eval/")
+                for h in hooks:
+                    if step % h.every == 0:
+                        h.fn(step, state, last_metrics)
+                if is_end or (loop.checkpoint_every and step % loop.checkpoint_every == 0):
+                    save(step, state)
+                if stop.signum is not None:
+                    save(step, state)
+                    interrupted = True
+                    break
+        if not interrupted and task.finalize is not None and tracker.active:
+            task.finalize(state, run_dir)
+    finally:
+        if bar is not None:
+            bar.close()
+        ckpt.close()
+        tracker.close()
+    return RunResult(state, step, interrupted, last_metrics, eval_metrics, run_dir)

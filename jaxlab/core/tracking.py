@@ -1,0 +1,111 @@
+"""Metrics tracking: JSON lines always, TensorBoard optionally; process 0 only.
+
+A run directory holds ``config.yaml``, ``metrics.jsonl`` (one JSON object per logged step),
+``checkpoints/`` and whatever a recipe's ``finalize`` writes (plots, GIFs, tables).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+
+class Backend(Protocol):
+    """One sink of scalar metrics."""
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _scalar(v: Any) -> float | int | None:
+    arr = np.asarray(v)
+    if arr.size != 1:
+        return None
+    x = arr.reshape(()).item()
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)  # JSON has no NaN/Inf; keep them visible as strings
+    return x
+
+
+class JsonlBackend:
+    """Appends ``{"step": s, "time": t, **metrics}`` lines to ``run_dir/metrics.jsonl``."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._f = open(self.path, "a", buffering=1)
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        row = {"step": int(step), "time": round(time.time(), 3)}
+        row.update(metrics)
+        self._f.write(json.dumps(row) + "\n")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class TensorBoardBackend:
+    """Scalars to TensorBoard event files (needs the ``tb`` extra: tensorboardX)."""
+
+    def __init__(self, run_dir: Path):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as e:  # pragma: no cover - depends on the optional extra
+            raise ImportError("TensorBoard tracking needs `pip install jaxlab[tb]`") from e
+        self._w = SummaryWriter(str(Path(run_dir) / "tb"))
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        for k, v in metrics.items():
+            if isinstance(v, int | float):
+                self._w.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._w.close()
+
+
+class Tracker:
+    """Fans scalar metrics out to backends; a no-op on every process but 0."""
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False):
+        self.run_dir = Path(run_dir)
+        self.active = jax.process_index() == 0
+        self.backends: list[Backend] = []
+        if self.active:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.backends.append(JsonlBackend(self.run_dir))
+            if tensorboard:
+                self.backends.append(TensorBoardBackend(self.run_dir))
+
+    def log(self, step: int, metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        """Logs the scalar entries of ``metrics`` (non-scalars are skipped); returns what was written."""
+        row = {}
+        for k, v in metrics.items():
+            s = _scalar(v)
+            if s is not None:
+                row[prefix + k] = s
+        if self.active and row:
+            for b in self.backends:
+                b.write(step, row)
+        return row
+
+    def close(self) -> None:
+        for b in self.backends:
+            b.close()
+        self.backends = []
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """All rows of a run's ``metrics.jsonl``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

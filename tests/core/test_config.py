@@ -1,0 +1,107 @@
+"""Config resolution: defaults, presets, dotted overrides, and every error path."""
+
+import dataclasses
+from typing import Literal
+
+import pytest
+
+from jaxlab.core import config as C
+from jaxlab.core.loop import LoopConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Optim:
+    lr: float = 1e-3
+    name: Literal["adam", "sgd"] = "adam"
+    betas: tuple[float, ...] = (0.9, 0.95)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    layers: int = 2
+    width: int = 32
+
+    def __post_init__(self):
+        if self.layers < 1:
+            raise C.ConfigError("model.layers", self.layers, "an integer >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    seed: int = 0
+    tag: str = "x"
+    optim: Optim = Optim()
+    model: Model = Model()
+    loop: LoopConfig = LoopConfig()
+
+
+def test_defaults_are_hashable_and_frozen():
+    cfg = C.resolve(Cfg)
+    assert hash(cfg) == hash(Cfg())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 1
+
+
+def test_overrides_parse_types():
+    cfg = C.resolve(Cfg, overrides=["optim.lr=3e-4", "model.layers=4", "optim.name=sgd",
+                                    "tag=123", "optim.betas=[0.8, 0.99]"])
+    assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
+    assert cfg.model.layers == 4
+    assert cfg.optim.name == "sgd"
+    assert cfg.tag == "123"  # str fields keep the text verbatim
+    assert cfg.optim.betas == (0.8, 0.99)
+
+
+def test_preset_then_overrides(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("model:\n  layers: 6\n  width: 64\noptim:\n  lr: 0.01\n")
+    cfg = C.resolve(Cfg, preset=C.load_yaml(p), overrides=["model.width=16"])
+    assert (cfg.model.layers, cfg.model.width, cfg.optim.lr) == (6, 16, 0.01)
+
+
+def test_int_accepted_for_float():
+    assert C.resolve(Cfg, overrides=["optim.lr=1"]).optim.lr == 1.0
+
+
+@pytest.mark.parametrize(
+    "override, key, fragment",
+    [
+        ("optim.lrr=1", "optim.lrr", "did you mean 'lr'"),
+        ("modle.layers=3", "modle", "did you mean 'model'"),
+        ("model.layers=three", "model.layers", "int"),
+        ("optim.name=rmsprop", "optim.name", "'adam', 'sgd'"),
+        ("model.layers=0", "model.layers", ">= 1"),
+        ("loop.total_steps=-5", "loop.total_steps", ">= 1"),
+        ("optim=3", "optim", "mapping"),
+    ],
+)
+def test_errors_name_key_value_and_expected(override, key, fragment):
+    with pytest.raises(C.ConfigError) as e:
+        C.resolve(Cfg, overrides=[override])
+    assert e.value.key == key
+    assert fragment in str(e.value)
+
+
+def test_malformed_override():
+    with pytest.raises(C.ConfigError, match="key=value"):
+        C.resolve(Cfg, overrides=["optim.lr"])
+
+
+def test_bad_preset_file(tmp_path):
+    with pytest.raises(C.ConfigError, match="existing YAML"):
+        C.load_yaml(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(C.ConfigError, match="mapping"):
+        C.load_yaml(tmp_path / "list.yaml")
+
+
+def test_yaml_round_trip_and_diff():
+    cfg = C.resolve(Cfg, overrides=["model.width=8"])
+    back = C.from_dict(Cfg, C.load_yaml_text(C.to_yaml(cfg)))
+    assert back == cfg
+    assert C.diff(cfg, Cfg()) == ["model.width"]
+
+
+def test_replace_dotted():
+    cfg = C.replace(Cfg(), **{"loop.total_steps": 7, "seed": 3})
+    assert cfg.loop.total_steps == 7 and cfg.seed == 3

@@ -1,0 +1,82 @@
+"""A tiny regression recipe with a grain data iterator, used to test the shared loop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlab.core.loop import LoopConfig
+from jaxlab.core.recipe import Recipe, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    seed: int = 0
+    lr: float = 0.05
+    dim: int = 4
+    batch: int = 8
+    nan_at_step: int = -1  # inject a NaN loss at this step (for tests)
+    loop: LoopConfig = LoopConfig(total_steps=20, log_every=5, progress=False)
+
+
+@flax.struct.dataclass
+class ToyState:
+    w: jax.Array
+    opt_state: optax.OptState
+    step: jax.Array
+    key: jax.Array
+
+
+def _source(dim: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, dim)).astype(np.float32)
+    w_true = np.arange(1, dim + 1, dtype=np.float32)
+    y = x @ w_true + 0.01 * rng.normal(size=256).astype(np.float32)
+    return np.concatenate([x, y[:, None]], axis=1)
+
+
+def build(cfg: ToyConfig) -> Task:
+    opt = optax.adam(cfg.lr)
+    table = _source(cfg.dim)
+
+    def init(key):
+        w = jax.random.normal(key, (cfg.dim,)) * 0.1
+        return ToyState(w, opt.init(w), jnp.zeros((), jnp.int32), key)
+
+    def train_step(state, batch):
+        x, y = batch[:, :-1], batch[:, -1]
+        noise_key, key = jax.random.split(state.key)
+
+        def loss_fn(w):
+            pred = x @ w + 1e-3 * jax.random.normal(noise_key, y.shape)
+            return jnp.mean((pred - y) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(state.w)
+        loss = jnp.where(state.step + 1 == cfg.nan_at_step, jnp.nan, loss)
+        upd, opt_state = opt.update(g, state.opt_state)
+        w = optax.apply_updates(state.w, upd)
+        return ToyState(w, opt_state, state.step + 1, key), {"loss": loss}
+
+    def data():
+        ds = (
+            grain.MapDataset.source(table)
+            .shuffle(seed=cfg.seed)
+            .repeat()
+            .batch(cfg.batch, drop_remainder=True)
+        )
+        return iter(ds.to_iter_dataset())
+
+    def evaluate(state):
+        return {"w_err": float(jnp.linalg.norm(state.w - jnp.arange(1, cfg.dim + 1)))}
+
+    return Task(init=init, train_step=train_step, data=data, evaluate=evaluate,
+                units_per_step=(cfg.batch, "ex"))
+
+
+TOY = Recipe(name="toy", config_cls=ToyConfig, build=build, description="test regression")
