@@ -50,6 +50,8 @@ class Recipe:
     description: str = ""
     presets_dir: Path | None = None
     default_preset: str | None = None
+    #: optional ``(cfg, run_dir, argv) -> exit status`` for recipe-specific ``jaxlab eval`` options
+    eval_main: Callable[[Any, Path, list[str]], int] | None = None
 
     def presets(self) -> list[str]:
         if self.presets_dir is None or not Path(self.presets_dir).is_dir():

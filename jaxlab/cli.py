@@ -1,0 +1,221 @@
+"""The ``jaxlab`` command line: list, config, train, eval, bench, and family sub-commands.
+
+Errors a user can cause (a bad key, value, preset, recipe, run directory or checkpoint) print one
+line starting with ``error:`` and a ``hint:`` line, and exit with status 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import runpy
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+#: Extra sub-commands contributed by families: name -> ("module:function", help). The function
+#: takes the remaining argv and returns an exit status.
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+class UserError(Exception):
+    """An error caused by the command's input, printed as one line plus a hint."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from jaxlab.core.checkpoint import IncompatibleCheckpointError
+    from jaxlab.core.config import ConfigError
+    from jaxlab.core.loop import NonFiniteLossError
+
+    return (UserError, ConfigError, IncompatibleCheckpointError, NonFiniteLossError,
+            FileNotFoundError)
+
+
+def _hint_for(e: BaseException) -> str:
+    from jaxlab.core.checkpoint import IncompatibleCheckpointError
+    from jaxlab.core.config import ConfigError
+    from jaxlab.core.loop import NonFiniteLossError
+
+    if isinstance(e, UserError) and e.hint:
+        return e.hint
+    if isinstance(e, ConfigError):
+        return "see `jaxlab config RECIPE` for every key and its current value"
+    if isinstance(e, IncompatibleCheckpointError):
+        return "pass --run-dir NEW_DIR to start a separate run"
+    if isinstance(e, NonFiniteLossError):
+        return "lower the learning rate or check the data; rerunning resumes from the last good step"
+    return "see `jaxlab --help`"
+
+
+def _default_run_dir(recipe: str, preset: str | None) -> Path:
+    return Path("runs") / f"{recipe}-{preset or 'default'}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from jaxlab.core import recipe as recipe_lib
+
+    for name in recipe_lib.names():
+        r = recipe_lib.get(name)
+        presets = ", ".join(r.presets()) or "-"
+        print(f"{name:16s} {r.description}\n{'':16s} presets: {presets}")
+    for name, (_, help_) in sorted(EXTRA_COMMANDS.items()):
+        print(f"{'(command) ' + name:16s} {help_}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from jaxlab.core import config as config_lib
+    from jaxlab.core import recipe as recipe_lib
+
+    r = recipe_lib.get(args.recipe)
+    cfg = r.config(args.preset, args.overrides)
+    print(config_lib.to_yaml(cfg), end="")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from jaxlab.core import loop
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core.sharding import maybe_initialize_distributed
+
+    maybe_initialize_distributed()
+    r = recipe_lib.get(args.recipe)
+    cfg = r.config(args.preset, args.overrides)
+    run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(r.name, args.preset or
+                                                                        r.default_preset)
+    print(f"jaxlab: training {r.name} (preset {args.preset or r.default_preset or 'default'}) "
+          f"in {run_dir}", file=sys.stderr)
+    result = loop.run(r, cfg, run_dir)
+    summary = {"step": result.step, "interrupted": result.interrupted}
+    summary.update({k: float(v) for k, v in result.metrics.items()})
+    summary.update({f"eval/{k}": v for k, v in result.eval_metrics.items()
+                    if isinstance(v, int | float)})
+    print(json.dumps(summary))
+    if result.interrupted:
+        print(f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
+              "to resume", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from jaxlab.core import config as config_lib
+    from jaxlab.core import loop
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core.checkpoint import Checkpointer
+
+    r = recipe_lib.get(args.recipe)
+    run_dir = Path(args.run_dir)
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        raise UserError(f"no run in {run_dir} (missing config.yaml)",
+                        f"train first: jaxlab train {r.name} --run-dir {run_dir}")
+    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(cfg_path))
+    if r.eval_main is not None:
+        return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
+    if args.extra:
+        raise UserError(f"unexpected arguments {args.extra} for `jaxlab eval {r.name}`")
+    task = r.build(cfg)
+    if task.evaluate is None:
+        raise UserError(f"recipe {r.name} has no evaluation")
+    import jax
+
+    ck = Checkpointer(run_dir / "checkpoints", cfg)
+    try:
+        state, step = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
+    finally:
+        ck.close()
+    metrics = task.evaluate(state)
+    print(json.dumps({"step": step, **{k: v for k, v in metrics.items()}}, default=float))
+    return 0
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    script = _repo_root() / "benchmarks" / f"bench_{args.area}.py"
+    if not script.exists():
+        areas = sorted(p.stem[len("bench_"):] for p in script.parent.glob("bench_*.py"))
+        from jaxlab.core.config import suggest
+
+        raise UserError(f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
+                        suggest(args.area, areas) or "benchmarks live in a source checkout")
+    sys.argv = [str(script), *args.extra]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxlab",
+        description="jaxlab: pure-JAX research methods on one shared training core.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("list", help="list recipes and their presets")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("config", help="print a recipe's resolved config as YAML")
+    s.add_argument("recipe")
+    s.add_argument("--preset", default=None)
+    s.add_argument("overrides", nargs="*", metavar="key=value")
+    s.set_defaults(fn=cmd_config)
+
+    s = sub.add_parser("train", help="train a recipe (resumes if the run directory has a checkpoint)",
+                       description="Train RECIPE. Dotted overrides change any config field, e.g. "
+                       "`jaxlab train lm-tiny optim.lr=1e-3 loop.total_steps=200`.")
+    s.add_argument("recipe")
+    s.add_argument("--preset", default=None, help="a preset name (see `jaxlab list`)")
+    s.add_argument("--run-dir", default=None, help="run directory (default runs/RECIPE-PRESET)")
+    s.add_argument("overrides", nargs="*", metavar="key=value")
+    s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("eval", help="evaluate the latest checkpoint of a run")
+    s.add_argument("recipe")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("extra", nargs=argparse.REMAINDER, help="recipe-specific options")
+    s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("bench", help="run benchmarks/bench_AREA.py (JSON lines)")
+    s.add_argument("area")
+    s.add_argument("extra", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=cmd_bench)
+
+    for name, (target, help_) in sorted(EXTRA_COMMANDS.items()):
+        s = sub.add_parser(name, help=help_, add_help=False)
+        s.add_argument("extra", nargs=argparse.REMAINDER)
+        s.set_defaults(fn=_extra(target))
+    return p
+
+
+def _extra(target: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        mod, fn = target.split(":")
+        return int(getattr(importlib.import_module(mod), fn)(list(args.extra)) or 0)
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.fn(args)
+    except _user_errors() as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        print(f"hint: {_hint_for(e)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
