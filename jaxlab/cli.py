@@ -32,8 +32,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from jaxlab.core.config import ConfigError
     from jaxlab.core.loop import NonFiniteLossError
 
-    return (UserError, ConfigError, IncompatibleCheckpointError, NonFiniteLossError,
-            FileNotFoundError)
+    return (
+        UserError,
+        ConfigError,
+        IncompatibleCheckpointError,
+        NonFiniteLossError,
+        FileNotFoundError,
+    )
 
 
 def _hint_for(e: BaseException) -> str:
@@ -48,7 +53,9 @@ def _hint_for(e: BaseException) -> str:
     if isinstance(e, IncompatibleCheckpointError):
         return "pass --run-dir NEW_DIR to start a separate run"
     if isinstance(e, NonFiniteLossError):
-        return "lower the learning rate or check the data; rerunning resumes from the last good step"
+        return (
+            "lower the learning rate or check the data; rerunning resumes from the last good step"
+        )
     return "see `jaxlab --help`"
 
 
@@ -86,19 +93,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     maybe_initialize_distributed()
     r = recipe_lib.get(args.recipe)
     cfg = r.config(args.preset, args.overrides)
-    run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(r.name, args.preset or
-                                                                        r.default_preset)
-    print(f"jaxlab: training {r.name} (preset {args.preset or r.default_preset or 'default'}) "
-          f"in {run_dir}", file=sys.stderr)
+    run_dir = (
+        Path(args.run_dir)
+        if args.run_dir
+        else _default_run_dir(r.name, args.preset or r.default_preset)
+    )
+    print(
+        f"jaxlab: training {r.name} (preset {args.preset or r.default_preset or 'default'}) "
+        f"in {run_dir}",
+        file=sys.stderr,
+    )
     result = loop.run(r, cfg, run_dir)
     summary = {"step": result.step, "interrupted": result.interrupted}
     summary.update({k: float(v) for k, v in result.metrics.items()})
-    summary.update({f"eval/{k}": v for k, v in result.eval_metrics.items()
-                    if isinstance(v, int | float)})
+    summary.update(
+        {f"eval/{k}": v for k, v in result.eval_metrics.items() if isinstance(v, int | float)}
+    )
     print(json.dumps(summary))
     if result.interrupted:
-        print(f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
-              "to resume", file=sys.stderr)
+        print(
+            f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
+            "to resume",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -112,8 +129,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
-        raise UserError(f"no run in {run_dir} (missing config.yaml)",
-                        f"train first: jaxlab train {r.name} --run-dir {run_dir}")
+        raise UserError(
+            f"no run in {run_dir} (missing config.yaml)",
+            f"train first: jaxlab train {r.name} --run-dir {run_dir}",
+        )
     cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(cfg_path))
     if r.eval_main is not None:
         return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
@@ -141,11 +160,13 @@ def _repo_root() -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     script = _repo_root() / "benchmarks" / f"bench_{args.area}.py"
     if not script.exists():
-        areas = sorted(p.stem[len("bench_"):] for p in script.parent.glob("bench_*.py"))
+        areas = sorted(p.stem[len("bench_") :] for p in script.parent.glob("bench_*.py"))
         from jaxlab.core.config import suggest
 
-        raise UserError(f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
-                        suggest(args.area, areas) or "benchmarks live in a source checkout")
+        raise UserError(
+            f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
+            suggest(args.area, areas) or "benchmarks live in a source checkout",
+        )
     sys.argv = [str(script), *args.extra]
     runpy.run_path(str(script), run_name="__main__")
     return 0
@@ -167,9 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_config)
 
-    s = sub.add_parser("train", help="train a recipe (resumes if the run directory has a checkpoint)",
-                       description="Train RECIPE. Dotted overrides change any config field, e.g. "
-                       "`jaxlab train lm-tiny optim.lr=1e-3 loop.total_steps=200`.")
+    s = sub.add_parser(
+        "train",
+        help="train a recipe (resumes if the run directory has a checkpoint)",
+        description="Train RECIPE. Dotted overrides change any config field, e.g. "
+        "`jaxlab train lm-tiny optim.lr=1e-3 loop.total_steps=200`.",
+    )
     s.add_argument("recipe")
     s.add_argument("--preset", default=None, help="a preset name (see `jaxlab list`)")
     s.add_argument("--run-dir", default=None, help="run directory (default runs/RECIPE-PRESET)")

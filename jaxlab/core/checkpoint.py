@@ -66,7 +66,9 @@ class Checkpointer:
       async_save: write in a background thread; :meth:`wait` (called by :meth:`close`) joins it.
     """
 
-    def __init__(self, directory: str | Path, config: Any, *, keep: int = 3, async_save: bool = True):
+    def __init__(
+        self, directory: str | Path, config: Any, *, keep: int = 3, async_save: bool = True
+    ):
         self.directory = Path(directory).absolute()
         self.config_dict = config_lib.to_dict(config)
         options = ocp.CheckpointManagerOptions(
@@ -85,7 +87,9 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._mngr.all_steps())
 
-    def save(self, step: int, state: Any, data_iterator: Any = None, *, force: bool = False) -> bool:
+    def save(
+        self, step: int, state: Any, data_iterator: Any = None, *, force: bool = False
+    ) -> bool:
         """Saves ``state`` (and the data iterator's position) as ``step``."""
         import grain
 
@@ -99,7 +103,9 @@ class Checkpointer:
 
     def check_config(self, step: int) -> dict:
         """Reads the saved meta of ``step`` and refuses an incompatible config."""
-        meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
+            "meta"
+        ]
         saved = meta["config"]
         fields = [
             k

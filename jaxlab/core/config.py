@@ -96,7 +96,9 @@ def diff(a: Any, b: Any) -> list[str]:
     """Dotted keys whose values differ between two configs (or config dicts)."""
     fa = flatten(a if isinstance(a, Mapping) else to_dict(a))
     fb = flatten(b if isinstance(b, Mapping) else to_dict(b))
-    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>"))
+    return sorted(
+        k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>")
+    )
 
 
 def suggest(key: str, choices: Iterable[str]) -> str | None:

@@ -71,7 +71,9 @@ class LoopConfig:
                 raise ConfigError(f"loop.{name}", getattr(self, name), "an integer >= 1")
         for name in ("eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"loop.{name}", getattr(self, name), "an integer >= 0 (0 = end only)")
+                raise ConfigError(
+                    f"loop.{name}", getattr(self, name), "an integer >= 0 (0 = end only)"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,14 @@ def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
 
 def abstract_state(task: Task, key: jax.Array) -> Any:
     """Shapes/dtypes (and shardings, if the task gives them) of the train state, without compute."""
-    return jax.eval_shape(task.init, key)
+    abstract = jax.eval_shape(task.init, key)
+    if task.state_sharding is None:
+        return abstract
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract,
+        task.state_sharding(abstract),
+    )
 
 
 def run(
@@ -168,7 +177,10 @@ def run(
     if resume and ckpt.latest_step() is not None:
         state, step = ckpt.restore(abstract_state(task, key), data_it)
     else:
-        state = jax.jit(task.init)(key)
+        out_sh = (
+            task.state_sharding(jax.eval_shape(task.init, key)) if task.state_sharding else None
+        )
+        state = jax.jit(task.init, out_shardings=out_sh)(key)
 
     compiled: dict[int, Callable] = {}
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
@@ -198,6 +210,8 @@ def run(
                 if data_it is not None:
                     items = [next(data_it) for _ in range(n)]
                     batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
+                    if task.place_batch is not None:
+                        batches = task.place_batch(batches)
                 t0 = time.perf_counter()
                 state, metrics = compiled[n](state, batches)
                 metrics = jax.device_get(metrics)
@@ -217,7 +231,9 @@ def run(
                 last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
                 if bar is not None:
                     bar.update(n)
-                    post = {"loss": f"{float(last_metrics['loss']):.4g}"} if "loss" in metrics else {}
+                    post = (
+                        {"loss": f"{float(last_metrics['loss']):.4g}"} if "loss" in metrics else {}
+                    )
                     if task.units_per_step and dt > 0:
                         count, unit = task.units_per_step
                         post[f"{unit}/s"] = f"{count * n / dt:,.0f}"

@@ -30,6 +30,10 @@ class Task:
         position is checkpointed).
       finalize: optional ``(state, run_dir) -> None`` writing artefacts (plots, GIFs, tables).
       units_per_step: optional (count, name) for the progress bar, e.g. ``(4096, "tok")``.
+      place_batch: optional ``batches -> batches`` putting the host batches of one call (leading axis
+        = steps of the call) on the devices, e.g. sharded over the mesh's data axes.
+      state_sharding: optional ``abstract_state -> shardings`` pytree, so a checkpoint restores
+        onto this run's mesh (which may differ from the mesh it was written on).
     """
 
     init: Callable[[Any], Any]
@@ -38,6 +42,8 @@ class Task:
     data: Callable[[], Any] | None = None
     finalize: Callable[[Any, Path], None] | None = None
     units_per_step: tuple[int, str] | None = None
+    place_batch: Callable[[Any], Any] | None = None
+    state_sharding: Callable[[Any], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +71,9 @@ class Recipe:
         available = self.presets()
         if name not in available:
             raise config_lib.ConfigError(
-                "preset", name, "one of: " + ", ".join(available or ["(none)"]),
+                "preset",
+                name,
+                "one of: " + ", ".join(available or ["(none)"]),
                 config_lib.suggest(name, available),
             )
         return config_lib.load_yaml(Path(self.presets_dir) / f"{name}.yaml")
@@ -109,7 +117,9 @@ def get(name: str) -> Recipe:
 
     if name not in recipes.NAMES:
         raise config_lib.ConfigError(
-            "recipe", name, "one of: " + ", ".join(sorted(recipes.NAMES)),
+            "recipe",
+            name,
+            "one of: " + ", ".join(sorted(recipes.NAMES)),
             config_lib.suggest(name, recipes.NAMES),
         )
     importlib.import_module(f"jaxlab.recipes.{recipes.NAMES[name]}")

@@ -37,7 +37,7 @@ def main():
     rng = np.random.default_rng(0)
     x_all = rng.normal(size=(8, 3)).astype(np.float32)
     y_all = x_all @ np.array([1.0, -2.0, 0.5], np.float32)
-    x_local, y_local = x_all[pid * 4:(pid + 1) * 4], y_all[pid * 4:(pid + 1) * 4]
+    x_local, y_local = x_all[pid * 4 : (pid + 1) * 4], y_all[pid * 4 : (pid + 1) * 4]
     data = sharding.shard_batch({"x": x_local, "y": y_local}, mesh)
 
     @jax.jit
@@ -50,8 +50,9 @@ def main():
     np.testing.assert_allclose(np.asarray(w), -0.1 * g_ref, rtol=1e-5, atol=1e-6)
 
     # shard_map with an explicit psum across both processes.
-    f = sharding.shard_map(lambda a: jax.lax.psum(a.sum(), ("data",)), mesh,
-                           in_specs=P(("data",)), out_specs=P())
+    f = sharding.shard_map(
+        lambda a: jax.lax.psum(a.sum(), ("data",)), mesh, in_specs=P(("data",)), out_specs=P()
+    )
     assert float(jax.jit(f)(batch)) == 18.0
     print(f"OK {pid}", flush=True)
 

@@ -43,8 +43,16 @@ def test_defaults_are_hashable_and_frozen():
 
 
 def test_overrides_parse_types():
-    cfg = C.resolve(Cfg, overrides=["optim.lr=3e-4", "model.layers=4", "optim.name=sgd",
-                                    "tag=123", "optim.betas=[0.8, 0.99]"])
+    cfg = C.resolve(
+        Cfg,
+        overrides=[
+            "optim.lr=3e-4",
+            "model.layers=4",
+            "optim.name=sgd",
+            "tag=123",
+            "optim.betas=[0.8, 0.99]",
+        ],
+    )
     assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
     assert cfg.model.layers == 4
     assert cfg.optim.name == "sgd"

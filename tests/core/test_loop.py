@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +47,7 @@ def test_resume_is_bit_identical(uninterrupted, tmp_path):
     assert half.step == 2 * K
     resumed = loop.run(TOY, cfg(), tmp_path)
     assert resumed.step == 4 * K
-    for a, b in zip(
-        np.asarray(uninterrupted.state.w), np.asarray(resumed.state.w), strict=True
-    ):
+    for a, b in zip(np.asarray(uninterrupted.state.w), np.asarray(resumed.state.w), strict=True):
         assert a.tobytes() == b.tobytes()
     assert np.array_equal(uninterrupted.state.key, resumed.state.key)
 
@@ -63,8 +60,9 @@ def test_steps_per_call_equals_single_steps(uninterrupted, tmp_path):
 def test_events_fall_on_exact_steps(tmp_path):
     seen = []
     hook = loop.Hook(lambda s, st, m: seen.append(s), every=3)
-    loop.run(TOY, cfg(**{"loop.total_steps": 10, "loop.checkpoint_every": 4}), tmp_path,
-             hooks=[hook])
+    loop.run(
+        TOY, cfg(**{"loop.total_steps": 10, "loop.checkpoint_every": 4}), tmp_path, hooks=[hook]
+    )
     assert seen == [3, 6, 9]
     assert Checkpointer(tmp_path / "checkpoints", cfg()).all_steps()[-3:] == [4, 8, 10]
 

@@ -22,11 +22,21 @@ def test_two_process_cpu_run():
     procs = []
     for pid in range(2):
         env = dict(os.environ)
-        env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                   JAX_PROCESS_ID=str(pid))
+        env.update(
+            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(pid),
+        )
         env.pop("XLA_FLAGS", None)
-        procs.append(subprocess.Popen([sys.executable, str(worker)], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(worker)],
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
     outs = []
     for p in procs:
         try:

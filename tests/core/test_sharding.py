@@ -35,8 +35,11 @@ def test_logical_rules():
 class Tiny(nn.Module):
     @nn.compact
     def __call__(self, x):
-        w = self.param("w", nn.with_logical_partitioning(nn.initializers.ones, ("embed", "mlp")),
-                       (x.shape[-1], 16))
+        w = self.param(
+            "w",
+            nn.with_logical_partitioning(nn.initializers.ones, ("embed", "mlp")),
+            (x.shape[-1], 16),
+        )
         b = self.param("b", nn.initializers.zeros, (16,))
         return x @ w + b[None, :]
 
@@ -61,6 +64,7 @@ def test_shard_batch_and_divisibility():
 def test_shard_map_psum_equals_global_sum():
     mesh = sharding.make_mesh(sharding.MeshConfig(data=8))
     x = jnp.arange(64.0).reshape(16, 4)
-    f = sharding.shard_map(lambda a: jax.lax.psum(a.sum(0), "data"), mesh, in_specs=P("data"),
-                           out_specs=P())
+    f = sharding.shard_map(
+        lambda a: jax.lax.psum(a.sum(0), "data"), mesh, in_specs=P("data"), out_specs=P()
+    )
     np.testing.assert_allclose(jax.jit(f)(x), x.sum(0))

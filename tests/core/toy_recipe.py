@@ -75,8 +75,13 @@ def build(cfg: ToyConfig) -> Task:
     def evaluate(state):
         return {"w_err": float(jnp.linalg.norm(state.w - jnp.arange(1, cfg.dim + 1)))}
 
-    return Task(init=init, train_step=train_step, data=data, evaluate=evaluate,
-                units_per_step=(cfg.batch, "ex"))
+    return Task(
+        init=init,
+        train_step=train_step,
+        data=data,
+        evaluate=evaluate,
+        units_per_step=(cfg.batch, "ex"),
+    )
 
 
 TOY = Recipe(name="toy", config_cls=ToyConfig, build=build, description="test regression")
