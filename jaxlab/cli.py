@@ -92,7 +92,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     maybe_initialize_distributed()
     r = recipe_lib.get(args.recipe)
-    cfg = r.config(args.preset, args.overrides)
+    if args.tpu_config:
+        from jaxlab.core import tpu_config
+
+        tpu_run = tpu_config.load(args.tpu_config, tuple(args.overrides))
+        if tpu_run.recipe != r.name:
+            raise UserError(f"{args.tpu_config} is for recipe {tpu_run.recipe}, not {r.name}")
+        cfg = tpu_run.config
+    else:
+        cfg = r.config(args.preset, args.overrides)
     run_dir = (
         Path(args.run_dir)
         if args.run_dir
@@ -197,14 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("recipe")
     s.add_argument("--preset", default=None, help="a preset name (see `jaxlab list`)")
     s.add_argument("--run-dir", default=None, help="run directory (default runs/RECIPE-PRESET)")
+    s.add_argument("--tpu-config", default=None, help="a tpu_configs/*.yaml file (mesh, batch)")
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("eval", help="evaluate the latest checkpoint of a run")
     s.add_argument("recipe")
     s.add_argument("--run-dir", required=True)
-    s.add_argument("extra", nargs=argparse.REMAINDER, help="recipe-specific options")
-    s.set_defaults(fn=cmd_eval)
+    s.set_defaults(fn=cmd_eval, extra=[])  # recipe-specific options are passed through
 
     s = sub.add_parser("bench", help="run benchmarks/bench_AREA.py (JSON lines)")
     s.add_argument("area")
@@ -228,7 +236,15 @@ def _extra(target: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command == "eval":
+        args.extra, unknown = unknown, []
+    if unknown:
+        # key=value overrides may come after options (`train R --preset P a.b=1`).
+        stray = [u for u in unknown if u.startswith("-") or "=" not in u]
+        if stray or not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(stray or unknown)}")
+        args.overrides = list(args.overrides) + unknown
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0

@@ -34,9 +34,11 @@ C = TypeVar("C")
 class ConfigError(ValueError):
     """An invalid configuration: names the dotted key, the offending value and what was expected."""
 
-    def __init__(self, key: str, value: Any, expected: str, hint: str | None = None):
+    def __init__(
+        self, key: str, value: Any, expected: str, hint: str | None = None, message: str = ""
+    ):
         self.key, self.value, self.expected, self.hint = key, value, expected, hint
-        msg = f"config key '{key}': got {value!r}, expected {expected}"
+        msg = message or f"config key '{key}': got {value!r}, expected {expected}"
         if hint:
             msg += f" ({hint})"
         super().__init__(msg)
@@ -167,7 +169,8 @@ def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
     except (TypeError, ValueError) as e:
         if isinstance(e, ConfigError):
             raise
-        raise ConfigError("?", data, f"a valid {cls.__name__}: {e}") from None
+        # A nested dataclass's own validation (e.g. "DecoderConfig.head_dim=3: expected ...").
+        raise ConfigError("?", None, "", message=f"invalid {cls.__name__}: {e}") from None
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -124,22 +124,23 @@ def _drop_trivial(spec: PartitionSpec, mesh: Mesh, shape: Sequence[int]) -> Part
 def state_shardings(
     abstract_state: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES
 ) -> Any:
-    """NamedShardings for a (possibly ``nn.Partitioned``-boxed) abstract state.
+    """NamedShardings for a (possibly ``nn.Partitioned``-boxed) abstract state, same tree structure.
 
-    Leaves annotated with logical names (``nn.with_logical_partitioning``) are placed by ``rules``;
-    other leaves are replicated. Axes that do not divide a dimension fall back to replication.
+    Leaves boxed with logical names (``nn.with_logical_partitioning``; optimiser moments of such
+    parameters are boxed too) are placed by ``rules``; other leaves are replicated. Mesh axes that
+    do not divide a dimension fall back to replication.
     """
-    specs = nn.get_partition_spec(abstract_state)
 
-    def one(leaf, spec):
-        shape = getattr(leaf, "shape", ())
-        if not isinstance(spec, PartitionSpec):
-            spec = PartitionSpec()
-        with nn.logical_axis_rules(rules):
-            mesh_spec = nn.logical_to_mesh_axes(tuple(spec)) if len(spec) else PartitionSpec()
-        return NamedSharding(mesh, _drop_trivial(mesh_spec, mesh, shape))
+    def place(shape: Sequence[int], names: Sequence[str | None]) -> NamedSharding:
+        spec = logical_to_spec(names, rules) if names else PartitionSpec()
+        return NamedSharding(mesh, _drop_trivial(spec, mesh, shape))
 
-    return jax.tree.map(one, nn.unbox(abstract_state), nn.unbox(specs))
+    def one(x: Any) -> Any:
+        if isinstance(x, nn.Partitioned):
+            return x.replace_boxed(place(x.value.shape, x.names))
+        return place(getattr(x, "shape", ()), ())
+
+    return jax.tree.map(one, abstract_state, is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
 def batch_sharding(mesh: Mesh, ndim: int, leading: int = 0) -> NamedSharding:

@@ -47,7 +47,7 @@ class Tiny(nn.Module):
 def test_state_shardings_follow_logical_names():
     mesh = sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4))
     abstract = jax.eval_shape(Tiny().init, jax.random.PRNGKey(0), jnp.ones((8, 8)))
-    shards = sharding.state_shardings(abstract, mesh)
+    shards = nn.unbox(sharding.state_shardings(abstract, mesh))
     assert shards["params"]["w"].spec == P("fsdp", None)  # tensor axis has size 1
     assert all(a is None for a in shards["params"]["b"].spec)
 

@@ -1,0 +1,828 @@
+"""Mixture-of-experts feed-forward layer as in OLMoE (arXiv 2409.02060; brief lm.md §1).
+
+For tokens ``x_t`` (``t = 1..T``), ``E`` SwiGLU experts and a linear router ``W_r``::
+
+    z_t = x_t W_r                                   router logits, [T, E]
+    p_t = softmax(z_t)                              router probabilities (OLMoE eq. 1)
+    S_t = top_k(p_t)                                chosen experts, |S_t| = k
+    y_t = sum_{i in S_t} g_ti FFN_i(x_t)            g_ti = p_ti (OLMoE; ``normalize_topk=False``)
+                                                    or p_ti / sum_{j in S_t} p_tj (renormalised)
+    FFN_i(x) = (silu(x W1_i) * (x W3_i)) W2_i       W1_i, W3_i: [d, ff], W2_i: [ff, d]
+
+Auxiliary losses (OLMoE §2; megablocks normalisation, see the trap in brief §1):
+
+    L_LB = E * sum_i f_i P_i,  f_i = count_i / (T k),  P_i = mean_t p_ti     (= 1 for uniform routing)
+    L_RZ = mean_t (logsumexp_j z_tj)^2
+
+Both are batch-level (global over all ``T`` tokens of the batch); ``f`` carries no gradient.
+
+Expert computation ("dispatch"):
+
+- ``dropless`` (megablocks dMoE): the ``T k`` (token, expert) assignments are sorted by expert,
+  each expert's contiguous rows are multiplied by its weights with one grouped matmul
+  (:func:`grouped_matmul`; ``group_sizes = bincount(experts)``), and the rows are un-sorted and
+  combined with the routing weights. No token is ever dropped.
+- ``capacity`` (GShard/Switch style, for comparison): every expert has ``C = ceil(cf T k / E)``
+  slots; assignments are served in priority order (all first choices, then all second choices,
+  ..., each in token order); overflowing assignments are dropped (they contribute 0) and counted.
+
+Expert parallelism (``expert_parallel=True``): experts are split over the mesh axis ``expert``,
+tokens over the mesh axes ``("data", "fsdp", "expert")`` that exist in the mesh. Inside
+``jax.shard_map`` each device routes its sorted rows to the devices owning their experts with an
+``all_to_all`` over ``expert``, computes its local experts and sends the results back with a second
+``all_to_all``. The dropless exchange buffers are sized for the worst case (every assignment going
+to one device), so the result is exact; XLA:CPU has no ``ragged_all_to_all``, which would shrink the
+bytes moved on GPU/TPU.
+
+Grouped matmul backends: ``jax.lax.ragged_dot`` (native on GPU/TPU; XLA:CPU lowers it to a dense
+matmul over *all* groups, ``E`` times the useful work) and ``tiled`` (a row-tiled loop over
+(tile, expert) pairs with a custom VJP, which does only the useful work plus at most one partial
+tile per expert; the default on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.config import ConfigError
+from jaxlab.lm.routing_stats import RoutingStats, expert_counts, routing_stats
+
+#: flax ``sow`` collection holding each MoE layer's raw (unweighted) auxiliary losses.
+AUX_LOSS_COLLECTION = "moe_aux_loss"
+#: flax ``sow`` collection holding each MoE layer's :class:`RoutingStats`.
+STATS_COLLECTION = "moe_stats"
+#: mesh axes over which tokens are split in the expert-parallel layer (those present in the mesh).
+TOKEN_MESH_AXES: tuple[str, ...] = ("data", "fsdp", "expert")
+EXPERT_MESH_AXIS = "expert"
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """Static configuration of an MoE feed-forward layer.
+
+    Attributes:
+        num_experts: ``E``, number of experts (OLMoE-1B-7B: 64).
+        top_k: ``k``, experts per token (OLMoE-1B-7B: 8).
+        expert_ff: hidden width of each SwiGLU expert (OLMoE-1B-7B: 1024).
+        normalize_topk: renormalise the top-k probabilities to sum to 1 (OLMoE: False).
+        dispatch: ``"dropless"`` (sorted + grouped matmul) or ``"capacity"`` (token dropping).
+        capacity_factor: ``cf`` in ``C = ceil(cf T k / E)``; used by ``dispatch="capacity"``.
+        grouped_matmul: ``"ragged_dot"``, ``"tiled"`` or ``"auto"`` (tiled on CPU, else ragged_dot).
+        tile_size: row tile of the ``tiled`` grouped matmul.
+        expert_parallel: shard experts over the mesh axis ``expert`` (needs a mesh in context).
+        lb_loss_weight: weight of ``L_LB`` in the training loss (OLMoE: 0.01).
+        z_loss_weight: weight of ``L_RZ`` in the training loss (OLMoE: 0.001).
+        init_std: std of the normal initialiser, truncated at 3 std (OLMoE: 0.02).
+    """
+
+    num_experts: int = 8
+    top_k: int = 2
+    expert_ff: int = 64
+    normalize_topk: bool = False
+    dispatch: Literal["dropless", "capacity"] = "dropless"
+    capacity_factor: float = 1.25
+    grouped_matmul: Literal["auto", "ragged_dot", "tiled"] = "auto"
+    tile_size: int = 128
+    expert_parallel: bool = False
+    lb_loss_weight: float = 0.01
+    z_loss_weight: float = 0.001
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        for name in ("num_experts", "top_k", "expert_ff", "tile_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, v, "a positive integer")
+        if self.top_k > self.num_experts:
+            raise ConfigError(
+                "top_k", self.top_k, f"an integer in [1, num_experts={self.num_experts}]"
+            )
+        if self.dispatch not in ("dropless", "capacity"):
+            raise ConfigError("dispatch", self.dispatch, "'dropless' or 'capacity'")
+        if self.grouped_matmul not in ("auto", "ragged_dot", "tiled"):
+            raise ConfigError("grouped_matmul", self.grouped_matmul, "'auto', 'ragged_dot', 'tiled'")
+        if not self.capacity_factor > 0:
+            raise ConfigError("capacity_factor", self.capacity_factor, "a positive number")
+        for name in ("lb_loss_weight", "z_loss_weight"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(name, getattr(self, name), "a non-negative number")
+        if not self.init_std > 0:
+            raise ConfigError("init_std", self.init_std, "a positive number")
+
+
+# ----------------------------------------------------------------------------------------------
+# Router and auxiliary losses
+# ----------------------------------------------------------------------------------------------
+
+
+@flax.struct.dataclass
+class Routing:
+    """A routing decision for ``T`` tokens.
+
+    Attributes:
+        logits: ``[T, E]`` router logits ``z`` (float32).
+        probs: ``[T, E]`` ``softmax(z)``.
+        weights: ``[T, k]`` combine weights ``g`` of the chosen experts.
+        experts: ``[T, k]`` chosen expert ids, in decreasing probability order.
+    """
+
+    logits: Float[Array, "tokens expert"]
+    probs: Float[Array, "tokens expert"]
+    weights: Float[Array, "tokens k"]
+    experts: Int[Array, "tokens k"]
+
+
+def route(
+    logits: Float[Array, "tokens expert"], *, top_k: int, normalize: bool = False
+) -> Routing:
+    """Softmax top-k routing: ``p = softmax(z)``, ``S = top_k(p)``, ``g = p_S`` (or renormalised).
+
+    Args:
+        logits: ``[T, E]`` router logits.
+        top_k: ``k``.
+        normalize: divide the chosen probabilities by their sum (OLMoE: no).
+
+    Returns:
+        A :class:`Routing`; ties are broken towards the lower expert id.
+    """
+    if not 1 <= top_k <= logits.shape[-1]:
+        raise ValueError(f"top_k: got {top_k}, expected an integer in [1, {logits.shape[-1]}]")
+    logits = logits.astype(jnp.float32)
+    probs = jax.nn.softmax(logits, axis=-1)
+    weights, experts = jax.lax.top_k(probs, top_k)
+    if normalize:
+        weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    return Routing(logits=logits, probs=probs, weights=weights, experts=experts.astype(jnp.int32))
+
+
+def load_balancing_loss(
+    probs: Float[Array, "tokens expert"], experts: Int[Array, "tokens k"]
+) -> Float[Array, ""]:
+    """``L_LB = E sum_i f_i P_i`` with ``f_i = count_i / (T k)`` and ``P_i = mean_t p_ti``.
+
+    The megablocks (OLMoE) normalisation: exactly 1 when either ``f`` or ``P`` is uniform, ``E/k``
+    when every token picks the same ``k`` experts with probability ``1/k`` each. ``f`` is a count
+    and carries no gradient; the gradient flows through ``P``.
+    """
+    num_tokens, num_experts = probs.shape
+    top_k = experts.shape[-1]
+    f = expert_counts(experts, num_experts=num_experts).astype(jnp.float32) / (num_tokens * top_k)
+    p_mean = jnp.mean(probs.astype(jnp.float32), axis=0)
+    return num_experts * jnp.sum(jax.lax.stop_gradient(f) * p_mean)
+
+
+def router_z_loss(logits: Float[Array, "tokens expert"]) -> Float[Array, ""]:
+    """``L_RZ = mean_t (logsumexp_j z_tj)^2`` (ST-MoE router z-loss, used by OLMoE)."""
+    lse = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+    return jnp.mean(jnp.square(lse))
+
+
+# ----------------------------------------------------------------------------------------------
+# Grouped matmul
+# ----------------------------------------------------------------------------------------------
+
+
+def _vma(x: Any) -> frozenset:
+    return getattr(jax.typeof(x), "vma", None) or frozenset()
+
+
+def _varying_like(x: Array, *refs: Any) -> Array:
+    """Marks a fresh loop carry as varying over the same ``shard_map`` axes as ``refs``."""
+    missing = frozenset().union(*(_vma(r) for r in refs)) - _vma(x)
+    if missing:
+        x = jax.lax.pcast(x, tuple(sorted(missing)), to="varying")
+    return x
+
+
+def _tile_schedule(group_sizes: Int[Array, " groups"], num_tiles: int, tile: int):
+    """The (group, row tile) pairs a row-tiled grouped matmul must visit.
+
+    Groups occupy consecutive row ranges ``[start_g, end_g)``. Group ``g`` touches row tiles
+    ``start_g // tile .. (end_g - 1) // tile``; consecutive groups share at most one tile, so there
+    are at most ``num_tiles + G - 1`` visits. Returns padded visit arrays, the number of valid
+    visits, and the group starts/ends.
+    """
+    num_groups = group_sizes.shape[0]
+    group_sizes = group_sizes.astype(jnp.int32)
+    ends = jnp.cumsum(group_sizes)
+    starts = ends - group_sizes
+    first = starts // tile
+    counts = jnp.where(group_sizes > 0, (ends - 1) // tile - first + 1, 0)
+    max_visits = num_tiles + num_groups - 1
+    visit_group = jnp.repeat(
+        jnp.arange(num_groups, dtype=jnp.int32), counts, total_repeat_length=max_visits
+    )
+    visit_start = jnp.cumsum(counts) - counts
+    v = jnp.arange(max_visits, dtype=jnp.int32)
+    visit_tile = first[visit_group] + v - visit_start[visit_group]
+    return visit_group, visit_tile, jnp.sum(counts), starts, ends
+
+
+def _row_mask(row0, tile, start, end):
+    rows = row0 + jnp.arange(tile, dtype=jnp.int32)
+    return (rows >= start) & (rows < end)
+
+
+def _pad_rows(x: Array, rows: int) -> Array:
+    return x if x.shape[0] == rows else jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+def _tiled_forward(lhs, rhs, group_sizes, tile):
+    """``out[r] = lhs[r] @ rhs[g(r)]`` for rows in a group, 0 elsewhere (loop over visits)."""
+    m, _ = lhs.shape
+    n = rhs.shape[2]
+    mp = -(-m // tile) * tile
+    lhs_p = _pad_rows(lhs, mp)
+    visit_group, visit_tile, num_visits, starts, ends = _tile_schedule(
+        group_sizes, mp // tile, tile
+    )
+    out_dtype = jnp.result_type(lhs.dtype, rhs.dtype)
+
+    def body(v, out):
+        g, row0 = visit_group[v], visit_tile[v] * tile
+        mask = _row_mask(row0, tile, starts[g], ends[g])
+        xt = jnp.where(mask[:, None], jax.lax.dynamic_slice_in_dim(lhs_p, row0, tile), 0)
+        res = jnp.dot(xt, rhs[g], preferred_element_type=jnp.float32).astype(out_dtype)
+        cur = jax.lax.dynamic_slice_in_dim(out, row0, tile)
+        return jax.lax.dynamic_update_slice_in_dim(out, cur + res, row0, axis=0)
+
+    out0 = _varying_like(jnp.zeros((mp, n), out_dtype), lhs, rhs, group_sizes)
+    return jax.lax.fori_loop(0, num_visits, body, out0)[:m]
+
+
+def _tiled_backward(lhs, rhs, group_sizes, dout, tile):
+    """``dlhs[r] = dout[r] @ rhs[g(r)]^T`` and ``drhs[g] = sum_{r in g} lhs[r]^T dout[r]``."""
+    m, k = lhs.shape
+    mp = -(-m // tile) * tile
+    lhs_p, dout_p = _pad_rows(lhs, mp), _pad_rows(dout, mp)
+    visit_group, visit_tile, num_visits, starts, ends = _tile_schedule(
+        group_sizes, mp // tile, tile
+    )
+
+    def body(v, carry):
+        dlhs, drhs = carry
+        g, row0 = visit_group[v], visit_tile[v] * tile
+        mask = _row_mask(row0, tile, starts[g], ends[g])[:, None]
+        dt = jnp.where(mask, jax.lax.dynamic_slice_in_dim(dout_p, row0, tile), 0)
+        xt = jax.lax.dynamic_slice_in_dim(lhs_p, row0, tile)
+        w = rhs[g]
+        dx = jax.lax.dot_general(
+            dt, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        ).astype(dlhs.dtype)
+        dw = jax.lax.dot_general(
+            xt, dt, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        ).astype(drhs.dtype)
+        cur = jax.lax.dynamic_slice_in_dim(dlhs, row0, tile)
+        dlhs = jax.lax.dynamic_update_slice_in_dim(dlhs, cur + dx, row0, axis=0)
+        drhs = drhs.at[g].add(dw)
+        return dlhs, drhs
+
+    init = (
+        _varying_like(jnp.zeros((mp, k), lhs.dtype), lhs, rhs, group_sizes, dout),
+        _varying_like(jnp.zeros(rhs.shape, rhs.dtype), lhs, rhs, group_sizes, dout),
+    )
+    dlhs, drhs = jax.lax.fori_loop(0, num_visits, body, init)
+    return dlhs[:m], drhs
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _tiled_gmm(lhs, rhs, group_sizes, tile):
+    return _tiled_forward(lhs, rhs, group_sizes, tile)
+
+
+def _tiled_gmm_fwd(lhs, rhs, group_sizes, tile):
+    return _tiled_forward(lhs, rhs, group_sizes, tile), (lhs, rhs, group_sizes)
+
+
+def _tiled_gmm_bwd(tile, residuals, dout):
+    lhs, rhs, group_sizes = residuals
+    dlhs, drhs = _tiled_backward(lhs, rhs, group_sizes, dout, tile)
+    return dlhs, drhs, None
+
+
+_tiled_gmm.defvjp(_tiled_gmm_fwd, _tiled_gmm_bwd)
+
+
+def resolve_grouped_matmul(impl: str) -> Literal["ragged_dot", "tiled"]:
+    """``"auto"`` -> ``"tiled"`` on the CPU backend (no native ragged dot), else ``"ragged_dot"``."""
+    if impl == "auto":
+        return "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
+    if impl not in ("ragged_dot", "tiled"):
+        raise ValueError(f"grouped_matmul: got {impl!r}, expected 'auto', 'ragged_dot' or 'tiled'")
+    return impl
+
+
+def grouped_matmul(
+    lhs: Float[Array, "rows k"],
+    rhs: Float[Array, "groups k n"],
+    group_sizes: Int[Array, " groups"],
+    *,
+    impl: Literal["auto", "ragged_dot", "tiled"] = "auto",
+    tile_size: int = 128,
+) -> Float[Array, "rows n"]:
+    """Grouped matmul: rows ``[o_g, o_g + s_g)`` of ``lhs`` are multiplied by ``rhs[g]``.
+
+    ``o_g = s_0 + ... + s_{g-1}`` with ``s = group_sizes``; rows past ``sum(s)`` give 0. Groups of
+    size 0 get an exactly-zero gradient.
+
+    Args:
+        lhs: ``[M, K]`` rows sorted by group.
+        rhs: ``[G, K, N]`` one matrix per group.
+        group_sizes: ``[G]`` integer sizes, ``sum <= M``.
+        impl: ``"ragged_dot"`` (``jax.lax.ragged_dot``), ``"tiled"`` or ``"auto"``.
+        tile_size: row tile of the tiled implementation.
+
+    Returns:
+        ``[M, N]``.
+    """
+    impl = resolve_grouped_matmul(impl)
+    if impl == "ragged_dot":
+        return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32))
+    return _tiled_gmm(lhs, rhs, group_sizes.astype(jnp.int32), max(1, min(tile_size, lhs.shape[0])))
+
+
+# ----------------------------------------------------------------------------------------------
+# Expert computation
+# ----------------------------------------------------------------------------------------------
+
+
+@flax.struct.dataclass
+class ExpertWeights:
+    """SwiGLU expert weights: ``w1, w3: [E, d, ff]`` (gate, up), ``w2: [E, ff, d]`` (down)."""
+
+    w1: Float[Array, "expert embed mlp"]
+    w3: Float[Array, "expert embed mlp"]
+    w2: Float[Array, "expert mlp embed"]
+
+
+def _swiglu_grouped(xs, weights: ExpertWeights, group_sizes, *, impl, tile_size):
+    gmm = functools.partial(grouped_matmul, group_sizes=group_sizes, impl=impl, tile_size=tile_size)
+    h = jax.nn.silu(gmm(xs, weights.w1)) * gmm(xs, weights.w3)
+    return gmm(h, weights.w2)
+
+
+def _swiglu_batched(xbuf: Float[Array, "... expert cap embed"], weights: ExpertWeights):
+    h = jax.nn.silu(jnp.einsum("...ecd,edf->...ecf", xbuf, weights.w1))
+    h = h * jnp.einsum("...ecd,edf->...ecf", xbuf, weights.w3)
+    return jnp.einsum("...ecf,efd->...ecd", h, weights.w2)
+
+
+def _inverse_permutation(order: Int[Array, " n"]) -> Int[Array, " n"]:
+    n = order.shape[0]
+    return jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+
+
+def _combine(y_assign: Float[Array, "tokens k embed"], weights: Float[Array, "tokens k"]):
+    return jnp.einsum("tkd,tk->td", y_assign, weights.astype(y_assign.dtype))
+
+
+def dropless_experts(
+    x: Float[Array, "tokens embed"],
+    experts: Int[Array, "tokens k"],
+    weights: Float[Array, "tokens k"],
+    expert_weights: ExpertWeights,
+    *,
+    impl: Literal["auto", "ragged_dot", "tiled"] = "auto",
+    tile_size: int = 128,
+) -> Float[Array, "tokens embed"]:
+    """Dropless MoE: ``y_t = sum_j weights[t, j] FFN_{experts[t, j]}(x_t)`` via sort + grouped matmul.
+
+    Args:
+        x: ``[T, d]`` tokens.
+        experts: ``[T, k]`` expert ids.
+        weights: ``[T, k]`` combine weights.
+        expert_weights: SwiGLU weights of all ``E`` experts.
+        impl, tile_size: grouped-matmul backend (see :func:`grouped_matmul`).
+
+    Returns:
+        ``[T, d]``.
+    """
+    num_tokens, top_k = experts.shape
+    num_experts = expert_weights.w1.shape[0]
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    group_sizes = expert_counts(experts, num_experts=num_experts)
+    ys = _swiglu_grouped(
+        x[order // top_k], expert_weights, group_sizes, impl=impl, tile_size=tile_size
+    )
+    y_assign = ys[_inverse_permutation(order)].reshape(num_tokens, top_k, x.shape[-1])
+    return _combine(y_assign, weights)
+
+
+def expert_capacity(
+    num_tokens: int, *, num_experts: int, top_k: int, capacity_factor: float
+) -> int:
+    """``C = ceil(cf T k / E)`` slots per expert (at least 1, at most ``T``: more is never used)."""
+    return max(1, min(num_tokens, math.ceil(capacity_factor * num_tokens * top_k / num_experts)))
+
+
+def _capacity_plan(experts: Int[Array, "tokens k"], num_experts: int, capacity: int):
+    """Slots of a capacity-limited dispatch, in priority order (slot-major, then token order).
+
+    Returns ``buf_token [E, C]`` (token feeding each buffer slot), ``buf_valid [E, C]``,
+    ``slot [k*T]`` (flat buffer index ``e C + pos`` of each assignment in slot-major order) and
+    ``keep [k*T]``.
+    """
+    num_tokens, _ = experts.shape
+    flat = experts.T.reshape(-1)
+    n = flat.shape[0]
+    order = jnp.argsort(flat, stable=True)
+    counts = jnp.bincount(flat, length=num_experts)
+    starts = jnp.cumsum(counts) - counts
+    pos = (jnp.arange(n, dtype=jnp.int32) - starts[flat[order]])[_inverse_permutation(order)]
+    keep = pos < capacity
+    c = jnp.arange(capacity, dtype=jnp.int32)
+    src = jnp.clip(starts[:, None] + c[None, :], 0, n - 1)
+    buf_valid = c[None, :] < counts[:, None]
+    buf_token = (order % num_tokens)[src]
+    slot = jnp.where(keep, flat * capacity + pos, 0)
+    return buf_token, buf_valid, slot, keep
+
+
+def _capacity_dispatch(x, experts, num_experts, capacity):
+    buf_token, buf_valid, slot, keep = _capacity_plan(experts, num_experts, capacity)
+    xbuf = jnp.where(buf_valid[..., None], x[buf_token], 0)
+    return xbuf, (slot, keep)
+
+
+def _capacity_combine(ybuf, plan, weights, num_tokens):
+    slot, keep = plan
+    num_experts, capacity, d = ybuf.shape
+    y = jnp.where(keep[:, None], ybuf.reshape(num_experts * capacity, d)[slot], 0)
+    y_assign = jnp.transpose(y.reshape(-1, num_tokens, d), (1, 0, 2))
+    return _combine(y_assign, weights), jnp.sum(~keep).astype(jnp.int32)
+
+
+def capacity_experts(
+    x: Float[Array, "tokens embed"],
+    experts: Int[Array, "tokens k"],
+    weights: Float[Array, "tokens k"],
+    expert_weights: ExpertWeights,
+    *,
+    capacity: int,
+) -> tuple[Float[Array, "tokens embed"], Int[Array, ""]]:
+    """Capacity-limited MoE (token dropping): each expert serves at most ``capacity`` assignments.
+
+    Assignments are served in priority order (all first choices, then second choices, ..., each in
+    token order); the rest are dropped and contribute 0. With ``capacity >= T`` nothing is dropped
+    and the result equals :func:`dropless_experts`.
+
+    Returns:
+        ``y [T, d]`` and the number of dropped assignments, ``sum_i max(0, count_i - C)``.
+    """
+    num_experts = expert_weights.w1.shape[0]
+    xbuf, plan = _capacity_dispatch(x, experts, num_experts, capacity)
+    return _capacity_combine(_swiglu_batched(xbuf, expert_weights), plan, weights, x.shape[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Expert parallelism
+# ----------------------------------------------------------------------------------------------
+
+
+def _ep_dropless_local(x, experts, weights, w1, w3, w2, *, n_ep, impl, tile_size):
+    """Per-device dropless EP: all_to_all rows to expert owners, grouped matmul, all_to_all back."""
+    x, experts, weights = x.reshape(-1, x.shape[-1]), experts.reshape(-1, experts.shape[-1]), (
+        weights.reshape(-1, weights.shape[-1])
+    )
+    num_tokens, top_k = experts.shape
+    d = x.shape[-1]
+    n = num_tokens * top_k
+    e_loc = w1.shape[0]
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    xs = x[order // top_k]
+    dest_counts = jnp.bincount(flat, length=e_loc * n_ep).reshape(n_ep, e_loc)
+    send_sizes = jnp.sum(dest_counts, axis=1)
+    send_off = jnp.cumsum(send_sizes) - send_sizes
+    r = jnp.arange(n, dtype=jnp.int32)
+    src = jnp.clip(send_off[:, None] + r[None, :], 0, n - 1)
+    send = jnp.where((r[None, :] < send_sizes[:, None])[..., None], xs[src], 0)
+    recv = jax.lax.all_to_all(send, EXPERT_MESH_AXIS, 0, 0)
+    recv_counts = jax.lax.all_to_all(dest_counts, EXPERT_MESH_AXIS, 0, 0)
+    cum = jnp.cumsum(recv_counts, axis=1)
+    local_e = jax.vmap(lambda c: jnp.searchsorted(c, r, side="right"))(cum).reshape(-1)
+    order2 = jnp.argsort(local_e, stable=True)
+    rows = recv.reshape(n_ep * n, d)[order2]
+    out = _swiglu_grouped(
+        rows,
+        ExpertWeights(w1=w1, w3=w3, w2=w2),
+        jnp.sum(recv_counts, axis=0),
+        impl=impl,
+        tile_size=tile_size,
+    )
+    back = out[_inverse_permutation(order2)].reshape(n_ep, n, d)
+    ret = jax.lax.all_to_all(back, EXPERT_MESH_AXIS, 0, 0)
+    dest = flat[order] // e_loc
+    ys = ret[dest, r - send_off[dest]]
+    y_assign = ys[_inverse_permutation(order)].reshape(num_tokens, top_k, d)
+    return _combine(y_assign, weights), jnp.zeros((), jnp.int32)
+
+
+def _ep_capacity_local(x, experts, weights, w1, w3, w2, *, n_ep, capacity_factor, token_axes):
+    """Per-device capacity EP (GShard): the device's tokens form one capacity group."""
+    x, experts, weights = x.reshape(-1, x.shape[-1]), experts.reshape(-1, experts.shape[-1]), (
+        weights.reshape(-1, weights.shape[-1])
+    )
+    num_tokens, top_k = experts.shape
+    e_loc = w1.shape[0]
+    num_experts = e_loc * n_ep
+    capacity = expert_capacity(
+        num_tokens, num_experts=num_experts, top_k=top_k, capacity_factor=capacity_factor
+    )
+    xbuf, plan = _capacity_dispatch(x, experts, num_experts, capacity)
+    xbuf = xbuf.reshape(n_ep, e_loc, capacity, x.shape[-1])
+    recv = jax.lax.all_to_all(xbuf, EXPERT_MESH_AXIS, 0, 0)
+    out = _swiglu_batched(recv, ExpertWeights(w1=w1, w3=w3, w2=w2))
+    ybuf = jax.lax.all_to_all(out, EXPERT_MESH_AXIS, 0, 0).reshape(num_experts, capacity, -1)
+    y, dropped = _capacity_combine(ybuf, plan, weights, num_tokens)
+    return y, jax.lax.psum(dropped, token_axes)
+
+
+def _context_mesh(mesh):
+    if mesh is None:
+        mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or EXPERT_MESH_AXIS not in mesh.axis_names:
+        raise ValueError(
+            f"expert_parallel: got True, but the mesh in context ({mesh}) has no "
+            f"'{EXPERT_MESH_AXIS}' axis; expected a mesh set with jax.set_mesh(...) whose axes "
+            f"include '{EXPERT_MESH_AXIS}'"
+        )
+    return mesh
+
+
+def validate_expert_parallel(config: MoEConfig, batch: int, mesh) -> tuple[str, ...]:
+    """Checks an expert-parallel layout before tracing; returns the token mesh axes.
+
+    Raises:
+        ValueError: naming ``num_experts`` if the ``expert`` axis size does not divide it, or
+            ``batch`` if the token mesh axes do not divide the batch.
+    """
+    mesh = _context_mesh(mesh)
+    n_ep = mesh.shape[EXPERT_MESH_AXIS]
+    if config.num_experts % n_ep:
+        raise ValueError(
+            f"num_experts: got {config.num_experts}, expected a multiple of the mesh axis "
+            f"'{EXPERT_MESH_AXIS}' size {n_ep}"
+        )
+    token_axes = tuple(a for a in TOKEN_MESH_AXES if a in mesh.axis_names)
+    n_tok = math.prod(mesh.shape[a] for a in token_axes)
+    if batch % n_tok:
+        raise ValueError(
+            f"batch: got {batch}, expected a multiple of {n_tok}, the product of the mesh axes "
+            f"{token_axes} over which the expert-parallel layer splits tokens"
+        )
+    return token_axes
+
+
+def _is_explicit(mesh) -> bool:
+    return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+
+
+def expert_parallel_experts(
+    x: Float[Array, "batch seq embed"],
+    experts: Int[Array, "batch seq k"],
+    weights: Float[Array, "batch seq k"],
+    expert_weights: ExpertWeights,
+    *,
+    config: MoEConfig,
+    mesh: Any = None,
+) -> tuple[Float[Array, "batch seq embed"], Int[Array, ""]]:
+    """Expert-parallel MoE inside ``jax.shard_map`` (experts over ``expert``, tokens over
+    ``("data", "fsdp", "expert")``).
+
+    Dropless: exact (equals :func:`dropless_experts`). Capacity: each device's tokens form one
+    capacity group (GShard), so drops can differ from the single-group layer; without drops the
+    results agree.
+
+    Returns:
+        ``y [B, S, d]`` and the number of dropped assignments over the whole batch.
+    """
+    mesh = _context_mesh(mesh)
+    token_axes = validate_expert_parallel(config, x.shape[0], mesh)
+    n_ep = mesh.shape[EXPERT_MESH_AXIS]
+    tok = PartitionSpec(token_axes)
+    exp = PartitionSpec(EXPERT_MESH_AXIS)
+    if config.dispatch == "dropless":
+        local = functools.partial(
+            _ep_dropless_local,
+            n_ep=n_ep,
+            impl=resolve_grouped_matmul(config.grouped_matmul),
+            tile_size=config.tile_size,
+        )
+    else:
+        local = functools.partial(
+            _ep_capacity_local,
+            n_ep=n_ep,
+            capacity_factor=config.capacity_factor,
+            token_axes=token_axes,
+        )
+
+    def shaped(x, experts, weights, w1, w3, w2):
+        y, dropped = local(x, experts, weights, w1, w3, w2)
+        return y.reshape(x.shape), dropped
+
+    args = (x, experts, weights, expert_weights.w1, expert_weights.w3, expert_weights.w2)
+    specs = (tok, tok, tok, exp, exp, exp)
+    explicit = _is_explicit(mesh)
+    if explicit:
+        x_spec = jax.typeof(x).sharding.spec
+        args = tuple(jax.reshard(a, s) for a, s in zip(args, specs, strict=True))
+    y, dropped = jax.shard_map(
+        shaped, mesh=mesh, in_specs=specs, out_specs=(tok, PartitionSpec())
+    )(*args)
+    if explicit:
+        y = jax.reshard(y, x_spec)
+    return y, dropped
+
+
+# ----------------------------------------------------------------------------------------------
+# The layer
+# ----------------------------------------------------------------------------------------------
+
+
+@flax.struct.dataclass
+class MoEAux:
+    """Auxiliary outputs of one MoE layer: raw (unweighted) losses and routing statistics."""
+
+    lb_loss: Float[Array, ""]
+    z_loss: Float[Array, ""]
+    stats: RoutingStats
+
+
+def moe_ffn(
+    x: Float[Array, "batch ... embed"],
+    router_kernel: Float[Array, "embed expert"],
+    expert_weights: ExpertWeights,
+    *,
+    config: MoEConfig,
+    mesh: Any = None,
+) -> tuple[Float[Array, "batch ... embed"], MoEAux]:
+    """The MoE feed-forward layer as a pure function (see the module docstring for the equations).
+
+    Args:
+        x: ``[B, ..., d]`` tokens (any number of middle axes).
+        router_kernel: ``[d, E]`` router ``W_r``.
+        expert_weights: SwiGLU weights of the ``E`` experts.
+        config: static layer configuration.
+        mesh: mesh for ``expert_parallel`` (default: the mesh in context, ``jax.set_mesh``).
+
+    Returns:
+        ``y`` with the shape of ``x``, and :class:`MoEAux` with ``L_LB``, ``L_RZ`` and stats.
+    """
+    d = x.shape[-1]
+    num_experts = config.num_experts
+    if router_kernel.shape != (d, num_experts):
+        raise ValueError(
+            f"router_kernel: got shape {router_kernel.shape}, expected ({d}, {num_experts})"
+        )
+    if config.expert_parallel:
+        validate_expert_parallel(config, x.shape[0], mesh)
+    num_tokens = math.prod(x.shape[:-1])
+    logits = jnp.einsum("...d,de->...e", x, router_kernel, preferred_element_type=jnp.float32)
+    routing = route(
+        logits.reshape(num_tokens, num_experts),
+        top_k=config.top_k,
+        normalize=config.normalize_topk,
+    )
+    if config.expert_parallel:
+        lead = (x.shape[0], num_tokens // x.shape[0])
+        y, dropped = expert_parallel_experts(
+            x.reshape(*lead, d),
+            routing.experts.reshape(*lead, config.top_k),
+            routing.weights.reshape(*lead, config.top_k),
+            expert_weights,
+            config=config,
+            mesh=mesh,
+        )
+    elif config.dispatch == "dropless":
+        y = dropless_experts(
+            x.reshape(num_tokens, d),
+            routing.experts,
+            routing.weights,
+            expert_weights,
+            impl=config.grouped_matmul,
+            tile_size=config.tile_size,
+        )
+        dropped = jnp.zeros((), jnp.int32)
+    else:
+        capacity = expert_capacity(
+            num_tokens,
+            num_experts=num_experts,
+            top_k=config.top_k,
+            capacity_factor=config.capacity_factor,
+        )
+        y, dropped = capacity_experts(
+            x.reshape(num_tokens, d),
+            routing.experts,
+            routing.weights,
+            expert_weights,
+            capacity=capacity,
+        )
+    aux = MoEAux(
+        lb_loss=load_balancing_loss(routing.probs, routing.experts),
+        z_loss=router_z_loss(routing.logits),
+        stats=routing_stats(routing.probs, routing.experts, dropped=dropped),
+    )
+    return y.reshape(x.shape).astype(x.dtype), aux
+
+
+def truncated_normal_init(std: float, bound: float = 3.0):
+    """``N(0, std^2)`` truncated to ``[-bound std, bound std]`` (OLMo init: std 0.02, 3 sigma)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return (std * jax.random.truncated_normal(key, -bound, bound, shape)).astype(dtype)
+
+    return init
+
+
+class MoEFeedForward(nn.Module):
+    """OLMoE MoE feed-forward block, a drop-in FFN for a transformer block: ``[B, ..., d] -> same``.
+
+    Parameters (logical axes for :mod:`jaxlab.core.sharding`): ``router [d, E]`` ("embed", None),
+    ``w1, w3 [E, d, ff]`` ("expert", "embed", "mlp"), ``w2 [E, ff, d]`` ("expert", "mlp", "embed").
+
+    Side outputs via ``sow``: ``moe_aux_loss/{lb_loss, z_loss}`` (raw, unweighted; combine them with
+    :func:`aux_loss`) and ``moe_stats/routing`` (:class:`RoutingStats`). Apply with
+    ``mutable=[AUX_LOSS_COLLECTION, STATS_COLLECTION]`` to read them.
+
+    Attributes:
+        config: :class:`MoEConfig`.
+        dtype: computation dtype.
+        param_dtype: parameter dtype.
+    """
+
+    config: MoEConfig
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Float[Array, "batch ... embed"]) -> Float[Array, "batch ... embed"]:
+        cfg = self.config
+        d, e, ff = x.shape[-1], cfg.num_experts, cfg.expert_ff
+        init = truncated_normal_init(cfg.init_std)
+
+        def param(name, shape, axes):
+            return self.param(name, nn.with_logical_partitioning(init, axes), shape, self.param_dtype)
+
+        router = param("router", (d, e), ("embed", None))
+        weights = ExpertWeights(
+            w1=param("w1", (e, d, ff), ("expert", "embed", "mlp")),
+            w3=param("w3", (e, d, ff), ("expert", "embed", "mlp")),
+            w2=param("w2", (e, ff, d), ("expert", "mlp", "embed")),
+        )
+        weights = jax.tree.map(lambda w: jnp.asarray(w, self.dtype), weights)
+        y, aux = moe_ffn(
+            jnp.asarray(x, self.dtype), jnp.asarray(router, self.dtype), weights, config=cfg
+        )
+        self.sow(AUX_LOSS_COLLECTION, "lb_loss", aux.lb_loss)
+        self.sow(AUX_LOSS_COLLECTION, "z_loss", aux.z_loss)
+        self.sow(STATS_COLLECTION, "routing", aux.stats)
+        return y
+
+
+def _collect(tree: Any, name: str) -> list[Array]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [
+        leaf
+        for path, leaf in leaves
+        if any(getattr(p, "key", getattr(p, "name", None)) == name for p in path)
+    ]
+
+
+def aux_loss(
+    aux_losses: Mapping[str, Any], *, lb_loss_weight: float, z_loss_weight: float
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """``w_LB mean_l L_LB^(l) + w_RZ mean_l L_RZ^(l)`` over all MoE layers of a sown collection.
+
+    Layers are averaged as in megablocks' ``batched_load_balancing_loss`` (scale ``1/L``). Layers
+    stacked by ``nn.scan`` (leading ``[L]`` axis) are averaged over that axis too.
+
+    Args:
+        aux_losses: the ``moe_aux_loss`` collection returned by ``apply(..., mutable=...)``.
+        lb_loss_weight: ``w_LB`` (OLMoE 0.01).
+        z_loss_weight: ``w_RZ`` (OLMoE 0.001).
+
+    Returns:
+        The weighted scalar loss and ``{"moe/lb_loss", "moe/z_loss"}`` (unweighted layer means).
+    """
+    lb = _collect(aux_losses, "lb_loss")
+    z = _collect(aux_losses, "z_loss")
+    if not lb:
+        zero = jnp.zeros((), jnp.float32)
+        return zero, {"moe/lb_loss": zero, "moe/z_loss": zero}
+    lb_mean = jnp.mean(jnp.concatenate([jnp.ravel(v) for v in lb]))
+    z_mean = jnp.mean(jnp.concatenate([jnp.ravel(v) for v in z]))
+    total = lb_loss_weight * lb_mean + z_loss_weight * z_mean
+    return total, {"moe/lb_loss": lb_mean, "moe/z_loss": z_mean}

@@ -1,0 +1,267 @@
+"""Multi-head dot-product attention with RoPE, masks, optional QK-norm and a KV cache."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxlab.nn.initializers import kernel_init
+from jaxlab.nn.norms import RMSNorm
+from jaxlab.nn.rope import apply_rope
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Fixed-size key/value cache of one attention layer for incremental decoding.
+
+    Slots ``[0, index[b])`` of row ``b`` hold the keys and values of the tokens seen so far; the
+    next call writes its ``t`` new tokens at slots ``index[b] … index[b]+t-1``. Slots at or beyond
+    ``index`` are ignored by attention, so rolling a row back (e.g. after rejected speculative
+    tokens) is just lowering its ``index``.
+
+    Attributes:
+        key: ``[batch, max_len, heads, head_dim]`` cached (RoPE-rotated, QK-normed) keys.
+        value: ``[batch, max_len, heads, head_dim]`` cached values.
+        mask: ``[batch, max_len]`` True where the slot holds a real (non-padding) token.
+        index: ``[batch]`` int32, number of slots filled so far in each row.
+    """
+
+    key: Float[Array, "batch max_len heads head_dim"]
+    value: Float[Array, "batch max_len heads head_dim"]
+    mask: Bool[Array, "batch max_len"]
+    index: Int[Array, " batch"]
+
+    @classmethod
+    def init(
+        cls,
+        batch_size: int,
+        max_len: int,
+        n_heads: int,
+        head_dim: int,
+        dtype: jnp.dtype = jnp.float32,
+    ) -> KVCache:
+        """Returns an empty cache (all slots free, ``index = 0``).
+
+        Args:
+            batch_size: rows.
+            max_len: number of slots (maximum prompt + generated length).
+            n_heads: attention heads.
+            head_dim: per-head feature size.
+            dtype: storage dtype of keys and values.
+
+        Returns:
+            The empty cache.
+
+        Raises:
+            ValueError: if any size is not a positive int.
+        """
+        for name, value in (
+            ("batch_size", batch_size),
+            ("max_len", max_len),
+            ("n_heads", n_heads),
+            ("head_dim", head_dim),
+        ):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}={value!r}: expected a positive int")
+        shape = (batch_size, max_len, n_heads, head_dim)
+        return cls(
+            key=jnp.zeros(shape, dtype),
+            value=jnp.zeros(shape, dtype),
+            mask=jnp.zeros((batch_size, max_len), jnp.bool_),
+            index=jnp.zeros((batch_size,), jnp.int32),
+        )
+
+    @property
+    def max_len(self) -> int:
+        """Number of slots."""
+        return self.key.shape[1]
+
+
+def dot_product_attention(
+    query: Float[Array, "batch q heads head_dim"],
+    key: Float[Array, "batch k heads head_dim"],
+    value: Float[Array, "batch k heads head_dim"],
+    mask: Bool[Array, "batch q k"],
+) -> Float[Array, "batch q heads head_dim"]:
+    """Masked scaled dot-product attention (Vaswani et al. 2017, eq. 1).
+
+    ``softmax(Q Kᵀ / sqrt(d) + M) V`` per head, where ``M = 0`` where ``mask`` is True and the
+    most negative float32 elsewhere (not ``-inf``, so a fully masked row gives a finite uniform
+    average instead of NaN). Logits and softmax are computed in float32.
+
+    Args:
+        query: ``[batch, q, heads, head_dim]``.
+        key: ``[batch, k, heads, head_dim]``.
+        value: ``[batch, k, heads, head_dim]``.
+        mask: ``[batch, q, k]`` True where query ``i`` may attend to key ``j`` (shared by heads).
+
+    Returns:
+        ``[batch, q, heads, head_dim]`` in the dtype of ``value``.
+    """
+    scale = 1.0 / jnp.sqrt(jnp.float32(query.shape[-1]))
+    logits = jnp.einsum(
+        "bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32
+    ) * scale
+    logits = jnp.where(mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+
+
+def causal_padding_mask(
+    query_slots: Int[Array, "batch q"],
+    key_slots: Int[Array, "batch k"],
+    key_valid: Bool[Array, "batch k"],
+    *,
+    causal: bool,
+) -> Bool[Array, "batch q k"]:
+    """Combines a causal mask on sequence slots with a key padding mask.
+
+    Args:
+        query_slots: slot (sequence index) of every query.
+        key_slots: slot of every key.
+        key_valid: True for real keys, False for padding (or unfilled cache slots).
+        causal: if True, query at slot ``i`` sees keys at slots ``j <= i`` only.
+
+    Returns:
+        ``[batch, q, k]`` boolean mask.
+    """
+    mask = jnp.broadcast_to(
+        key_valid[:, None, :], (key_valid.shape[0], query_slots.shape[1], key_valid.shape[1])
+    )
+    if causal:
+        mask = mask & (key_slots[:, None, :] <= query_slots[:, :, None])
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with rotary positions and an optional KV cache.
+
+    ``q, k, v = x W_q, x W_k, x W_v`` (``W: [embed, heads, kv]``, no biases), optional QK-norm
+    (OLMoE: RMSNorm of ``q`` and ``k`` over all heads jointly, applied before RoPE), RoPE on
+    ``q`` and ``k``, masked softmax attention, output ``o W_o`` with ``W_o: [heads, kv, embed]``.
+
+    Without a cache the layer attends within ``x``. With a cache it appends ``x``'s keys and
+    values at the cache's ``index`` and attends over all filled slots; a prefill of ``n`` tokens
+    followed by one-token steps equals recomputing the full sequence.
+
+    Attributes:
+        n_heads: number of heads.
+        head_dim: per-head size (even when ``use_rope``).
+        causal: mask future slots.
+        qk_norm: apply RMSNorm to queries and keys (over ``[heads, kv]`` jointly, as OLMoE).
+        use_rope: rotate queries and keys by their positions.
+        rope_base: RoPE wavelength base.
+        norm_eps: epsilon of the QK-norm.
+        init_std: ``None`` for LeCun-normal kernels, else the std of a ±3σ truncated normal.
+        dtype: computation dtype (``None``: the input's).
+        param_dtype: parameter dtype.
+    """
+
+    n_heads: int
+    head_dim: int
+    causal: bool = True
+    qk_norm: bool = False
+    use_rope: bool = True
+    rope_base: float = 10_000.0
+    norm_eps: float = 1e-5
+    init_std: float | None = 0.02
+    dtype: jnp.dtype | None = None
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Float[Array, "batch seq embed"],
+        *,
+        padding_mask: Bool[Array, "batch seq"] | None = None,
+        positions: Int[Array, "batch seq"] | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[Float[Array, "batch seq embed"], KVCache | None]:
+        """Attends from every token of ``x`` to the visible keys.
+
+        Args:
+            x: input ``[batch, seq, embed]``.
+            padding_mask: ``[batch, seq]`` True for real tokens; padded tokens are never attended
+                to (their own outputs are finite but meaningless). Default: all real.
+            positions: RoPE positions ``[batch, seq]``. Default: the slot index, ``0 … seq-1``
+                without a cache and ``cache.index + 0 … seq-1`` with one. Left-padded batches
+                should pass ``cumsum(padding_mask) - 1``.
+            cache: optional KV cache; the caller must keep ``cache.index + seq <= max_len``
+                (beyond it the write is clamped by ``lax.dynamic_update_slice``).
+
+        Returns:
+            ``(y, new_cache)`` with ``y: [batch, seq, embed]``; ``new_cache`` is None when no
+            cache was given, else the cache with ``x`` appended and ``index += seq``.
+        """
+        if self.n_heads <= 0 or self.head_dim <= 0:
+            raise ValueError(
+                f"n_heads={self.n_heads!r}, head_dim={self.head_dim!r}: expected positive ints"
+            )
+        if self.use_rope and self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim!r}: expected an even size for RoPE")
+        batch, seq, d_model = x.shape
+        dtype = self.dtype or x.dtype
+        x = nn.with_logical_constraint(x.astype(dtype), ("batch", "seq", "embed"))
+        qkv_init = nn.with_logical_partitioning(
+            kernel_init(self.init_std, in_axis=0, out_axis=(1, 2)), ("embed", "heads", "kv")
+        )
+        shape = (d_model, self.n_heads, self.head_dim)
+        w_q = self.param("wq", qkv_init, shape, self.param_dtype).astype(dtype)
+        w_k = self.param("wk", qkv_init, shape, self.param_dtype).astype(dtype)
+        w_v = self.param("wv", qkv_init, shape, self.param_dtype).astype(dtype)
+        w_o = self.param(
+            "wo",
+            nn.with_logical_partitioning(
+                kernel_init(self.init_std, in_axis=(0, 1), out_axis=2), ("heads", "kv", "embed")
+            ),
+            (self.n_heads, self.head_dim, d_model),
+            self.param_dtype,
+        ).astype(dtype)
+
+        q = jnp.einsum("bsd,dhk->bshk", x, w_q)
+        k = jnp.einsum("bsd,dhk->bshk", x, w_k)
+        v = jnp.einsum("bsd,dhk->bshk", x, w_v)
+        if self.qk_norm:
+            norm_kwargs = dict(num_axes=2, axis_names=("heads", "kv"), eps=self.norm_eps)
+            q = RMSNorm(name="q_norm", dtype=dtype, param_dtype=self.param_dtype, **norm_kwargs)(q)
+            k = RMSNorm(name="k_norm", dtype=dtype, param_dtype=self.param_dtype, **norm_kwargs)(k)
+
+        offsets = jnp.arange(seq, dtype=jnp.int32)[None, :]
+        start = jnp.zeros((batch,), jnp.int32) if cache is None else cache.index
+        slots = start[:, None] + offsets  # [b, s]
+        if positions is None:
+            positions = slots
+        if padding_mask is None:
+            padding_mask = jnp.ones((batch, seq), jnp.bool_)
+        if self.use_rope:
+            q = apply_rope(q, positions, base=self.rope_base)
+            k = apply_rope(k, positions, base=self.rope_base)
+        q = nn.with_logical_constraint(q, ("batch", "seq", "heads", "kv"))
+        k = nn.with_logical_constraint(k, ("batch", "seq", "heads", "kv"))
+        v = nn.with_logical_constraint(v, ("batch", "seq", "heads", "kv"))
+
+        if cache is None:
+            mask = causal_padding_mask(slots, slots, padding_mask, causal=self.causal)
+            out = dot_product_attention(q, k, v, mask)
+            new_cache = None
+        else:
+            write = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0))
+            new_cache = KVCache(
+                key=write(cache.key, k.astype(cache.key.dtype), cache.index),
+                value=write(cache.value, v.astype(cache.value.dtype), cache.index),
+                mask=write(cache.mask, padding_mask, cache.index),
+                index=cache.index + seq,
+            )
+            key_slots = jnp.broadcast_to(
+                jnp.arange(cache.max_len, dtype=jnp.int32)[None, :], (batch, cache.max_len)
+            )
+            key_valid = new_cache.mask & (key_slots < new_cache.index[:, None])
+            mask = causal_padding_mask(slots, key_slots, key_valid, causal=self.causal)
+            out = dot_product_attention(
+                q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask
+            )
+        y = jnp.einsum("bshk,hkd->bsd", out, w_o)
+        return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache

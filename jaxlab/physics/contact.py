@@ -1,0 +1,231 @@
+"""Contact solver: warm starting and batched sequential impulses (Jax2D ``collision.py`` and
+``engine.make_impulse_resolver_fn``).
+
+Contacts of one pair type are solved in *batches*: the manifolds are sorted by ``active``
+(stable, inactive first), padded with ``-1`` to ``n_batches * batch_size`` and reshaped to
+``(batch_size, n_batches)^T`` so the active contacts spread over the batches. Batches run in
+sequence (Gauss-Seidel); the contacts inside a batch are solved in parallel from the same
+velocities and their impulses are summed (Jacobi). Padding entries write zero accumulated
+impulses to the last manifold slot, exactly like Jax2D's ``.at[-1]`` scatter.
+
+Per contact, with ``r_i = p - x_i`` and unit normal ``n`` from body a to body b:
+
+* normal impulse ``j_n = (-v_n + beta/dt max(0, pen - slop) - v_rest) / k_n``, accumulated and
+  clamped to ``>= 0``, with ``k_n = m_a^-1 + m_b^-1 + I_a^-1 (r_a^2 - (r_a.n)^2) + (same for b)``;
+* friction ``j_t = -v_t / k_t``, accumulated and clamped to ``|acc_t| <= mu acc_n`` with
+  ``mu = sqrt((f_a f_0)^2 + (f_b f_0)^2)``, ``f_0 = base_friction``.
+
+There is no positional correction for contacts (as in the Jax2D code).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxlab.physics.geometry import cross, cross_sv, nonzero, perp
+from jaxlab.physics.state import CollisionManifold, SimParams
+
+
+@struct.dataclass
+class ContactRows:
+    """Per-contact data that stays fixed during one step's solver iterations.
+
+    Attributes:
+        a, b: [m] global body indices.
+        normal, tangent, point: [m, 2].
+        bias: [m] Baumgarte velocity bias ``beta/dt * max(0, pen - slop)``.
+        v_rest: [m] restitution velocity target.
+        mu: [m] friction coefficient.
+        mask: [m] whether the contact is solved at all.
+        inv_mass_a, inv_mass_b, inv_inertia_a, inv_inertia_b: [m].
+    """
+
+    a: Int[Array, " m"]
+    b: Int[Array, " m"]
+    normal: Float[Array, "m 2"]
+    tangent: Float[Array, "m 2"]
+    point: Float[Array, "m 2"]
+    bias: Float[Array, " m"]
+    v_rest: Float[Array, " m"]
+    mu: Float[Array, " m"]
+    mask: Bool[Array, " m"]
+    inv_mass_a: Float[Array, " m"]
+    inv_mass_b: Float[Array, " m"]
+    inv_inertia_a: Float[Array, " m"]
+    inv_inertia_b: Float[Array, " m"]
+
+
+@struct.dataclass
+class BodyConstants:
+    """Unified [N] body arrays that do not change during a step's solve."""
+
+    inverse_mass: Float[Array, " n"]
+    inverse_inertia: Float[Array, " n"]
+    friction: Float[Array, " n"]
+    active: Bool[Array, " n"]
+
+
+def contact_rows(
+    m: CollisionManifold,
+    a: Int[Array, " m"],
+    b: Int[Array, " m"],
+    bodies: BodyConstants,
+    collision_matrix: Bool[Array, "n n"],
+    params: SimParams,
+) -> ContactRows:
+    """Gather the fixed per-contact data for manifolds ``m`` between bodies ``a`` and ``b``."""
+    ima, imb = bodies.inverse_mass[a], bodies.inverse_mass[b]
+    mask = (
+        m.active
+        & jnp.logical_not((ima == 0) & (imb == 0))
+        & collision_matrix[a, b]
+        & bodies.active[a]
+        & bodies.active[b]
+    )
+    bias = (
+        -params.baumgarte_coefficient_collision
+        / params.dt
+        * jnp.minimum(0.0, -m.penetration + params.slop)
+    )
+    mu = jnp.sqrt(
+        jnp.square(bodies.friction[a] * params.base_friction)
+        + jnp.square(bodies.friction[b] * params.base_friction)
+    )
+    return ContactRows(
+        a=a,
+        b=b,
+        normal=m.normal,
+        tangent=perp(m.normal),
+        point=m.collision_point,
+        bias=bias,
+        v_rest=m.restitution_velocity_target,
+        mu=mu,
+        mask=mask,
+        inv_mass_a=ima,
+        inv_mass_b=imb,
+        inv_inertia_a=bodies.inverse_inertia[a],
+        inv_inertia_b=bodies.inverse_inertia[b],
+    )
+
+
+def warm_start_impulses(rows: ContactRows, acc_n, acc_t, position):
+    """Velocity changes from re-applying accumulated impulses ``acc_n n + acc_t t``.
+
+    Returns:
+        ``(dv_a [m, 2], dv_b [m, 2], dw_a [m], dw_b [m])``, zero for masked contacts.
+    """
+    r1 = rows.point - position[rows.a]
+    r2 = rows.point - position[rows.b]
+    p = acc_n[:, None] * rows.normal + acc_t[:, None] * rows.tangent
+    out = (
+        -p * rows.inv_mass_a[:, None],
+        p * rows.inv_mass_b[:, None],
+        -rows.inv_inertia_a * cross(r1, p),
+        rows.inv_inertia_b * cross(r2, p),
+    )
+    return jax.tree.map(lambda x: _where_rows(rows.mask, x), out)
+
+
+def _where_rows(mask, x):
+    return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim)), x, jnp.zeros_like(x))
+
+
+def solve_contacts(
+    rows: ContactRows,
+    acc_n: Float[Array, " m"],
+    acc_t: Float[Array, " m"],
+    velocity: Float[Array, "n 2"],
+    angular_velocity: Float[Array, " n"],
+    position: Float[Array, "n 2"],
+    batches: Int[Array, "nb bs"],
+):
+    """One Gauss-Seidel pass over the contact batches of one pair type.
+
+    Args:
+        rows: fixed per-contact data.
+        acc_n, acc_t: [m] accumulated impulses.
+        velocity, angular_velocity: [N] unified body velocities.
+        position: [N] unified body positions (fixed during the pass).
+        batches: [n_batches, batch_size] manifold indices, ``-1`` for padding.
+
+    Returns:
+        ``(acc_n, acc_t, velocity, angular_velocity)`` after the pass.
+    """
+    if batches.shape[0] == 0:
+        return acc_n, acc_t, velocity, angular_velocity
+
+    def batch(carry, idx):
+        acc_n, acc_t, vel, ang = carry
+        r = jax.tree.map(lambda x: x[idx], rows)
+        an, at = acc_n[idx], acc_t[idx]
+        ima, imb, iia, iib = r.inv_mass_a, r.inv_mass_b, r.inv_inertia_a, r.inv_inertia_b
+        r1 = r.point - position[r.a]
+        r2 = r.point - position[r.b]
+        va, wa, vb, wb = vel[r.a], ang[r.a], vel[r.b], ang[r.b]
+        n = r.normal
+        dv = (vb + cross_sv(wb, r2)) - (va + cross_sv(wa, r1))
+        vn = jnp.sum(dv * n, axis=-1)
+        rn1 = jnp.sum(r1 * n, axis=-1)
+        rn2 = jnp.sum(r2 * n, axis=-1)
+        kn = (
+            ima
+            + imb
+            + iia * (jnp.sum(r1 * r1, axis=-1) - rn1 * rn1)
+            + iib * (jnp.sum(r2 * r2, axis=-1) - rn2 * rn2)
+        )
+        jn = (-vn + r.bias - r.v_rest) / nonzero(kn)
+        new_n = jnp.maximum(an + jn, 0.0)
+        pn = (new_n - an)[:, None] * n
+        dva = -ima[:, None] * pn
+        dvb = imb[:, None] * pn
+        dwa = -iia * cross(r1, pn)
+        dwb = iib * cross(r2, pn)
+
+        t = r.tangent
+        dv = (vb + dvb) + cross_sv(wb + dwb, r2) - (va + dva) - cross_sv(wa + dwa, r1)
+        vt = jnp.sum(dv * t, axis=-1)
+        rt1 = jnp.sum(r1 * t, axis=-1)
+        rt2 = jnp.sum(r2 * t, axis=-1)
+        kt = (
+            ima
+            + imb
+            + iia * (jnp.sum(r1 * r1, axis=-1) - rt1 * rt1)
+            + iib * (jnp.sum(r2 * r2, axis=-1) - rt2 * rt2)
+        )
+        jt = -vt / nonzero(kt)
+        max_t = r.mu * new_n
+        new_t = jnp.clip(at + jt, -max_t, max_t)
+        pt = (new_t - at)[:, None] * t
+        dva = dva - ima[:, None] * pt
+        dwa = dwa - iia * cross(r1, pt)
+        dvb = dvb + imb[:, None] * pt
+        dwb = dwb + iib * cross(r2, pt)
+
+        live = r.mask & (idx != -1)
+        dva, dvb, dwa, dwb, new_n, new_t = jax.tree.map(
+            lambda x: _where_rows(live, x), (dva, dvb, dwa, dwb, new_n, new_t)
+        )
+        acc_n = acc_n.at[idx].set(new_n)
+        acc_t = acc_t.at[idx].set(new_t)
+        vel = vel.at[r.a].add(dva).at[r.b].add(dvb)
+        ang = ang.at[r.a].add(dwa).at[r.b].add(dwb)
+        return (acc_n, acc_t, vel, ang), None
+
+    (acc_n, acc_t, velocity, angular_velocity), _ = jax.lax.scan(
+        batch, (acc_n, acc_t, velocity, angular_velocity), batches
+    )
+    return acc_n, acc_t, velocity, angular_velocity
+
+
+def batch_order(active: Bool[Array, " m"], batch_size: int) -> Int[Array, "nb bs"]:
+    """Jax2D's batch layout: stable sort by ``active``, pad with -1, reshape, transpose."""
+    m = active.shape[0]
+    n_batches = math.ceil(m / batch_size)
+    order = jnp.argsort(active, stable=True).astype(jnp.int32)
+    flat = jnp.full((n_batches * batch_size,), -1, jnp.int32).at[:m].set(order)
+    return flat.reshape(batch_size, n_batches).T

@@ -1,0 +1,301 @@
+"""The physics step (Jax2D ``PhysicsEngine.step``; paper Algorithm 1).
+
+Order of one step of length ``dt``:
+
+1. gravity ``v += g dt`` on every body with nonzero inverse mass;
+2. contact manifolds from the positions before integration (warm-start keep rule);
+3. motors (one angular impulse per revolute joint, from the motor actions);
+4. thrusters (impulse ``power * base_thruster_power * u * dt`` from the thruster actions);
+5. warm starting (polygon-polygon, circle-polygon, circle-circle contacts, then joints);
+6. ``num_solver_iterations`` x [joints in sequence, then polygon-polygon contacts (point 0 pass,
+   point 1 pass), circle-polygon and circle-circle contacts in solver batches];
+7. symplectic Euler ``x += v dt``, ``theta += w dt``, clipping of positions and velocities, and
+   the thrusters' cached world positions.
+
+Bodies are handled in one unified [P + C] array (global index order) inside the step, which
+keeps every update in the same order as Jax2D's separate polygon and circle arrays.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from jaxlab.physics.collision import compute_manifolds, pair_indices
+from jaxlab.physics.contact import (
+    BodyConstants,
+    batch_order,
+    contact_rows,
+    solve_contacts,
+    warm_start_impulses,
+)
+from jaxlab.physics.geometry import concat_bodies, cross, rotate
+from jaxlab.physics.joints import joint_warm_start_impulse, motor_impulse, resolve_joint
+from jaxlab.physics.state import (
+    CollisionManifold,
+    RigidBody,
+    SimParams,
+    SimState,
+    StaticSimParams,
+)
+
+Manifolds = tuple[CollisionManifold, CollisionManifold, CollisionManifold]
+
+
+def _split(x, num_polygons):
+    return x[:num_polygons], x[num_polygons:]
+
+
+def _scatter_add(x, i_a, d_a, i_b, d_b):
+    return x.at[i_a].add(d_a).at[i_b].add(d_b)
+
+
+def apply_thrusters(
+    state: SimState,
+    bodies: RigidBody,
+    velocity,
+    angular_velocity,
+    thruster_actions: Float[Array, " t"],
+    params: SimParams,
+):
+    """Thruster impulses ``F = power * base_thruster_power * u * dt`` along
+    ``theta_thruster + theta_parent``, with torque ``I^-1 (R r) x d F``."""
+    th = state.thruster
+    idx = th.object_index
+    parent_rot = bodies.rotation[idx]
+    arm = rotate(parent_rot, th.relative_position)
+    angle = th.rotation + parent_rot
+    direction = jnp.stack([jnp.cos(angle), jnp.sin(angle)], -1)
+    force = th.power * th.active * params.base_thruster_power * thruster_actions * params.dt
+    dw = bodies.inverse_inertia[idx] * cross(arm, direction) * force
+    dv = bodies.inverse_mass[idx][:, None] * direction * force[:, None]
+    return velocity.at[idx].add(dv), angular_velocity.at[idx].add(dw)
+
+
+def step(
+    state: SimState,
+    params: SimParams,
+    static_params: StaticSimParams,
+    actions: Float[Array, " a"],
+) -> tuple[SimState, Manifolds]:
+    """Advance the scene by ``params.dt``.
+
+    Args:
+        state: current state.
+        params: numerical parameters (traced).
+        static_params: capacities and solver sizes (static under ``jit``).
+        actions: [num_joints + num_thrusters]: motor actions of the joint slots, then thruster
+            actions.
+
+    Returns:
+        ``(new_state, (rr, cr, cc))``: the solved manifolds of this step, polygon-polygon ones
+        reduced to their first contact point (Jax2D's return value, used for rewards).
+    """
+    sp = static_params
+    P, J = sp.num_polygons, sp.num_joints
+    if actions.shape != (sp.num_joints + sp.num_thrusters,):
+        raise ValueError(
+            f"actions has shape {actions.shape}; expected ({sp.num_joints + sp.num_thrusters},) "
+            "= num_joints + num_thrusters"
+        )
+    motor_actions = actions[:J]
+    thruster_actions = actions[J:]
+    cc, cr, rr = pair_indices(sp)
+    bs = sp.solver_batch_size
+
+    # 1. Gravity.
+    def gravity(body: RigidBody) -> RigidBody:
+        g = state.gravity * params.dt * (body.inverse_mass != 0)[:, None]
+        return body.replace(velocity=body.velocity + g)
+
+    state = state.replace(polygon=gravity(state.polygon), circle=gravity(state.circle))
+
+    # 2. Manifolds.
+    m_rr, m_cr, m_cc = compute_manifolds(
+        state.polygon,
+        state.circle,
+        (state.acc_rr_manifolds, state.acc_cr_manifolds, state.acc_cc_manifolds),
+        (cc, cr, rr),
+    )
+
+    bodies = concat_bodies(state)
+    vel, ang, pos = bodies.velocity, bodies.angular_velocity, bodies.position
+    joints = state.joint
+
+    def body_view(i, position, velocity, angular_velocity):
+        body = jax.tree.map(lambda x: x[i], bodies)
+        return body.replace(
+            position=position[i], velocity=velocity[i], angular_velocity=angular_velocity[i]
+        )
+
+    # 3. Motors.
+    def motor(j, u):
+        jt = jax.tree.map(lambda x: x[j], joints)
+        a = body_view(jt.a_index, pos, vel, ang)
+        b = body_view(jt.b_index, pos, vel, ang)
+        return motor_impulse(a, b, jt, u, params)
+
+    dwa, dwb = jax.vmap(motor)(jnp.arange(J), motor_actions)
+    ang = _scatter_add(ang, joints.a_index, dwa, joints.b_index, dwb)
+
+    # 4. Thrusters.
+    vel, ang = apply_thrusters(state, bodies, vel, ang, thruster_actions, params)
+
+    # 5. Warm starting.
+    consts = BodyConstants(
+        inverse_mass=bodies.inverse_mass,
+        inverse_inertia=bodies.inverse_inertia,
+        friction=bodies.friction,
+        active=bodies.active,
+    )
+    cm = state.collision_matrix
+    g_rr = (jnp.asarray(rr[:, 0]), jnp.asarray(rr[:, 1]))
+    g_cr = (jnp.asarray(cr[:, 0] + P), jnp.asarray(cr[:, 1]))
+    g_cc = (jnp.asarray(cc[:, 0] + P), jnp.asarray(cc[:, 1] + P))
+    rows_rr = [contact_rows(_point(m_rr, k), *g_rr, consts, cm, params) for k in range(2)]
+    rows_cr = contact_rows(m_cr, *g_cr, consts, cm, params)
+    rows_cc = contact_rows(m_cc, *g_cc, consts, cm, params)
+
+    if sp.do_warm_starting:
+        w0 = warm_start_impulses(
+            rows_rr[0], m_rr.acc_impulse_normal[:, 0], m_rr.acc_impulse_tangent[:, 0], pos
+        )
+        w1 = warm_start_impulses(
+            rows_rr[1], m_rr.acc_impulse_normal[:, 1], m_rr.acc_impulse_tangent[:, 1], pos
+        )
+        dva, dvb, dwa_, dwb_ = jax.tree.map(jnp.add, w0, w1)
+        vel = _scatter_add(vel, g_rr[0], dva, g_rr[1], dvb)
+        ang = _scatter_add(ang, g_rr[0], dwa_, g_rr[1], dwb_)
+        for rows, m, g in ((rows_cr, m_cr, g_cr), (rows_cc, m_cc, g_cc)):
+            dva, dvb, dwa_, dwb_ = warm_start_impulses(
+                rows, m.acc_impulse_normal, m.acc_impulse_tangent, pos
+            )
+            vel = _scatter_add(vel, g[0], dva, g[1], dvb)
+            ang = _scatter_add(ang, g[0], dwa_, g[1], dwb_)
+
+        def joint_ws(j):
+            jt = jax.tree.map(lambda x: x[j], joints)
+            a = body_view(jt.a_index, pos, vel, ang)
+            b = body_view(jt.b_index, pos, vel, ang)
+            return joint_warm_start_impulse(a, b, jt)
+
+        dva, dvb, dwa_, dwb_ = jax.vmap(joint_ws)(jnp.arange(J))
+        vel = _scatter_add(vel, joints.a_index, dva, joints.b_index, dvb)
+        ang = _scatter_add(ang, joints.a_index, dwa_, joints.b_index, dwb_)
+
+    # 6. Solver iterations.
+    b_rr = batch_order(m_rr.active[:, 0] | m_rr.active[:, 1], bs)
+    b_cr = batch_order(m_cr.active, bs)
+    b_cc = batch_order(m_cc.active, bs)
+
+    def solve_joints(pos, vel, ang, jstate):
+        def one(carry, j):
+            pos, vel, ang, gpos, acc, acc_r = carry
+            jt = jax.tree.map(lambda x: x[j], joints).replace(
+                acc_impulse=acc[j], acc_r_impulse=acc_r[j]
+            )
+            a = body_view(jt.a_index, pos, vel, ang)
+            b = body_view(jt.b_index, pos, vel, ang)
+            dva, dvb, dwa, dwb, dxa, dxb, jp, imp, r_imp = resolve_joint(a, b, jt, params)
+            gpos = gpos.at[j].set(jp)
+            acc = acc.at[j].set(imp)
+            acc_r = acc_r.at[j].set(r_imp)
+            vel = _scatter_add(vel, jt.a_index, dva, jt.b_index, dvb)
+            ang = _scatter_add(ang, jt.a_index, dwa, jt.b_index, dwb)
+            pos = _scatter_add(pos, jt.a_index, dxa, jt.b_index, dxb)
+            return (pos, vel, ang, gpos, acc, acc_r), None
+
+        (pos, vel, ang, *jstate), _ = jax.lax.scan(one, (pos, vel, ang, *jstate), jnp.arange(J))
+        return pos, vel, ang, tuple(jstate)
+
+    def iteration(carry, _):
+        pos, vel, ang, jstate, acc = carry
+        pos, vel, ang, jstate = solve_joints(pos, vel, ang, jstate)
+        (rrn, rrt, crn, crt, ccn, cct) = acc
+        rrn0, rrt0, vel, ang = solve_contacts(rows_rr[0], rrn[:, 0], rrt[:, 0], vel, ang, pos, b_rr)
+        rrn = rrn.at[:, 0].set(rrn0)
+        rrt = rrt.at[:, 0].set(rrt0)
+        rrn1, rrt1, vel, ang = solve_contacts(rows_rr[1], rrn[:, 1], rrt[:, 1], vel, ang, pos, b_rr)
+        rrn = rrn.at[:, 1].set(rrn1)
+        rrt = rrt.at[:, 1].set(rrt1)
+        crn, crt, vel, ang = solve_contacts(rows_cr, crn, crt, vel, ang, pos, b_cr)
+        ccn, cct, vel, ang = solve_contacts(rows_cc, ccn, cct, vel, ang, pos, b_cc)
+        return (pos, vel, ang, jstate, (rrn, rrt, crn, crt, ccn, cct)), None
+
+    acc0 = (
+        m_rr.acc_impulse_normal,
+        m_rr.acc_impulse_tangent,
+        m_cr.acc_impulse_normal,
+        m_cr.acc_impulse_tangent,
+        m_cc.acc_impulse_normal,
+        m_cc.acc_impulse_tangent,
+    )
+    jstate0 = (joints.global_position, joints.acc_impulse, joints.acc_r_impulse)
+    (pos, vel, ang, jstate, acc), _ = jax.lax.scan(
+        iteration, (pos, vel, ang, jstate0, acc0), None, length=sp.num_solver_iterations
+    )
+    m_rr = m_rr.replace(acc_impulse_normal=acc[0], acc_impulse_tangent=acc[1])
+    m_cr = m_cr.replace(acc_impulse_normal=acc[2], acc_impulse_tangent=acc[3])
+    m_cc = m_cc.replace(acc_impulse_normal=acc[4], acc_impulse_tangent=acc[5])
+    state = state.replace(
+        joint=joints.replace(
+            global_position=jstate[0], acc_impulse=jstate[1], acc_r_impulse=jstate[2]
+        )
+    )
+    if sp.do_warm_starting:
+        state = state.replace(acc_rr_manifolds=m_rr, acc_cr_manifolds=m_cr, acc_cc_manifolds=m_cc)
+
+    # 7. Symplectic Euler, clipping, thruster positions.
+    pos = pos + vel * params.dt
+    rot = bodies.rotation + ang * params.dt
+    pos = jnp.clip(pos, -params.clip_position, params.clip_position)
+    vel = jnp.clip(vel, -params.clip_velocity, params.clip_velocity)
+    ang = jnp.clip(ang, -params.clip_angular_velocity, params.clip_angular_velocity)
+    (pp, cp), (pr, cr_), (pv, cv), (pa, ca) = (
+        _split(pos, P),
+        _split(rot, P),
+        _split(vel, P),
+        _split(ang, P),
+    )
+    state = state.replace(
+        polygon=state.polygon.replace(position=pp, rotation=pr, velocity=pv, angular_velocity=pa),
+        circle=state.circle.replace(position=cp, rotation=cr_, velocity=cv, angular_velocity=ca),
+    )
+    th = state.thruster
+    th_idx = th.object_index
+    state = state.replace(
+        thruster=th.replace(global_position=pos[th_idx] + rotate(rot[th_idx], th.relative_position))
+    )
+    return state, (jax.tree.map(lambda x: x[:, 0], m_rr), m_cr, m_cc)
+
+
+def _point(m: CollisionManifold, k: int) -> CollisionManifold:
+    return jax.tree.map(lambda x: x[:, k], m)
+
+
+def make_step(static_params: StaticSimParams):
+    """A jitted ``step(state, params, actions)`` closed over ``static_params`` (Jax2D's
+    ``PhysicsEngine(static_params).step``)."""
+    if not isinstance(static_params, StaticSimParams):
+        raise ValueError(f"static_params={static_params!r}; expected a StaticSimParams")
+
+    @jax.jit
+    def _step(state: SimState, params: SimParams, actions):
+        return step(state, params, static_params, actions)
+
+    return _step
+
+
+class PhysicsEngine:
+    """Jax2D-style engine object: ``PhysicsEngine(static_params).step(state, params, actions)``."""
+
+    def __init__(self, static_params: StaticSimParams):
+        self.static_sim_params = static_params
+
+    def step(self, state: SimState, params: SimParams, actions):
+        """``step(state, params, static_params, actions)`` with the engine's static params."""
+        return step(state, params, self.static_sim_params, actions)
+
+    def __repr__(self) -> str:
+        return f"PhysicsEngine({self.static_sim_params!r})"

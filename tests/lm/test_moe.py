@@ -1,0 +1,441 @@
+"""Tests of jaxlab.lm.moe (OLMoE MoE layer) and jaxlab.lm.routing_stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.config import ConfigError
+from jaxlab.core.sharding import MeshConfig, make_mesh
+from jaxlab.lm import moe
+from jaxlab.lm.routing_stats import routing_stats, summarize
+
+B, S, D, FF, E, K = 8, 4, 16, 8, 8, 2
+T = B * S
+ATOL = 1e-5
+BASE = moe.MoEConfig(num_experts=E, top_k=K, expert_ff=FF, tile_size=8, init_std=0.3)
+
+
+def _init(cfg=BASE, seed=0):
+    module = moe.MoEFeedForward(cfg)
+    x = jax.random.normal(jax.random.key(seed + 1), (B, S, D))
+    params = jax.jit(module.init)(jax.random.key(seed), x)["params"]
+    return nn.unbox(params), x
+
+
+@pytest.fixture(scope="module")
+def params_x():
+    return _init()
+
+
+def _apply(cfg, params, x):
+    return moe.MoEFeedForward(cfg).apply({"params": params}, x)
+
+
+def _apply_jit(cfg, params, x):
+    return jax.jit(functools.partial(_apply, cfg))(params, x)
+
+
+def _expert_weights(seed=3, scale=0.3):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    return moe.ExpertWeights(
+        w1=scale * jax.random.normal(k1, (E, D, FF)),
+        w3=scale * jax.random.normal(k2, (E, D, FF)),
+        w2=scale * jax.random.normal(k3, (E, FF, D)),
+    )
+
+
+def dense_reference(params, x, cfg):
+    """Every expert on every token, masked by the top-k gate (no sorting, no grouped matmul)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    probs = jax.nn.softmax(x2 @ params["router"], axis=-1)
+    top_p, top_i = jax.lax.top_k(probs, cfg.top_k)
+    if cfg.normalize_topk:
+        top_p = top_p / jnp.sum(top_p, axis=-1, keepdims=True)
+    gate = jnp.sum(jax.nn.one_hot(top_i, cfg.num_experts) * top_p[..., None], axis=1)
+    h = jax.nn.silu(jnp.einsum("td,edf->etf", x2, params["w1"]))
+    h = h * jnp.einsum("td,edf->etf", x2, params["w3"])
+    y_all = jnp.einsum("etf,efd->etd", h, params["w2"])
+    return jnp.einsum("etd,te->td", y_all, gate).reshape(x.shape)
+
+
+def _loss_and_grads(fn):
+    cot = jax.random.normal(jax.random.key(42), (B, S, D))
+
+    def loss(params, x):
+        return jnp.sum(fn(params, x) * cot)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+
+def _assert_tree_close(a, b, atol=ATOL):
+    for (path, u), v in zip(
+        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b), strict=True
+    ):
+        np.testing.assert_allclose(
+            np.asarray(u), np.asarray(v), atol=atol, rtol=0, err_msg=str(path)
+        )
+
+
+# ---------------------------------------------------------------- grouped matmul
+
+
+@pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
+@pytest.mark.parametrize("tile", [4, 16])
+def test_grouped_matmul_matches_numpy_and_masked_reference(impl, tile):
+    m, k, n = 29, 5, 6
+    sizes = np.array([7, 0, 12, 0, 5], np.int32)  # sum 24 < 29: trailing rows give 0
+    lhs = jax.random.normal(jax.random.key(0), (m, k))
+    rhs = jax.random.normal(jax.random.key(1), (sizes.size, k, n))
+    gs = jnp.asarray(sizes)
+    ref = np.zeros((m, n), np.float32)
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    for g in range(sizes.size):
+        ref[offs[g] : offs[g + 1]] = np.asarray(lhs)[offs[g] : offs[g + 1]] @ np.asarray(rhs)[g]
+
+    def gmm(a, b):
+        return moe.grouped_matmul(a, b, gs, impl=impl, tile_size=tile)
+
+    np.testing.assert_allclose(np.asarray(jax.jit(gmm)(lhs, rhs)), ref, atol=ATOL)
+
+    group_of_row = np.searchsorted(offs[1:], np.arange(m), side="right")  # sizes.size = none
+
+    def masked(a, b):
+        onehot = jax.nn.one_hot(jnp.asarray(group_of_row), sizes.size)
+        return jnp.einsum("mk,gkn,mg->mn", a, b, onehot)
+
+    cot = jax.random.normal(jax.random.key(2), (m, n))
+    grads = jax.jit(jax.grad(lambda a, b: jnp.sum(gmm(a, b) * cot), argnums=(0, 1)))(lhs, rhs)
+    want = jax.jit(jax.grad(lambda a, b: jnp.sum(masked(a, b) * cot), argnums=(0, 1)))(lhs, rhs)
+    _assert_tree_close(grads, want)
+    # empty groups and rows past sum(sizes): exactly zero gradient
+    assert np.all(np.asarray(grads[1])[sizes == 0] == 0.0)
+    assert np.all(np.asarray(grads[0])[offs[-1] :] == 0.0)
+
+
+def test_tiled_grouped_matmul_vmap_matches_loop():
+    lhs = jax.random.normal(jax.random.key(0), (3, 20, 4))
+    rhs = jax.random.normal(jax.random.key(1), (3, 3, 4, 5))
+    gs = jnp.array([[20, 0, 0], [5, 5, 10], [0, 3, 9]], jnp.int32)
+    fn = jax.jit(
+        jax.vmap(lambda a, b, g: moe.grouped_matmul(a, b, g, impl="tiled", tile_size=8))
+    )
+    got = fn(lhs, rhs, gs)
+    for i in range(3):
+        want = jax.lax.ragged_dot(lhs[i], rhs[i], gs[i])
+        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), atol=ATOL)
+
+
+# ---------------------------------------------------------------- dropless layer
+
+
+@pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["olmoe", "renorm"])
+def test_dropless_layer_equals_dense_reference(params_x, impl, normalize):
+    params, x = params_x
+    cfg = dataclasses.replace(BASE, grouped_matmul=impl, normalize_topk=normalize)
+    (v1, g1) = _loss_and_grads(lambda p, x: _apply(cfg, p, x))(params, x)
+    (v2, g2) = _loss_and_grads(lambda p, x: dense_reference(p, x, cfg))(params, x)
+    y_ref = jax.jit(functools.partial(dense_reference, cfg=cfg))(params, x)
+    np.testing.assert_allclose(np.asarray(_apply_jit(cfg, params, x)), y_ref, atol=ATOL)
+    np.testing.assert_allclose(float(v1), float(v2), atol=1e-4)
+    _assert_tree_close(g1, g2)
+
+
+@pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
+def test_experts_without_tokens_get_exactly_zero_gradient(impl):
+    num_used = 5
+    x = jax.random.normal(jax.random.key(0), (T, D))
+    experts = jax.random.randint(jax.random.key(1), (T, K), 0, num_used)
+    weights = jax.random.uniform(jax.random.key(2), (T, K))
+    ew = _expert_weights()
+    grads = jax.jit(
+        jax.grad(
+            lambda ew: jnp.sum(
+                moe.dropless_experts(x, experts, weights, ew, impl=impl, tile_size=8) ** 2
+            )
+        )
+    )(ew)
+    for g in jax.tree.leaves(grads):
+        g = np.asarray(g)
+        assert np.all(g[num_used:] == 0.0)
+        used = np.unique(np.asarray(experts))
+        assert np.all(np.abs(g[used]).reshape(len(used), -1).max(axis=1) > 0)
+
+
+def test_dropless_vmap_matches_loop():
+    x = jax.random.normal(jax.random.key(0), (2, T, D))
+    experts = jax.random.randint(jax.random.key(1), (2, T, K), 0, E)
+    weights = jax.random.uniform(jax.random.key(2), (2, T, K))
+    ew = _expert_weights()
+    fn = jax.jit(
+        jax.vmap(lambda x, e, w: moe.dropless_experts(x, e, w, ew, impl="tiled", tile_size=8))
+    )
+    got = fn(x, experts, weights)
+    for i in range(2):
+        want = jax.jit(moe.dropless_experts, static_argnames="impl")(
+            x[i], experts[i], weights[i], ew, impl="ragged_dot"
+        )
+        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), atol=ATOL)
+
+
+# ---------------------------------------------------------------- router losses and stats
+
+
+@pytest.mark.parametrize("e,k", [(8, 1), (8, 2), (64, 8)])
+def test_load_balancing_loss_analytic_values(e, k):
+    t = 64
+    # uniform probabilities: L_LB = 1 whatever the routing
+    probs = jnp.full((t, e), 1.0 / e)
+    experts = jax.random.randint(jax.random.key(0), (t, k), 0, e)
+    np.testing.assert_allclose(float(moe.load_balancing_loss(probs, experts)), 1.0, rtol=1e-6)
+    # uniform counts (round robin): L_LB = 1 whatever the probabilities
+    rr = (jnp.arange(t)[:, None] * k + jnp.arange(k)[None, :]) % e
+    rand_probs = jax.nn.softmax(jax.random.normal(jax.random.key(1), (t, e)), axis=-1)
+    np.testing.assert_allclose(float(moe.load_balancing_loss(rand_probs, rr)), 1.0, rtol=1e-5)
+    # all tokens on the same k experts with probability 1/k each: L_LB = E / k
+    chosen = jnp.zeros((e,), bool).at[jnp.array([3 * i % e for i in range(k)])].set(True)
+    logits = jnp.where(chosen[None, :], 0.0, -1e9) * jnp.ones((t, 1))
+    r = moe.route(logits, top_k=k)
+    np.testing.assert_allclose(np.asarray(r.weights), 1.0 / k, rtol=1e-6)
+    np.testing.assert_allclose(float(moe.load_balancing_loss(r.probs, r.experts)), e / k, rtol=1e-6)
+
+
+def test_load_balancing_loss_gradient_flows_through_probs_only():
+    logits = jax.random.normal(jax.random.key(0), (T, E))
+
+    def lb(z):
+        r = moe.route(z, top_k=K)
+        return moe.load_balancing_loss(r.probs, r.experts)
+
+    r = moe.route(logits, top_k=K)
+    f = np.bincount(np.asarray(r.experts).ravel(), minlength=E) / (T * K)
+    p = np.asarray(r.probs)
+    # d/dz_tj of E sum_i f_i mean_t p_ti = (E/T) p_tj (f_j - sum_i f_i p_ti)
+    want = (E / T) * p * (f[None, :] - (p @ f)[:, None])
+    np.testing.assert_allclose(np.asarray(jax.grad(lb)(logits)), want, atol=1e-6)
+
+
+def test_router_z_loss_matches_formula():
+    z = 3.0 * np.asarray(jax.random.normal(jax.random.key(0), (T, E)))
+    m = z.max(axis=1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
+    np.testing.assert_allclose(float(moe.router_z_loss(jnp.asarray(z))), np.mean(lse**2), rtol=1e-5)
+
+
+def test_route_top_k_and_renormalisation():
+    logits = jax.random.normal(jax.random.key(0), (T, E))
+    p = np.asarray(jax.nn.softmax(logits, axis=-1))
+    r = moe.route(logits, top_k=3)
+    idx = np.argsort(-p, axis=1)[:, :3]
+    np.testing.assert_array_equal(np.asarray(r.experts), idx)
+    np.testing.assert_allclose(np.asarray(r.weights), np.take_along_axis(p, idx, 1), rtol=1e-6)
+    rn = moe.route(logits, top_k=3, normalize=True)
+    np.testing.assert_allclose(np.asarray(rn.weights).sum(1), 1.0, rtol=1e-6)
+
+
+def test_routing_stats_values():
+    probs = jax.nn.softmax(jax.random.normal(jax.random.key(0), (T, E)), axis=-1)
+    experts = jax.random.randint(jax.random.key(1), (T, K), 0, E)
+    st = routing_stats(probs, experts, dropped=3)
+    load = np.bincount(np.asarray(experts).ravel(), minlength=E) / (T * K)
+    np.testing.assert_allclose(np.asarray(st.load), load, rtol=1e-6)
+    nz = load[load > 0]
+    np.testing.assert_allclose(float(st.usage_entropy), -(nz * np.log(nz)).sum(), rtol=1e-5)
+    p = np.asarray(probs)
+    np.testing.assert_allclose(float(st.router_entropy), -(p * np.log(p)).sum(1).mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(st.max_load_ratio), E * load.max(), rtol=1e-6)
+    np.testing.assert_allclose(float(st.dropped_fraction), 3 / (T * K), rtol=1e-6)
+    balanced = routing_stats(jnp.full((T, E), 1.0 / E), (jnp.arange(T * K) % E).reshape(T, K))
+    np.testing.assert_allclose(float(balanced.usage_entropy_ratio), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(float(balanced.router_entropy), math.log(E), rtol=1e-6)
+    assert set(summarize(st)) >= {"moe/usage_entropy", "moe/dropped_fraction"}
+
+
+# ---------------------------------------------------------------- capacity variant
+
+
+def _numpy_capacity_layer(params, x, cfg, capacity):
+    """Loop reference: assignments served first-choice-first, in token order, until full."""
+    x2 = np.asarray(x, np.float64).reshape(-1, D)
+    z = x2 @ np.asarray(params["router"], np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    top = np.argsort(-p, axis=1, kind="stable")[:, : cfg.top_k]
+    w1, w3, w2 = (np.asarray(params[n], np.float64) for n in ("w1", "w3", "w2"))
+    fill = np.zeros(cfg.num_experts, int)
+    y = np.zeros_like(x2)
+    dropped = 0
+    for j in range(cfg.top_k):
+        for t in range(x2.shape[0]):
+            e = top[t, j]
+            if fill[e] >= capacity:
+                dropped += 1
+                continue
+            fill[e] += 1
+            a = x2[t] @ w1[e]
+            h = a / (1 + np.exp(-a)) * (x2[t] @ w3[e])
+            y[t] += p[t, e] * (h @ w2[e])
+    return y.reshape(x.shape), dropped, top
+
+
+def test_capacity_equals_dropless_when_capacity_is_large(params_x):
+    params, x = params_x
+    cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=E / K)
+    y, state = jax.jit(
+        lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
+    )(params, x)
+    y_ref = _apply_jit(BASE, params, x)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), atol=ATOL)
+    assert int(state[moe.STATS_COLLECTION]["routing"][0].dropped) == 0
+    g1 = _loss_and_grads(lambda p, x: _apply(cfg, p, x))(params, x)[1]
+    g2 = _loss_and_grads(lambda p, x: _apply(BASE, p, x))(params, x)[1]
+    _assert_tree_close(g1, g2)
+
+
+@pytest.mark.parametrize("cf", [0.25, 0.75])
+def test_capacity_drops_tokens_and_counts_them(params_x, cf):
+    params, x = params_x
+    cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=cf)
+    capacity = moe.expert_capacity(T, num_experts=E, top_k=K, capacity_factor=cf)
+    assert capacity == math.ceil(cf * T * K / E)
+    y, state = jax.jit(
+        lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
+    )(params, x)
+    y_ref, dropped_ref, top = _numpy_capacity_layer(params, x, cfg, capacity)
+    counts = np.bincount(top.ravel(), minlength=E)
+    assert dropped_ref == np.maximum(counts - capacity, 0).sum() > 0
+    st = state[moe.STATS_COLLECTION]["routing"][0]
+    assert int(st.dropped) == dropped_ref
+    np.testing.assert_allclose(float(st.dropped_fraction), dropped_ref / (T * K), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(y), y_ref, atol=ATOL)
+
+
+# ---------------------------------------------------------------- expert parallelism
+
+
+@pytest.fixture(scope="module")
+def ep_mesh():
+    assert jax.device_count() == 8
+    return make_mesh(MeshConfig(data=2, expert=4))
+
+
+@pytest.mark.parametrize(
+    "dispatch,impl",
+    [("dropless", "tiled"), ("dropless", "ragged_dot"), ("capacity", "auto")],
+)
+def test_expert_parallel_equals_single_device(params_x, ep_mesh, dispatch, impl):
+    params, x = params_x
+    cfg = dataclasses.replace(
+        BASE, dispatch=dispatch, capacity_factor=E / K, grouped_matmul=impl
+    )
+    ep_cfg = dataclasses.replace(cfg, expert_parallel=True)
+    fn_single = _loss_and_grads(lambda p, x: _apply(cfg, p, x))
+    fn_ep = _loss_and_grads(lambda p, x: _apply(ep_cfg, p, x))
+    v1, g1 = fn_single(params, x)
+    with jax.set_mesh(ep_mesh):
+        y_ep = jax.jit(lambda p, x: _apply(ep_cfg, p, x))(params, x)
+        v2, g2 = fn_ep(params, x)
+        hlo = jax.jit(lambda p, x: _apply(ep_cfg, p, x)).lower(params, x).as_text()
+    assert "all_to_all" in hlo or "all-to-all" in hlo
+    np.testing.assert_allclose(np.asarray(y_ep), np.asarray(_apply_jit(cfg, params, x)), atol=ATOL)
+    np.testing.assert_allclose(float(v1), float(v2), atol=1e-4)
+    _assert_tree_close(g1, g2)
+
+
+def test_expert_parallel_capacity_drops_per_device_group(params_x, ep_mesh):
+    params, x = params_x
+    cf = 0.5
+    cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=cf, expert_parallel=True)
+    with jax.set_mesh(ep_mesh):
+        _, state = jax.jit(
+            lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
+        )(params, x)
+    # 8 token groups (data x expert) of B/8 sequences; each group has its own capacity
+    probs = jax.nn.softmax(x.reshape(-1, D) @ params["router"], axis=-1)
+    top = np.asarray(jax.lax.top_k(probs, K)[1]).reshape(8, -1, K)
+    cap = moe.expert_capacity(top.shape[1], num_experts=E, top_k=K, capacity_factor=cf)
+    want = sum(
+        np.maximum(np.bincount(g.ravel(), minlength=E) - cap, 0).sum() for g in top
+    )
+    assert want > 0
+    assert int(state[moe.STATS_COLLECTION]["routing"][0].dropped) == want
+
+
+def test_expert_parallel_under_explicit_mesh(params_x):
+    params, x = params_x
+    ep_cfg = dataclasses.replace(BASE, expert_parallel=True)
+    mesh = jax.make_mesh(
+        (2, 4), ("data", "expert"), axis_types=(jax.sharding.AxisType.Explicit,) * 2
+    )
+    with jax.set_mesh(mesh):
+        xs = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+        y = jax.jit(lambda p, x: _apply(ep_cfg, p, x))(params, xs)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(_apply_jit(BASE, params, x)), atol=ATOL)
+
+
+# ---------------------------------------------------------------- aux losses via sow
+
+
+def test_module_sows_losses_and_aux_loss_weights_them(params_x):
+    params, x = params_x
+
+    class TwoLayers(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = x + moe.MoEFeedForward(BASE, name="l0")(x)
+            return x + moe.MoEFeedForward(BASE, name="l1")(x)
+
+    model = TwoLayers()
+    variables = jax.jit(model.init)(jax.random.key(3), x)
+    _, state = jax.jit(
+        lambda v, x: model.apply({"params": v["params"]}, x, mutable=[moe.AUX_LOSS_COLLECTION])
+    )(variables, x)
+    aux = state[moe.AUX_LOSS_COLLECTION]
+    lbs = [float(aux[n]["lb_loss"][0]) for n in ("l0", "l1")]
+    zs = [float(aux[n]["z_loss"][0]) for n in ("l0", "l1")]
+    total, metrics = moe.aux_loss(aux, lb_loss_weight=0.01, z_loss_weight=0.001)
+    np.testing.assert_allclose(float(total), 0.01 * np.mean(lbs) + 0.001 * np.mean(zs), rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["moe/lb_loss"]), np.mean(lbs), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "field,kwargs",
+    [
+        ("top_k", dict(num_experts=4, top_k=5)),
+        ("num_experts", dict(num_experts=0)),
+        ("capacity_factor", dict(capacity_factor=0.0)),
+        ("dispatch", dict(dispatch="dense")),
+        ("grouped_matmul", dict(grouped_matmul="gmm")),
+    ],
+)
+def test_bad_config_names_field(field, kwargs):
+    with pytest.raises(ConfigError, match=field):
+        moe.MoEConfig(**kwargs)
+
+
+def test_bad_expert_parallel_layouts_raise_before_compilation(ep_mesh):
+    x = jnp.ones((B, S, D))
+    with jax.set_mesh(ep_mesh):
+        bad_e = dataclasses.replace(BASE, num_experts=6, expert_parallel=True)
+        with pytest.raises(ValueError, match="num_experts"):
+            jax.eval_shape(moe.MoEFeedForward(bad_e).init, jax.random.key(0), x)
+        good = dataclasses.replace(BASE, expert_parallel=True)
+        with pytest.raises(ValueError, match="batch"):
+            jax.eval_shape(moe.MoEFeedForward(good).init, jax.random.key(0), jnp.ones((6, S, D)))
+    with pytest.raises(ValueError, match="expert_parallel"):
+        jax.eval_shape(
+            moe.MoEFeedForward(dataclasses.replace(BASE, expert_parallel=True)).init,
+            jax.random.key(0),
+            x,
+        )

@@ -1,0 +1,33 @@
+"""Token embedding lookup, tied and untied output heads."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
+
+
+def test_embedding_lookup_and_tied_head():
+    emb = TokenEmbedding(vocab_size=11, d_model=6)
+    ids = jnp.array([[0, 3, 10], [5, 5, 1]], jnp.int32)
+    params = emb.init(jax.random.key(0), ids)
+    table = np.asarray(nn.unbox(params)["params"]["embedding"])
+    h = emb.apply(params, ids)
+    np.testing.assert_array_equal(np.asarray(h), table[np.asarray(ids)])
+    logits = emb.apply(params, h, method=TokenEmbedding.attend)
+    np.testing.assert_allclose(np.asarray(logits), table[np.asarray(ids)] @ table.T, rtol=1e-5)
+    assert nn.get_partition_spec(params)["params"]["embedding"] == jax.sharding.PartitionSpec(
+        "vocab", "embed"
+    )
+
+
+def test_output_head_is_float32_projection():
+    head = OutputHead(vocab_size=9)
+    h = jax.random.normal(jax.random.key(1), (2, 3, 4)).astype(jnp.bfloat16)
+    params = head.init(jax.random.key(0), h)
+    logits = head.apply(params, h)
+    assert logits.shape == (2, 3, 9) and logits.dtype == jnp.float32
+    w = np.asarray(nn.unbox(params)["params"]["kernel"]).astype(np.float32)
+    expected = np.asarray(h, np.float32) @ np.asarray(jnp.asarray(w, jnp.bfloat16), np.float32)
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=2e-2, atol=1e-3)

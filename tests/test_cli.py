@@ -1,0 +1,52 @@
+"""The command line: --help everywhere, list, config, one-line errors with a hint (exit 2)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from jaxlab import cli
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv", [[], ["train"], ["eval"], ["config"], ["list"], ["bench"]],
+                         ids=lambda a: "-".join(a) or "top")
+def test_help(argv):
+    p = subprocess.run([sys.executable, "-m", "jaxlab.cli", *argv, "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "usage: jaxlab" in p.stdout
+
+
+def test_list_shows_recipes_and_presets(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "lm-tiny" in out and "tiny" in out
+
+
+def test_config_prints_resolved_yaml(capsys):
+    code, out, _ = run(capsys, "config", "lm-tiny", "--preset", "tiny", "optim.lr=0.5")
+    assert code == 0 and "lr: 0.5" in out and "d_model: 32" in out
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["config", "lm-tiyn"], "did you mean 'lm-tiny'"),
+        (["config", "lm-tiny", "optim.lrr=1"], "did you mean 'lr'"),
+        (["config", "lm-tiny", "--preset", "nope"], "preset"),
+        (["config", "lm-tiny", "model.n_layers=two"], "model.n_layers"),
+        (["eval", "lm-tiny", "--run-dir", "/nonexistent/run"], "no run in"),
+        (["bench", "nosuch"], "no benchmark named"),
+    ],
+)
+def test_errors_are_one_line_plus_hint(capsys, argv, fragment):
+    code, out, err = run(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 2 and lines[0].startswith("error:") and lines[1].startswith("hint:")
+    assert fragment in err
+    assert "Traceback" not in err
