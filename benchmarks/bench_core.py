@@ -1,0 +1,81 @@
+"""lm-tiny training throughput on this machine: compile time, steps/s and tokens/s, with K = 1
+(one host dispatch per step) and K > 1 steps fused into one call by the loop's ``lax.scan``.
+
+Prints one JSON line per measurement. Usage: ``python benchmarks/bench_core.py [--steps N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+from jaxlab.core import config as C
+from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.loop import _multi_step
+from jaxlab.lm.data import train_iterator
+
+
+def measure(cfg, k: int, calls: int) -> dict:
+    recipe = recipe_lib.get("lm-tiny")
+    task = recipe.build(cfg)
+    state = jax.jit(task.init)(jax.random.PRNGKey(0))
+    it = train_iterator(cfg.data)
+    fn = _multi_step(task.train_step, k, True)
+
+    def batches():
+        return task.place_batch(jax.tree.map(lambda *x: np.stack(x), *[next(it) for _ in range(k)]))
+
+    b = batches()
+    t0 = time.perf_counter()
+    state, m = fn(state, b)
+    jax.block_until_ready(m)
+    compile_s = time.perf_counter() - t0
+    pre = [batches() for _ in range(calls)]
+    t0 = time.perf_counter()
+    for b in pre:
+        state, m = fn(state, b)
+    jax.block_until_ready(m)
+    dt = time.perf_counter() - t0
+    steps = k * calls
+    tokens = steps * cfg.data.batch_size * cfg.data.seq_len
+    return {
+        "what": "lm_tiny_train_step",
+        "size": {"d_model": cfg.model.d_model, "layers": cfg.model.n_layers,
+                 "batch": cfg.data.batch_size, "seq": cfg.data.seq_len},
+        "steps_per_call": k,
+        "device": jax.devices()[0].platform,
+        "compile_s": round(compile_s, 3),
+        "time_s": round(dt, 3),
+        "steps_per_s": round(steps / dt, 2),
+        "tokens_per_s": round(tokens / dt, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    args = ap.parse_args()
+    recipe = recipe_lib.get("lm-tiny")
+    presets = {
+        "tiny": recipe.config("tiny"),
+        "default": recipe.config(None),
+    }
+    for name, cfg in presets.items():
+        cfg = C.replace(cfg, **{"mesh.data": 1})
+        base = None
+        for k in (1, 10):
+            row = measure(cfg, k, max(1, args.steps // k))
+            row["preset"] = name
+            if k == 1:
+                base = row["steps_per_s"]
+            else:
+                row["speedup_vs_k1"] = round(row["steps_per_s"] / base, 3)
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
