@@ -145,7 +145,9 @@ def token_streams(
     tokenizer = ByteTokenizer()
     encoded = [tokenizer.encode(doc, add_bos=True, add_eos=True) for doc in documents]
     if split == "document":
-        train_idx, val_idx = document_split(len(encoded), val_fraction=val_fraction, seed=split_seed)
+        train_idx, val_idx = document_split(
+            len(encoded), val_fraction=val_fraction, seed=split_seed
+        )
         return (
             np.concatenate([encoded[i] for i in train_idx]),
             np.concatenate([encoded[i] for i in val_idx]),

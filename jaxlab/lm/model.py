@@ -7,6 +7,9 @@ biases. Parameters are initialised from a ±3σ truncated normal with std 0.02 b
 
 The FFN of every layer is chosen by the ``layer_ffn`` hook of :class:`Decoder`, so a
 mixture-of-experts configuration can put an MoE in some or all layers without touching this file.
+Without a hook, :func:`config_ffn` follows the config: ``DecoderConfig.moe`` puts the OLMoE
+:class:`jaxlab.lm.moe.MoEFeedForward` in the layers ``moe_layers`` (default: every layer, as in
+OLMoE); see :data:`OLMOE_1B_7B`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.lm.moe import MoEConfig, MoEFeedForward
 from jaxlab.lm.tokenizer import VOCAB_SIZE
 from jaxlab.nn.attention import KVCache
 from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
@@ -58,6 +62,9 @@ class DecoderConfig:
         norm_eps: RMSNorm epsilon (OLMoE 1e-5).
         init: "trunc_normal" (std ``init_std``, truncated at ±3σ; OLMoE) or "lecun_normal".
         init_std: std of the truncated-normal initialiser.
+        moe: mixture-of-experts FFN configuration (``None``: dense SwiGLU in every layer). The MoE
+            layers use ``moe.init_std`` and add auxiliary losses (see :func:`jaxlab.lm.moe.aux_loss`).
+        moe_layers: indices of the layers whose FFN is the MoE (``None``: every layer, OLMoE).
     """
 
     vocab_size: int = VOCAB_SIZE
@@ -75,6 +82,8 @@ class DecoderConfig:
     norm_eps: float = 1e-5
     init: Literal["trunc_normal", "lecun_normal"] = "trunc_normal"
     init_std: float = 0.02
+    moe: MoEConfig | None = None
+    moe_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff", "max_len"):
@@ -99,6 +108,25 @@ class DecoderConfig:
                 raise ValueError(
                     f"DecoderConfig.{name}={getattr(self, name)!r}: expected a positive float"
                 )
+        if self.moe_layers is not None:
+            if self.moe is None:
+                raise ValueError(
+                    f"DecoderConfig.moe_layers={self.moe_layers!r}: expected None when moe is None"
+                )
+            layers = tuple(self.moe_layers)
+            if len(set(layers)) != len(layers) or not all(
+                isinstance(i, int) and 0 <= i < self.n_layers for i in layers
+            ):
+                raise ValueError(
+                    f"DecoderConfig.moe_layers={self.moe_layers!r}: expected distinct layer "
+                    f"indices in [0, n_layers={self.n_layers})"
+                )
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer``'s FFN is the MoE (``moe`` set and ``layer`` in ``moe_layers``)."""
+        if self.moe is None:
+            return False
+        return self.moe_layers is None or layer in self.moe_layers
 
     @property
     def kernel_std(self) -> float | None:
@@ -133,6 +161,51 @@ def dense_ffn(cfg: DecoderConfig) -> SwiGLU:
     )
 
 
+def config_ffn(cfg: DecoderConfig, layer: int) -> nn.Module:
+    """The FFN of layer ``layer`` as the config says: MoE if ``cfg.is_moe_layer(layer)``, else dense.
+
+    Args:
+        cfg: the decoder configuration.
+        layer: layer index.
+
+    Returns:
+        An unbound :class:`jaxlab.lm.moe.MoEFeedForward` or :func:`dense_ffn` module.
+    """
+    if cfg.is_moe_layer(layer):
+        return MoEFeedForward(cfg.moe, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
+    return dense_ffn(cfg)
+
+
+OLMOE_1B_7B = DecoderConfig(
+    vocab_size=50304,
+    d_model=2048,
+    n_layers=16,
+    n_heads=16,
+    head_dim=128,
+    d_ff=1024,
+    max_len=4096,
+    qk_norm=True,
+    tie_embeddings=False,
+    rope_base=10_000.0,
+    norm_eps=1e-5,
+    init="trunc_normal",
+    init_std=0.02,
+    moe=MoEConfig(
+        num_experts=64,
+        top_k=8,
+        expert_ff=1024,
+        normalize_topk=False,
+        dispatch="dropless",
+        lb_loss_weight=0.01,
+        z_loss_weight=0.001,
+        init_std=0.02,
+    ),
+)
+"""OLMoE-1B-7B (arXiv 2409.02060; HF ``allenai/OLMoE-1B-7B-0924`` config): 16 layers, all MoE with
+64 SwiGLU experts of width 1024, top-8 without renormalisation, QK-norm, vocab 50304 (padded),
+aux losses 0.01 L_LB + 0.001 L_RZ. ~6.9B parameters, ~1.3B active per token."""
+
+
 class Decoder(nn.Module):
     """Decoder-only language model returning next-token logits.
 
@@ -143,7 +216,7 @@ class Decoder(nn.Module):
     Attributes:
         cfg: the static configuration.
         layer_ffn: optional hook ``layer_index -> unbound FFN module``; ``None`` uses
-            :func:`dense_ffn` in every layer.
+            :func:`config_ffn` (dense SwiGLU, or the MoE where ``cfg.moe`` says so).
     """
 
     cfg: DecoderConfig
@@ -160,7 +233,7 @@ class Decoder(nn.Module):
             dtype=dtype,
             param_dtype=param_dtype,
         )
-        hook = self.layer_ffn if self.layer_ffn is not None else (lambda _: dense_ffn(cfg))
+        hook = self.layer_ffn if self.layer_ffn is not None else functools.partial(config_ffn, cfg)
         self.blocks = [
             TransformerBlock(
                 n_heads=cfg.n_heads,

@@ -102,9 +102,7 @@ def dot_product_attention(
         ``[batch, q, heads, head_dim]`` in the dtype of ``value``.
     """
     scale = 1.0 / jnp.sqrt(jnp.float32(query.shape[-1]))
-    logits = jnp.einsum(
-        "bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32
-    ) * scale
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32) * scale
     logits = jnp.where(mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
     return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
@@ -248,7 +246,9 @@ class MultiHeadAttention(nn.Module):
             out = dot_product_attention(q, k, v, mask)
             new_cache = None
         else:
-            write = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0))
+            write = jax.vmap(
+                lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0)
+            )
             new_cache = KVCache(
                 key=write(cache.key, k.astype(cache.key.dtype), cache.index),
                 value=write(cache.value, v.astype(cache.value.dtype), cache.index),

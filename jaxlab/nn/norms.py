@@ -52,6 +52,8 @@ class RMSNorm(nn.Module):
         )
         x32 = x.astype(jnp.float32)
         mean_square = jnp.mean(jnp.square(x32), axis=axes, keepdims=True)
-        gain = jnp.reshape(gain.astype(jnp.float32), (1,) * (x.ndim - self.num_axes) + feature_shape)
+        gain = jnp.reshape(
+            gain.astype(jnp.float32), (1,) * (x.ndim - self.num_axes) + feature_shape
+        )
         y = x32 * jnp.reciprocal(jnp.sqrt(mean_square + self.eps)) * gain
         return y.astype(self.dtype or x.dtype)

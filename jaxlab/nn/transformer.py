@@ -14,8 +14,8 @@ FFNFactory = Callable[[], nn.Module]
 """A zero-argument callable returning an *unbound* flax module ``ffn`` with
 ``ffn(x: [batch, seq, embed]) -> [batch, seq, embed]``. It is called inside the block's
 ``setup``, so the returned module becomes the block's child named ``"ffn"``. Auxiliary losses
-(e.g. MoE load balancing) are reported with ``self.sow("losses", name, value)`` and collected by
-applying the model with ``mutable=["losses"]``."""
+(e.g. MoE load balancing) are reported with ``self.sow(collection, name, value)`` and collected
+by applying the model with ``mutable=[collection]`` (the MoE layer uses ``"moe_aux_loss"``)."""
 
 
 class TransformerBlock(nn.Module):

@@ -10,16 +10,14 @@ from jaxlab.nn.initializers import embedding_init, kernel_init
 def test_truncated_normal_std_and_bounds():
     w = np.asarray(kernel_init(0.02)(jax.random.key(0), (256, 512)))
     assert np.abs(w).max() <= 3 * 0.02 + 1e-7
-    # std of N(0, σ²) truncated at ±3σ is 0.9866σ
+    # the std of N(0, σ²) truncated at ±3σ is 0.9866σ
     np.testing.assert_allclose(w.std(), 0.02 * 0.9866, rtol=0.02)
 
 
 def test_lecun_uses_given_fan_in_axes():
-    init = kernel_init(None, in_axis=0, out_axis=(1, 2))
-    w = np.asarray(init(jax.random.key(0), (64, 8, 32)))
+    w = np.asarray(kernel_init(None, in_axis=0, out_axis=(1, 2))(jax.random.key(0), (64, 8, 32)))
     np.testing.assert_allclose(w.std(), 1 / np.sqrt(64), rtol=0.05)
-    init_out = kernel_init(None, in_axis=(0, 1), out_axis=2)
-    w = np.asarray(init_out(jax.random.key(1), (8, 32, 64)))
+    w = np.asarray(kernel_init(None, in_axis=(0, 1), out_axis=2)(jax.random.key(1), (8, 32, 64)))
     np.testing.assert_allclose(w.std(), 1 / np.sqrt(8 * 32), rtol=0.05)
 
 

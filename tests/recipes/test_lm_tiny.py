@@ -24,14 +24,14 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_learns_below_unigram_entropy(tmp_path):
-    """A short run (d=64, 2 layers, 120 steps) must beat the corpus' byte unigram entropy
+    """A short run (d=64, 2 layers, 200 steps of 16x64 tokens) must beat the corpus' byte unigram entropy
     (3.30 nats/byte) by a clear margin: validation loss < 0.85 x H."""
     cfg = C.replace(
         RECIPE.config("tiny"),
         **{
             "model.d_model": 64, "model.d_ff": 128, "model.n_heads": 4, "model.max_len": 64,
-            "data.seq_len": 64, "data.batch_size": 16, "optim.lr": 1e-2,
-            "optim.warmup_steps": 10, "val_batches": 8, "loop.total_steps": 120,
+            "data.seq_len": 64, "data.batch_size": 16, "optim.lr": 3e-3,
+            "optim.warmup_steps": 10, "val_batches": 8, "loop.total_steps": 200,
             "loop.steps_per_call": 20, "loop.checkpoint_every": 0, "loop.eval_every": 0,
         },
     )
@@ -55,7 +55,7 @@ def test_sharded_step_equals_single_device():
     b8 = shard_batch(batch, multi.mesh)
     # the embedding really is split over fsdp
     emb = jax.tree.leaves(s8.params)[0]
-    assert len({sh.index for sh in emb.addressable_shards}) > 1
+    assert len({str(sh.index) for sh in emb.addressable_shards}) > 1
 
     def loss_and_grads(parts, state, b):
         from jaxlab.recipes.lm_tiny import loss_fn

@@ -101,7 +101,9 @@ def write_corpus(documents: list[str], out: pathlib.Path) -> int:
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path(__file__).with_name(FILE_NAME))
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path(__file__).with_name(FILE_NAME)
+    )
     parser.add_argument(
         "--stdlib", type=pathlib.Path, default=pathlib.Path(sysconfig.get_paths()["stdlib"])
     )
