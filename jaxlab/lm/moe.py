@@ -3,7 +3,7 @@
 For tokens ``x_t`` (``t = 1..T``), ``E`` SwiGLU experts and a linear router ``W_r``::
 
     z_t = x_t W_r                                   router logits, [T, E]
-    p_t = softmax(z_t)                              router probabilities (OLMoE eq. 1)
+    p_t = softmax(z_t)                              router probabilities (OLMoE §2)
     S_t = top_k(p_t)                                chosen experts, |S_t| = k
     y_t = sum_{i in S_t} g_ti FFN_i(x_t)            g_ti = p_ti (OLMoE; ``normalize_topk=False``)
                                                     or p_ti / sum_{j in S_t} p_tj (renormalised)
@@ -57,6 +57,7 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.routing_stats import RoutingStats, expert_counts, routing_stats
+from jaxlab.nn.initializers import kernel_init
 
 #: flax ``sow`` collection holding each MoE layer's raw (unweighted) auxiliary losses.
 AUX_LOSS_COLLECTION = "moe_aux_loss"
@@ -79,11 +80,12 @@ class MoEConfig:
         dispatch: ``"dropless"`` (sorted + grouped matmul) or ``"capacity"`` (token dropping).
         capacity_factor: ``cf`` in ``C = ceil(cf T k / E)``; used by ``dispatch="capacity"``.
         grouped_matmul: ``"ragged_dot"``, ``"tiled"`` or ``"auto"`` (tiled on CPU, else ragged_dot).
-        tile_size: row tile of the ``tiled`` grouped matmul.
+        tile_size: largest row tile of the ``tiled`` grouped matmul.
         expert_parallel: shard experts over the mesh axis ``expert`` (needs a mesh in context).
         lb_loss_weight: weight of ``L_LB`` in the training loss (OLMoE: 0.01).
         z_loss_weight: weight of ``L_RZ`` in the training loss (OLMoE: 0.001).
-        init_std: std of the normal initialiser, truncated at 3 std (OLMoE: 0.02).
+        init_std: std of the normal initialiser of all MoE weights, truncated at 3 std (OLMoE:
+            0.02; :func:`jaxlab.nn.initializers.kernel_init`).
     """
 
     num_experts: int = 8
@@ -111,7 +113,9 @@ class MoEConfig:
         if self.dispatch not in ("dropless", "capacity"):
             raise ConfigError("dispatch", self.dispatch, "'dropless' or 'capacity'")
         if self.grouped_matmul not in ("auto", "ragged_dot", "tiled"):
-            raise ConfigError("grouped_matmul", self.grouped_matmul, "'auto', 'ragged_dot', 'tiled'")
+            raise ConfigError(
+                "grouped_matmul", self.grouped_matmul, "'auto', 'ragged_dot', 'tiled'"
+            )
         if not self.capacity_factor > 0:
             raise ConfigError("capacity_factor", self.capacity_factor, "a positive number")
         for name in ("lb_loss_weight", "z_loss_weight"):
@@ -143,9 +147,7 @@ class Routing:
     experts: Int[Array, "tokens k"]
 
 
-def route(
-    logits: Float[Array, "tokens expert"], *, top_k: int, normalize: bool = False
-) -> Routing:
+def route(logits: Float[Array, "tokens expert"], *, top_k: int, normalize: bool = False) -> Routing:
     """Softmax top-k routing: ``p = softmax(z)``, ``S = top_k(p)``, ``g = p_S`` (or renormalised).
 
     Args:
@@ -194,7 +196,12 @@ def router_z_loss(logits: Float[Array, "tokens expert"]) -> Float[Array, ""]:
 
 
 def _vma(x: Any) -> frozenset:
-    return getattr(jax.typeof(x), "vma", None) or frozenset()
+    """The ``shard_map`` axes over which ``x`` varies (``.vma`` before jax 0.10)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        vma = getattr(getattr(aval, "manual_axis_type", None), "varying", None)
+    return frozenset(vma or ())
 
 
 def _varying_like(x: Array, *refs: Any) -> Array:
@@ -203,6 +210,12 @@ def _varying_like(x: Array, *refs: Any) -> Array:
     if missing:
         x = jax.lax.pcast(x, tuple(sorted(missing)), to="varying")
     return x
+
+
+def _sum_to_vma(ct: Array, primal: Any) -> Array:
+    """Cotangent of a value that was implicitly broadcast (``pvary``) inside ``shard_map``: psum."""
+    extra = _vma(ct) - _vma(primal)
+    return jax.lax.psum(ct, tuple(sorted(extra))) if extra else ct
 
 
 def _tile_schedule(group_sizes: Int[Array, " groups"], num_tiles: int, tile: int):
@@ -308,7 +321,7 @@ def _tiled_gmm_fwd(lhs, rhs, group_sizes, tile):
 def _tiled_gmm_bwd(tile, residuals, dout):
     lhs, rhs, group_sizes = residuals
     dlhs, drhs = _tiled_backward(lhs, rhs, group_sizes, dout, tile)
-    return dlhs, drhs, None
+    return _sum_to_vma(dlhs, lhs), _sum_to_vma(drhs, rhs), None
 
 
 _tiled_gmm.defvjp(_tiled_gmm_fwd, _tiled_gmm_bwd)
@@ -321,6 +334,20 @@ def resolve_grouped_matmul(impl: str) -> Literal["ragged_dot", "tiled"]:
     if impl not in ("ragged_dot", "tiled"):
         raise ValueError(f"grouped_matmul: got {impl!r}, expected 'auto', 'ragged_dot' or 'tiled'")
     return impl
+
+
+def effective_tile(rows: int, groups: int, tile_size: int) -> int:
+    """Row tile of the tiled grouped matmul: at most ``tile_size`` and about ``rows / (4 G)``.
+
+    Every group boundary costs at most one extra tile visit, so the work is about
+    ``rows + G * tile`` rows; a tile near ``rows / (4 G)`` (rounded down to a power of two, at
+    least 8) bounds that overhead by ~25% for balanced groups while keeping the matmuls large.
+    """
+    target = max(8, rows // (4 * groups))
+    tile = 8
+    while tile * 2 <= target:
+        tile *= 2
+    return max(1, min(tile, tile_size, rows))
 
 
 def grouped_matmul(
@@ -341,7 +368,7 @@ def grouped_matmul(
         rhs: ``[G, K, N]`` one matrix per group.
         group_sizes: ``[G]`` integer sizes, ``sum <= M``.
         impl: ``"ragged_dot"`` (``jax.lax.ragged_dot``), ``"tiled"`` or ``"auto"``.
-        tile_size: row tile of the tiled implementation.
+        tile_size: largest row tile of the tiled implementation (see :func:`effective_tile`).
 
     Returns:
         ``[M, N]``.
@@ -349,7 +376,8 @@ def grouped_matmul(
     impl = resolve_grouped_matmul(impl)
     if impl == "ragged_dot":
         return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32))
-    return _tiled_gmm(lhs, rhs, group_sizes.astype(jnp.int32), max(1, min(tile_size, lhs.shape[0])))
+    tile = effective_tile(lhs.shape[0], rhs.shape[0], tile_size)
+    return _tiled_gmm(lhs, rhs, group_sizes.astype(jnp.int32), tile)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -493,9 +521,7 @@ def capacity_experts(
 
 def _ep_dropless_local(x, experts, weights, w1, w3, w2, *, n_ep, impl, tile_size):
     """Per-device dropless EP: all_to_all rows to expert owners, grouped matmul, all_to_all back."""
-    x, experts, weights = x.reshape(-1, x.shape[-1]), experts.reshape(-1, experts.shape[-1]), (
-        weights.reshape(-1, weights.shape[-1])
-    )
+    x, experts, weights = (a.reshape(-1, a.shape[-1]) for a in (x, experts, weights))
     num_tokens, top_k = experts.shape
     d = x.shape[-1]
     n = num_tokens * top_k
@@ -532,9 +558,7 @@ def _ep_dropless_local(x, experts, weights, w1, w3, w2, *, n_ep, impl, tile_size
 
 def _ep_capacity_local(x, experts, weights, w1, w3, w2, *, n_ep, capacity_factor, token_axes):
     """Per-device capacity EP (GShard): the device's tokens form one capacity group."""
-    x, experts, weights = x.reshape(-1, x.shape[-1]), experts.reshape(-1, experts.shape[-1]), (
-        weights.reshape(-1, weights.shape[-1])
-    )
+    x, experts, weights = (a.reshape(-1, a.shape[-1]) for a in (x, experts, weights))
     num_tokens, top_k = experts.shape
     e_loc = w1.shape[0]
     num_experts = e_loc * n_ep
@@ -558,6 +582,16 @@ def _context_mesh(mesh):
             f"expert_parallel: got True, but the mesh in context ({mesh}) has no "
             f"'{EXPERT_MESH_AXIS}' axis; expected a mesh set with jax.set_mesh(...) whose axes "
             f"include '{EXPERT_MESH_AXIS}'"
+        )
+    explicit = [
+        name
+        for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ()), strict=False)
+        if kind == jax.sharding.AxisType.Explicit
+    ]
+    if explicit:
+        raise ValueError(
+            f"expert_parallel: mesh axes {explicit} are AxisType.Explicit; expected AxisType.Auto "
+            "axes (as built by jaxlab.core.sharding.make_mesh)"
         )
     return mesh
 
@@ -584,10 +618,6 @@ def validate_expert_parallel(config: MoEConfig, batch: int, mesh) -> tuple[str, 
             f"{token_axes} over which the expert-parallel layer splits tokens"
         )
     return token_axes
-
-
-def _is_explicit(mesh) -> bool:
-    return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
 def expert_parallel_experts(
@@ -635,16 +665,7 @@ def expert_parallel_experts(
 
     args = (x, experts, weights, expert_weights.w1, expert_weights.w3, expert_weights.w2)
     specs = (tok, tok, tok, exp, exp, exp)
-    explicit = _is_explicit(mesh)
-    if explicit:
-        x_spec = jax.typeof(x).sharding.spec
-        args = tuple(jax.reshard(a, s) for a, s in zip(args, specs, strict=True))
-    y, dropped = jax.shard_map(
-        shaped, mesh=mesh, in_specs=specs, out_specs=(tok, PartitionSpec())
-    )(*args)
-    if explicit:
-        y = jax.reshard(y, x_spec)
-    return y, dropped
+    return jax.shard_map(shaped, mesh=mesh, in_specs=specs, out_specs=(tok, PartitionSpec()))(*args)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -738,15 +759,6 @@ def moe_ffn(
     return y.reshape(x.shape).astype(x.dtype), aux
 
 
-def truncated_normal_init(std: float, bound: float = 3.0):
-    """``N(0, std^2)`` truncated to ``[-bound std, bound std]`` (OLMo init: std 0.02, 3 sigma)."""
-
-    def init(key, shape, dtype=jnp.float32):
-        return (std * jax.random.truncated_normal(key, -bound, bound, shape)).astype(dtype)
-
-    return init
-
-
 class MoEFeedForward(nn.Module):
     """OLMoE MoE feed-forward block, a drop-in FFN for a transformer block: ``[B, ..., d] -> same``.
 
@@ -771,10 +783,12 @@ class MoEFeedForward(nn.Module):
     def __call__(self, x: Float[Array, "batch ... embed"]) -> Float[Array, "batch ... embed"]:
         cfg = self.config
         d, e, ff = x.shape[-1], cfg.num_experts, cfg.expert_ff
-        init = truncated_normal_init(cfg.init_std)
+        init = kernel_init(cfg.init_std)
 
         def param(name, shape, axes):
-            return self.param(name, nn.with_logical_partitioning(init, axes), shape, self.param_dtype)
+            return self.param(
+                name, nn.with_logical_partitioning(init, axes), shape, self.param_dtype
+            )
 
         router = param("router", (d, e), ("embed", None))
         weights = ExpertWeights(

@@ -49,9 +49,7 @@ class RoutingStats:
     min_load_ratio: Float[Array, ""]
 
 
-def expert_counts(
-    experts: Int[Array, "tokens k"], *, num_experts: int
-) -> Int[Array, " expert"]:
+def expert_counts(experts: Int[Array, "tokens k"], *, num_experts: int) -> Int[Array, " expert"]:
     """``count_i``: number of (token, slot) assignments routed to expert ``i``; shape ``[E]``."""
     return jnp.bincount(experts.reshape(-1), length=num_experts)
 

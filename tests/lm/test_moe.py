@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.core.config import ConfigError
+from jaxlab.core.config import ConfigError, from_dict, load_yaml_text
 from jaxlab.core.sharding import MeshConfig, make_mesh
 from jaxlab.lm import moe
+from jaxlab.lm.model import OLMOE_1B_7B, Decoder, DecoderConfig, next_token_loss
 from jaxlab.lm.routing_stats import routing_stats, summarize
 
 B, S, D, FF, E, K = 8, 4, 16, 8, 8, 2
@@ -23,24 +24,50 @@ ATOL = 1e-5
 BASE = moe.MoEConfig(num_experts=E, top_k=K, expert_ff=FF, tile_size=8, init_std=0.3)
 
 
-def _init(cfg=BASE, seed=0):
-    module = moe.MoEFeedForward(cfg)
-    x = jax.random.normal(jax.random.key(seed + 1), (B, S, D))
-    params = jax.jit(module.init)(jax.random.key(seed), x)["params"]
+@pytest.fixture(scope="module")
+def params_x():
+    x = jax.random.normal(jax.random.key(1), (B, S, D))
+    params = jax.jit(moe.MoEFeedForward(BASE).init)(jax.random.key(0), x)["params"]
     return nn.unbox(params), x
 
 
-@pytest.fixture(scope="module")
-def params_x():
-    return _init()
+_COT = np.asarray(jax.random.normal(jax.random.key(42), (B, S, D)))
 
 
-def _apply(cfg, params, x):
-    return moe.MoEFeedForward(cfg).apply({"params": params}, x)
+@functools.cache
+def _run(cfg):
+    """Jitted ``(params, x) -> ((loss, (y, sown)), (dparams, dx))`` for one config (one compile)."""
+
+    def loss(params, x):
+        y, sown = moe.MoEFeedForward(cfg).apply(
+            {"params": params}, x, mutable=[moe.AUX_LOSS_COLLECTION, moe.STATS_COLLECTION]
+        )
+        return jnp.sum(y * _COT), (y, sown)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
 
 
-def _apply_jit(cfg, params, x):
-    return jax.jit(functools.partial(_apply, cfg))(params, x)
+def dense_reference(params, x, normalize):
+    """Every expert on every token, masked by the top-k gate (no sorting, no grouped matmul)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    probs = jax.nn.softmax(x2 @ params["router"], axis=-1)
+    top_p, top_i = jax.lax.top_k(probs, K)
+    if normalize:
+        top_p = top_p / jnp.sum(top_p, axis=-1, keepdims=True)
+    gate = jnp.sum(jax.nn.one_hot(top_i, E) * top_p[..., None], axis=1)
+    h = jax.nn.silu(jnp.einsum("td,edf->etf", x2, params["w1"]))
+    h = h * jnp.einsum("td,edf->etf", x2, params["w3"])
+    y_all = jnp.einsum("etf,efd->etd", h, params["w2"])
+    return jnp.einsum("etd,te->td", y_all, gate).reshape(x.shape)
+
+
+@functools.cache
+def _run_dense(normalize):
+    def loss(params, x):
+        y = dense_reference(params, x, normalize)
+        return jnp.sum(y * _COT), y
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
 
 
 def _expert_weights(seed=3, scale=0.3):
@@ -50,29 +77,6 @@ def _expert_weights(seed=3, scale=0.3):
         w3=scale * jax.random.normal(k2, (E, D, FF)),
         w2=scale * jax.random.normal(k3, (E, FF, D)),
     )
-
-
-def dense_reference(params, x, cfg):
-    """Every expert on every token, masked by the top-k gate (no sorting, no grouped matmul)."""
-    x2 = x.reshape(-1, x.shape[-1])
-    probs = jax.nn.softmax(x2 @ params["router"], axis=-1)
-    top_p, top_i = jax.lax.top_k(probs, cfg.top_k)
-    if cfg.normalize_topk:
-        top_p = top_p / jnp.sum(top_p, axis=-1, keepdims=True)
-    gate = jnp.sum(jax.nn.one_hot(top_i, cfg.num_experts) * top_p[..., None], axis=1)
-    h = jax.nn.silu(jnp.einsum("td,edf->etf", x2, params["w1"]))
-    h = h * jnp.einsum("td,edf->etf", x2, params["w3"])
-    y_all = jnp.einsum("etf,efd->etd", h, params["w2"])
-    return jnp.einsum("etd,te->td", y_all, gate).reshape(x.shape)
-
-
-def _loss_and_grads(fn):
-    cot = jax.random.normal(jax.random.key(42), (B, S, D))
-
-    def loss(params, x):
-        return jnp.sum(fn(params, x) * cot)
-
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
 
 
 def _assert_tree_close(a, b, atol=ATOL):
@@ -87,8 +91,7 @@ def _assert_tree_close(a, b, atol=ATOL):
 # ---------------------------------------------------------------- grouped matmul
 
 
-@pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
-@pytest.mark.parametrize("tile", [4, 16])
+@pytest.mark.parametrize("impl,tile", [("ragged_dot", 8), ("tiled", 4), ("tiled", 8)])
 def test_grouped_matmul_matches_numpy_and_masked_reference(impl, tile):
     m, k, n = 29, 5, 6
     sizes = np.array([7, 0, 12, 0, 5], np.int32)  # sum 24 < 29: trailing rows give 0
@@ -120,33 +123,23 @@ def test_grouped_matmul_matches_numpy_and_masked_reference(impl, tile):
     assert np.all(np.asarray(grads[0])[offs[-1] :] == 0.0)
 
 
-def test_tiled_grouped_matmul_vmap_matches_loop():
-    lhs = jax.random.normal(jax.random.key(0), (3, 20, 4))
-    rhs = jax.random.normal(jax.random.key(1), (3, 3, 4, 5))
-    gs = jnp.array([[20, 0, 0], [5, 5, 10], [0, 3, 9]], jnp.int32)
-    fn = jax.jit(
-        jax.vmap(lambda a, b, g: moe.grouped_matmul(a, b, g, impl="tiled", tile_size=8))
-    )
-    got = fn(lhs, rhs, gs)
-    for i in range(3):
-        want = jax.lax.ragged_dot(lhs[i], rhs[i], gs[i])
-        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), atol=ATOL)
-
-
 # ---------------------------------------------------------------- dropless layer
 
 
-@pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
-@pytest.mark.parametrize("normalize", [False, True], ids=["olmoe", "renorm"])
+@pytest.mark.parametrize(
+    "impl,normalize",
+    [("ragged_dot", False), ("auto", False), ("auto", True)],
+    ids=["ragged_dot-olmoe", "tiled-olmoe", "tiled-renorm"],
+)
 def test_dropless_layer_equals_dense_reference(params_x, impl, normalize):
     params, x = params_x
     cfg = dataclasses.replace(BASE, grouped_matmul=impl, normalize_topk=normalize)
-    (v1, g1) = _loss_and_grads(lambda p, x: _apply(cfg, p, x))(params, x)
-    (v2, g2) = _loss_and_grads(lambda p, x: dense_reference(p, x, cfg))(params, x)
-    y_ref = jax.jit(functools.partial(dense_reference, cfg=cfg))(params, x)
-    np.testing.assert_allclose(np.asarray(_apply_jit(cfg, params, x)), y_ref, atol=ATOL)
+    (v1, (y1, sown)), g1 = _run(cfg)(params, x)
+    (v2, y2), g2 = _run_dense(normalize)(params, x)
+    np.testing.assert_allclose(np.asarray(y1), np.asarray(y2), atol=ATOL)
     np.testing.assert_allclose(float(v1), float(v2), atol=1e-4)
     _assert_tree_close(g1, g2)
+    assert int(sown[moe.STATS_COLLECTION]["routing"][0].dropped) == 0
 
 
 @pytest.mark.parametrize("impl", ["ragged_dot", "tiled"])
@@ -175,7 +168,7 @@ def test_dropless_vmap_matches_loop():
     experts = jax.random.randint(jax.random.key(1), (2, T, K), 0, E)
     weights = jax.random.uniform(jax.random.key(2), (2, T, K))
     ew = _expert_weights()
-    fn = jax.jit(
+    fn = jax.jit(  # vmap of the data-dependent while loops of the tiled grouped matmul
         jax.vmap(lambda x, e, w: moe.dropless_experts(x, e, w, ew, impl="tiled", tile_size=8))
     )
     got = fn(x, experts, weights)
@@ -192,20 +185,31 @@ def test_dropless_vmap_matches_loop():
 @pytest.mark.parametrize("e,k", [(8, 1), (8, 2), (64, 8)])
 def test_load_balancing_loss_analytic_values(e, k):
     t = 64
-    # uniform probabilities: L_LB = 1 whatever the routing
-    probs = jnp.full((t, e), 1.0 / e)
-    experts = jax.random.randint(jax.random.key(0), (t, k), 0, e)
-    np.testing.assert_allclose(float(moe.load_balancing_loss(probs, experts)), 1.0, rtol=1e-6)
-    # uniform counts (round robin): L_LB = 1 whatever the probabilities
-    rr = (jnp.arange(t)[:, None] * k + jnp.arange(k)[None, :]) % e
-    rand_probs = jax.nn.softmax(jax.random.normal(jax.random.key(1), (t, e)), axis=-1)
-    np.testing.assert_allclose(float(moe.load_balancing_loss(rand_probs, rr)), 1.0, rtol=1e-5)
-    # all tokens on the same k experts with probability 1/k each: L_LB = E / k
-    chosen = jnp.zeros((e,), bool).at[jnp.array([3 * i % e for i in range(k)])].set(True)
-    logits = jnp.where(chosen[None, :], 0.0, -1e9) * jnp.ones((t, 1))
-    r = moe.route(logits, top_k=k)
-    np.testing.assert_allclose(np.asarray(r.weights), 1.0 / k, rtol=1e-6)
-    np.testing.assert_allclose(float(moe.load_balancing_loss(r.probs, r.experts)), e / k, rtol=1e-6)
+
+    @jax.jit
+    def losses(key):
+        k1, k2 = jax.random.split(key)
+        # uniform probabilities: L_LB = 1 whatever the routing
+        uniform = jnp.full((t, e), 1.0 / e)
+        random_experts = jax.random.randint(k1, (t, k), 0, e)
+        # uniform counts (round robin): L_LB = 1 whatever the probabilities
+        rr = (jnp.arange(t)[:, None] * k + jnp.arange(k)[None, :]) % e
+        rand_probs = jax.nn.softmax(jax.random.normal(k2, (t, e)), axis=-1)
+        # all tokens on the same k experts with probability 1/k each: L_LB = E / k
+        chosen = jnp.zeros((e,), bool).at[jnp.array([3 * i % e for i in range(k)])].set(True)
+        r = moe.route(jnp.where(chosen[None, :], 0.0, -1e9) * jnp.ones((t, 1)), top_k=k)
+        return (
+            moe.load_balancing_loss(uniform, random_experts),
+            moe.load_balancing_loss(rand_probs, rr),
+            moe.load_balancing_loss(r.probs, r.experts),
+            r.weights,
+        )
+
+    lb_uniform_p, lb_uniform_f, lb_collapsed, weights = losses(jax.random.key(0))
+    np.testing.assert_allclose(float(lb_uniform_p), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(float(lb_uniform_f), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), 1.0 / k, rtol=1e-6)
+    np.testing.assert_allclose(float(lb_collapsed), e / k, rtol=1e-6)
 
 
 def test_load_balancing_loss_gradient_flows_through_probs_only():
@@ -220,31 +224,33 @@ def test_load_balancing_loss_gradient_flows_through_probs_only():
     p = np.asarray(r.probs)
     # d/dz_tj of E sum_i f_i mean_t p_ti = (E/T) p_tj (f_j - sum_i f_i p_ti)
     want = (E / T) * p * (f[None, :] - (p @ f)[:, None])
-    np.testing.assert_allclose(np.asarray(jax.grad(lb)(logits)), want, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lb))(logits)), want, atol=1e-6)
 
 
 def test_router_z_loss_matches_formula():
     z = 3.0 * np.asarray(jax.random.normal(jax.random.key(0), (T, E)))
     m = z.max(axis=1, keepdims=True)
     lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
-    np.testing.assert_allclose(float(moe.router_z_loss(jnp.asarray(z))), np.mean(lse**2), rtol=1e-5)
+    got = jax.jit(moe.router_z_loss)(jnp.asarray(z))
+    np.testing.assert_allclose(float(got), np.mean(lse**2), rtol=1e-5)
 
 
 def test_route_top_k_and_renormalisation():
     logits = jax.random.normal(jax.random.key(0), (T, E))
     p = np.asarray(jax.nn.softmax(logits, axis=-1))
-    r = moe.route(logits, top_k=3)
+    route = jax.jit(moe.route, static_argnames=("top_k", "normalize"))
+    r = route(logits, top_k=3)
     idx = np.argsort(-p, axis=1)[:, :3]
     np.testing.assert_array_equal(np.asarray(r.experts), idx)
     np.testing.assert_allclose(np.asarray(r.weights), np.take_along_axis(p, idx, 1), rtol=1e-6)
-    rn = moe.route(logits, top_k=3, normalize=True)
+    rn = route(logits, top_k=3, normalize=True)
     np.testing.assert_allclose(np.asarray(rn.weights).sum(1), 1.0, rtol=1e-6)
 
 
 def test_routing_stats_values():
     probs = jax.nn.softmax(jax.random.normal(jax.random.key(0), (T, E)), axis=-1)
     experts = jax.random.randint(jax.random.key(1), (T, K), 0, E)
-    st = routing_stats(probs, experts, dropped=3)
+    st = jax.jit(routing_stats)(probs, experts, dropped=3)
     load = np.bincount(np.asarray(experts).ravel(), minlength=E) / (T * K)
     np.testing.assert_allclose(np.asarray(st.load), load, rtol=1e-6)
     nz = load[load > 0]
@@ -253,7 +259,9 @@ def test_routing_stats_values():
     np.testing.assert_allclose(float(st.router_entropy), -(p * np.log(p)).sum(1).mean(), rtol=1e-5)
     np.testing.assert_allclose(float(st.max_load_ratio), E * load.max(), rtol=1e-6)
     np.testing.assert_allclose(float(st.dropped_fraction), 3 / (T * K), rtol=1e-6)
-    balanced = routing_stats(jnp.full((T, E), 1.0 / E), (jnp.arange(T * K) % E).reshape(T, K))
+    balanced = jax.jit(routing_stats)(
+        jnp.full((T, E), 1.0 / E), (jnp.arange(T * K) % E).reshape(T, K)
+    )
     np.testing.assert_allclose(float(balanced.usage_entropy_ratio), 1.0, rtol=1e-6)
     np.testing.assert_allclose(float(balanced.router_entropy), math.log(E), rtol=1e-6)
     assert set(summarize(st)) >= {"moe/usage_entropy", "moe/dropped_fraction"}
@@ -289,26 +297,21 @@ def _numpy_capacity_layer(params, x, cfg, capacity):
 def test_capacity_equals_dropless_when_capacity_is_large(params_x):
     params, x = params_x
     cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=E / K)
-    y, state = jax.jit(
-        lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
-    )(params, x)
-    y_ref = _apply_jit(BASE, params, x)
+    assert moe.expert_capacity(T, num_experts=E, top_k=K, capacity_factor=E / K) == T
+    (_, (y, sown)), g1 = _run(cfg)(params, x)
+    (_, (y_ref, _)), g2 = _run(BASE)(params, x)
     np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), atol=ATOL)
-    assert int(state[moe.STATS_COLLECTION]["routing"][0].dropped) == 0
-    g1 = _loss_and_grads(lambda p, x: _apply(cfg, p, x))(params, x)[1]
-    g2 = _loss_and_grads(lambda p, x: _apply(BASE, p, x))(params, x)[1]
+    assert int(sown[moe.STATS_COLLECTION]["routing"][0].dropped) == 0
     _assert_tree_close(g1, g2)
 
 
-@pytest.mark.parametrize("cf", [0.25, 0.75])
-def test_capacity_drops_tokens_and_counts_them(params_x, cf):
+def test_capacity_drops_tokens_and_counts_them(params_x):
     params, x = params_x
+    cf = 0.5
     cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=cf)
     capacity = moe.expert_capacity(T, num_experts=E, top_k=K, capacity_factor=cf)
     assert capacity == math.ceil(cf * T * K / E)
-    y, state = jax.jit(
-        lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
-    )(params, x)
+    (_, (y, state)), _ = _run(cfg)(params, x)
     y_ref, dropped_ref, top = _numpy_capacity_layer(params, x, cfg, capacity)
     counts = np.bincount(top.ravel(), minlength=E)
     assert dropped_ref == np.maximum(counts - capacity, 0).sum() > 0
@@ -333,21 +336,18 @@ def ep_mesh():
 )
 def test_expert_parallel_equals_single_device(params_x, ep_mesh, dispatch, impl):
     params, x = params_x
-    cfg = dataclasses.replace(
-        BASE, dispatch=dispatch, capacity_factor=E / K, grouped_matmul=impl
-    )
+    cfg = BASE if dispatch == "dropless" else dataclasses.replace(BASE, dispatch=dispatch)
+    cfg = dataclasses.replace(cfg, capacity_factor=E / K, grouped_matmul=impl)
     ep_cfg = dataclasses.replace(cfg, expert_parallel=True)
-    fn_single = _loss_and_grads(lambda p, x: _apply(cfg, p, x))
-    fn_ep = _loss_and_grads(lambda p, x: _apply(ep_cfg, p, x))
-    v1, g1 = fn_single(params, x)
+    (v1, (y1, sown1)), g1 = _run(cfg)(params, x)
     with jax.set_mesh(ep_mesh):
-        y_ep = jax.jit(lambda p, x: _apply(ep_cfg, p, x))(params, x)
-        v2, g2 = fn_ep(params, x)
-        hlo = jax.jit(lambda p, x: _apply(ep_cfg, p, x)).lower(params, x).as_text()
-    assert "all_to_all" in hlo or "all-to-all" in hlo
-    np.testing.assert_allclose(np.asarray(y_ep), np.asarray(_apply_jit(cfg, params, x)), atol=ATOL)
+        (v2, (y2, sown2)), g2 = _run(ep_cfg)(params, x)
+        hlo = _run(ep_cfg).lower(params, x).as_text()
+    assert hlo.count("all_to_all") >= 4  # rows out and back, forward and backward
+    np.testing.assert_allclose(np.asarray(y2), np.asarray(y1), atol=ATOL)
     np.testing.assert_allclose(float(v1), float(v2), atol=1e-4)
     _assert_tree_close(g1, g2)
+    _assert_tree_close(sown1, sown2)
 
 
 def test_expert_parallel_capacity_drops_per_device_group(params_x, ep_mesh):
@@ -355,55 +355,49 @@ def test_expert_parallel_capacity_drops_per_device_group(params_x, ep_mesh):
     cf = 0.5
     cfg = dataclasses.replace(BASE, dispatch="capacity", capacity_factor=cf, expert_parallel=True)
     with jax.set_mesh(ep_mesh):
-        _, state = jax.jit(
-            lambda p, x: moe.MoEFeedForward(cfg).apply({"params": p}, x, mutable=True)
-        )(params, x)
+        (_, (_, state)), _ = _run(cfg)(params, x)
     # 8 token groups (data x expert) of B/8 sequences; each group has its own capacity
     probs = jax.nn.softmax(x.reshape(-1, D) @ params["router"], axis=-1)
     top = np.asarray(jax.lax.top_k(probs, K)[1]).reshape(8, -1, K)
     cap = moe.expert_capacity(top.shape[1], num_experts=E, top_k=K, capacity_factor=cf)
-    want = sum(
-        np.maximum(np.bincount(g.ravel(), minlength=E) - cap, 0).sum() for g in top
-    )
+    want = sum(np.maximum(np.bincount(g.ravel(), minlength=E) - cap, 0).sum() for g in top)
     assert want > 0
     assert int(state[moe.STATS_COLLECTION]["routing"][0].dropped) == want
 
 
-def test_expert_parallel_under_explicit_mesh(params_x):
+def test_expert_parallel_rejects_explicit_mesh(params_x):
     params, x = params_x
     ep_cfg = dataclasses.replace(BASE, expert_parallel=True)
     mesh = jax.make_mesh(
         (2, 4), ("data", "expert"), axis_types=(jax.sharding.AxisType.Explicit,) * 2
     )
-    with jax.set_mesh(mesh):
-        xs = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
-        y = jax.jit(lambda p, x: _apply(ep_cfg, p, x))(params, xs)
-    np.testing.assert_allclose(np.asarray(y), np.asarray(_apply_jit(BASE, params, x)), atol=ATOL)
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="expert_parallel.*Explicit"):
+        jax.eval_shape(moe.MoEFeedForward(ep_cfg).apply, {"params": params}, x)
 
 
 # ---------------------------------------------------------------- aux losses via sow
 
 
-def test_module_sows_losses_and_aux_loss_weights_them(params_x):
+def test_module_sows_losses_and_aux_loss_averages_layers(params_x):
     params, x = params_x
-
-    class TwoLayers(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            x = x + moe.MoEFeedForward(BASE, name="l0")(x)
-            return x + moe.MoEFeedForward(BASE, name="l1")(x)
-
-    model = TwoLayers()
-    variables = jax.jit(model.init)(jax.random.key(3), x)
-    _, state = jax.jit(
-        lambda v, x: model.apply({"params": v["params"]}, x, mutable=[moe.AUX_LOSS_COLLECTION])
-    )(variables, x)
-    aux = state[moe.AUX_LOSS_COLLECTION]
-    lbs = [float(aux[n]["lb_loss"][0]) for n in ("l0", "l1")]
-    zs = [float(aux[n]["z_loss"][0]) for n in ("l0", "l1")]
-    total, metrics = moe.aux_loss(aux, lb_loss_weight=0.01, z_loss_weight=0.001)
-    np.testing.assert_allclose(float(total), 0.01 * np.mean(lbs) + 0.001 * np.mean(zs), rtol=1e-6)
-    np.testing.assert_allclose(float(metrics["moe/lb_loss"]), np.mean(lbs), rtol=1e-6)
+    (_, (_, sown)), _ = _run(BASE)(params, x)
+    aux = sown[moe.AUX_LOSS_COLLECTION]
+    routing = moe.route(x.reshape(-1, D) @ params["router"], top_k=K)
+    lb = float(moe.load_balancing_loss(routing.probs, routing.experts))
+    z = float(moe.router_z_loss(routing.logits))
+    np.testing.assert_allclose(float(aux["lb_loss"][0]), lb, rtol=1e-5)
+    np.testing.assert_allclose(float(aux["z_loss"][0]), z, rtol=1e-5)
+    # two layers (and a scanned [L] stack) are averaged, then weighted (OLMoE 0.01 / 0.001)
+    layers = {"l0": aux, "l1": {"lb_loss": (jnp.array(3.0),), "z_loss": (jnp.array(5.0),)}}
+    total, metrics = moe.aux_loss(layers, lb_loss_weight=0.01, z_loss_weight=0.001)
+    np.testing.assert_allclose(float(total), 0.01 * (lb + 3) / 2 + 0.001 * (z + 5) / 2, rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["moe/lb_loss"]), (lb + 3) / 2, rtol=1e-5)
+    stacked = {"scan": {"lb_loss": (jnp.array([lb, 3.0]),), "z_loss": (jnp.array([z, 5.0]),)}}
+    np.testing.assert_allclose(
+        float(moe.aux_loss(stacked, lb_loss_weight=0.01, z_loss_weight=0.001)[0]),
+        float(total),
+        rtol=1e-6,
+    )
 
 
 # ---------------------------------------------------------------- bad input
@@ -439,3 +433,111 @@ def test_bad_expert_parallel_layouts_raise_before_compilation(ep_mesh):
             jax.random.key(0),
             x,
         )
+
+
+# ---------------------------------------------------------------- the MoE decoder (phase 2)
+
+DEC = DecoderConfig(
+    vocab_size=64, d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=16
+)
+DEC_MOE = dataclasses.replace(
+    DEC, moe=moe.MoEConfig(num_experts=4, top_k=2, expert_ff=16, tile_size=8)
+)
+
+
+def test_decoder_config_switches_ffn_per_layer():
+    tokens = jnp.zeros((8, 16), jnp.int32)
+
+    def ffn_params(cfg):
+        params = jax.eval_shape(Decoder(cfg).init, jax.random.key(0), tokens)["params"]
+        return [set(params[f"blocks_{i}"]["ffn"]) for i in range(cfg.n_layers)]
+
+    moe_names, dense_names = {"router", "w1", "w3", "w2"}, {"wi_gate", "wi_up", "wo"}
+    assert ffn_params(DEC) == [dense_names, dense_names]
+    assert ffn_params(DEC_MOE) == [moe_names, moe_names]  # OLMoE: every layer
+    assert ffn_params(dataclasses.replace(DEC_MOE, moe_layers=(1,))) == [dense_names, moe_names]
+    with pytest.raises(ValueError, match="moe_layers"):
+        dataclasses.replace(DEC_MOE, moe_layers=(0, 2))
+    with pytest.raises(ValueError, match="moe_layers"):
+        dataclasses.replace(DEC, moe_layers=(0,))
+
+
+@pytest.fixture(scope="module")
+def moe_lm():
+    tokens = jax.random.randint(jax.random.key(0), (8, 16), 0, DEC_MOE.vocab_size)
+    model = Decoder(DEC_MOE)
+    params = jax.jit(model.init)(jax.random.key(1), tokens)["params"]
+    return model, nn.unbox(params), tokens
+
+
+def _lm_loss(model, cfg):
+    def loss(params, tokens):
+        logits, sown = model.apply(
+            {"params": params},
+            tokens[:, :-1],
+            mutable=[moe.AUX_LOSS_COLLECTION, moe.STATS_COLLECTION],
+        )
+        ce = next_token_loss(logits, tokens[:, 1:])
+        aux, metrics = moe.aux_loss(
+            sown[moe.AUX_LOSS_COLLECTION],
+            lb_loss_weight=cfg.moe.lb_loss_weight,
+            z_loss_weight=cfg.moe.z_loss_weight,
+        )
+        return ce + aux, (ce, aux, metrics, logits, sown)
+
+    return loss
+
+
+def test_decoder_moe_aux_losses_and_gradients(moe_lm):
+    model, params, tokens = moe_lm
+    (total, (ce, aux, metrics, _, sown)), grads = jax.jit(
+        jax.value_and_grad(_lm_loss(model, DEC_MOE), has_aux=True)
+    )(params, tokens)
+    lbs = [float(sown[moe.AUX_LOSS_COLLECTION][f"blocks_{i}"]["ffn"]["lb_loss"][0]) for i in (0, 1)]
+    zs = [float(sown[moe.AUX_LOSS_COLLECTION][f"blocks_{i}"]["ffn"]["z_loss"][0]) for i in (0, 1)]
+    np.testing.assert_allclose(float(aux), 0.01 * np.mean(lbs) + 0.001 * np.mean(zs), rtol=1e-5)
+    np.testing.assert_allclose(float(total), float(ce) + float(aux), rtol=1e-6)
+    assert abs(float(ce) - math.log(DEC_MOE.vocab_size)) < 0.5  # untrained: near uniform
+    stats = sown[moe.STATS_COLLECTION]["blocks_1"]["ffn"]["routing"][0]
+    np.testing.assert_allclose(float(jnp.sum(stats.load)), 1.0, rtol=1e-6)
+    for leaf in jax.tree.leaves(grads):
+        assert np.all(np.isfinite(np.asarray(leaf)))
+    for i in (0, 1):
+        ffn = grads[f"blocks_{i}"]["ffn"]
+        assert all(float(jnp.abs(ffn[n]).max()) > 0 for n in ("router", "w1", "w3", "w2"))
+
+
+def test_decoder_with_expert_parallel_moe_equals_single_device(moe_lm, ep_mesh):
+    model, params, tokens = moe_lm
+    ep_cfg = dataclasses.replace(
+        DEC_MOE, moe=dataclasses.replace(DEC_MOE.moe, expert_parallel=True)
+    )
+    logits = jax.jit(model.apply)({"params": params}, tokens)
+    with jax.set_mesh(ep_mesh):
+        logits_ep = jax.jit(Decoder(ep_cfg).apply)({"params": params}, tokens)
+    np.testing.assert_allclose(np.asarray(logits_ep), np.asarray(logits), atol=1e-5)
+
+
+def test_olmoe_1b_7b_preset_sizes_and_yaml():
+    cfg = OLMOE_1B_7B
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.vocab_size) == (2048, 16, 16, 50304)
+    assert (cfg.moe.num_experts, cfg.moe.top_k, cfg.moe.expert_ff) == (64, 8, 1024)
+    assert not cfg.moe.normalize_topk and all(cfg.is_moe_layer(i) for i in range(16))
+    shapes = jax.eval_shape(
+        Decoder(cfg).init, jax.random.key(0), jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    )["params"]
+    sizes = {
+        jax.tree_util.keystr(path): math.prod(leaf.shape)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(nn.unbox(shapes))[0]
+    }
+    total = sum(sizes.values())
+    expert = sum(v for k, v in sizes.items() if k.endswith(("['w1']", "['w2']", "['w3']")))
+    active = total - expert + expert * cfg.moe.top_k // cfg.moe.num_experts
+    assert 6.8e9 < total < 7.0e9  # "7B total"
+    assert 1.2e9 < active < 1.35e9  # "1B active" (1.3B)
+    preset = load_yaml_text(
+        "vocab_size: 50304\nd_model: 2048\nn_layers: 16\nn_heads: 16\nhead_dim: 128\n"
+        "d_ff: 1024\nmax_len: 4096\nqk_norm: true\n"
+        "moe: {num_experts: 64, top_k: 8, expert_ff: 1024}\n"
+    )
+    assert from_dict(DecoderConfig, preset) == cfg

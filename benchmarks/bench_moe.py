@@ -1,0 +1,275 @@
+"""MoE layer (jaxlab.lm.moe, OLMoE) vs the dense SwiGLU layer with the same active parameters.
+
+For each ``E`` (experts) and ``k`` (active experts) the dense reference is a SwiGLU of width
+``k * expert_ff``: per token it does the same expert FLOPs as the MoE layer. Measured per variant:
+
+- ``dense``: :class:`jaxlab.nn.mlp.SwiGLU` (``d_ff = k * expert_ff``),
+- ``dropless-tiled``: sort + tiled grouped matmul (the CPU default),
+- ``dropless-ragged_dot``: sort + ``jax.lax.ragged_dot`` (on CPU lowered to a dense matmul over
+  all ``E`` groups; skipped where its ``[E, T k, max(d, ff)]`` expansion exceeds ``--ragged-mb``),
+- ``capacity``: capacity-factor dispatch (``cf = 1.25``) with batched expert einsums.
+
+Modes: ``fwd`` (forward) and ``train`` (forward + backward w.r.t. input and parameters). Reported:
+compile seconds (lower + compile), best-of-``--reps`` seconds per call, tokens/s, the ratio to the
+dense layer, and XLA's static memory analysis of the compiled executable (``peak_bytes`` = temp +
+arguments + outputs; CPU has no runtime ``memory_stats``). ``--breakdown`` times the parts of the
+dropless forward separately (router + losses + stats, sort + gather, grouped matmuls, un-sort +
+combine) to show where the overhead over the dense layer goes.
+
+Prints one JSON line per measurement. Usage::
+
+    python benchmarks/bench_moe.py                       # full grid E in {8,32,64}, k in {1,2,8}
+    python benchmarks/bench_moe.py --experts 64 --topk 8 --breakdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.lm import moe
+from jaxlab.lm.routing_stats import routing_stats
+from jaxlab.nn.mlp import SwiGLU
+
+
+def _device() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}"
+
+
+def _time(fn, args, reps: int) -> tuple[float, float]:
+    """Best-of-``reps`` wall seconds and process CPU seconds (all threads) per call.
+
+    CPU seconds are the robust cost measure on a shared machine, where wall time includes waiting
+    for a core.
+    """
+    jax.block_until_ready(fn(*args))  # warm-up
+    wall = cpu = float("inf")
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        jax.block_until_ready(fn(*args))
+        wall = min(wall, time.perf_counter() - t0)
+        cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu
+
+
+def _compile(fn, args):
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    peak = None
+    try:
+        mem = compiled.memory_analysis()
+        peak = int(mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes)
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    return compiled, compile_s, peak
+
+
+def _layer_fns(module, mode: str, cot):
+    """``fwd(params, x)`` or ``train(params, x)`` = value and gradients w.r.t. params and x."""
+
+    def fwd(params, x):
+        return module.apply({"params": params}, x)
+
+    if mode == "fwd":
+        return fwd
+
+    def loss(params, x):
+        return jnp.sum(fwd(params, x) * cot)
+
+    return jax.value_and_grad(loss, argnums=(0, 1))
+
+
+def run_grid(args) -> None:
+    tokens = args.batch * args.seq
+    x = jax.random.normal(jax.random.key(0), (args.batch, args.seq, args.d_model), jnp.float32)
+    cot = jax.random.normal(jax.random.key(1), x.shape, jnp.float32)
+    for e in args.experts:
+        for k in args.topk:
+            if k > e:
+                continue
+            base = moe.MoEConfig(num_experts=e, top_k=k, expert_ff=args.expert_ff)
+            variants = {
+                "dense": SwiGLU(d_ff=k * args.expert_ff),
+                "dropless-tiled": moe.MoEFeedForward(
+                    dataclasses.replace(base, grouped_matmul="tiled", tile_size=args.tile)
+                ),
+                "dropless-ragged_dot": moe.MoEFeedForward(
+                    dataclasses.replace(base, grouped_matmul="ragged_dot")
+                ),
+                "capacity": moe.MoEFeedForward(
+                    dataclasses.replace(base, dispatch="capacity", capacity_factor=args.cf)
+                ),
+            }
+            variants = {n: m for n, m in variants.items() if n in args.variants or n == "dense"}
+            for mode in args.modes:
+                dense_time = dense_cpu = None
+                for name, module in variants.items():
+                    size = {
+                        "tokens": tokens,
+                        "d_model": args.d_model,
+                        "expert_ff": args.expert_ff,
+                        "E": e,
+                        "k": k,
+                        "dense_ff": k * args.expert_ff,
+                    }
+                    line = {"what": f"moe_layer/{mode}/{name}", "size": size, "device": _device()}
+                    expansion_mb = e * tokens * k * max(args.d_model, args.expert_ff) * 4 / 2**20
+                    if name == "dropless-ragged_dot" and (
+                        jax.default_backend() == "cpu" and expansion_mb > args.ragged_mb
+                    ):
+                        line["skipped"] = (
+                            f"ragged_dot on CPU materialises [E, T k, max(d, ff)] = "
+                            f"{expansion_mb:.0f} MiB > --ragged-mb {args.ragged_mb}"
+                        )
+                        print(json.dumps(line), flush=True)
+                        continue
+                    params = nn.unbox(jax.jit(module.init)(jax.random.key(2), x)["params"])
+                    fn = _layer_fns(module, mode, cot)
+                    compiled, compile_s, peak = _compile(fn, (params, x))
+                    t, cpu = _time(compiled, (params, x), args.reps)
+                    if name == "dense":
+                        dense_time, dense_cpu = t, cpu
+                    line.update(
+                        compile_s=round(compile_s, 3),
+                        time_s=round(t, 5),
+                        cpu_s=round(cpu, 5),
+                        rate=round(tokens / t, 1),
+                        unit="tokens/s",
+                        ratio_vs_dense=round(t / dense_time, 3),
+                        cpu_ratio_vs_dense=round(cpu / dense_cpu, 3),
+                        peak_bytes=peak,
+                    )
+                    print(json.dumps(line), flush=True)
+
+
+def run_breakdown(args) -> None:
+    """Times the parts of the dropless forward for each (E, k) separately."""
+    tokens = args.batch * args.seq
+    d, ff = args.d_model, args.expert_ff
+    x = jax.random.normal(jax.random.key(0), (tokens, d), jnp.float32)
+    for e in args.experts:
+        for k in args.topk:
+            if k > e:
+                continue
+            keys = jax.random.split(jax.random.key(3), 4)
+            router = 0.02 * jax.random.normal(keys[0], (d, e))
+            ew = moe.ExpertWeights(
+                w1=0.02 * jax.random.normal(keys[1], (e, d, ff)),
+                w3=0.02 * jax.random.normal(keys[2], (e, d, ff)),
+                w2=0.02 * jax.random.normal(keys[3], (e, ff, d)),
+            )
+            dense_w = (ew.w1[0].repeat(k, 1), ew.w3[0].repeat(k, 1), ew.w2[0].repeat(k, 0))
+
+            def route(x, router, k=k):
+                r = moe.route(x @ router, top_k=k)
+                aux = (
+                    moe.load_balancing_loss(r.probs, r.experts),
+                    moe.router_z_loss(r.logits),
+                    routing_stats(r.probs, r.experts),
+                )
+                return r, aux
+
+            r, _ = jax.jit(route)(x, router)
+            n = tokens * k
+            order = jnp.argsort(r.experts.reshape(-1), stable=True)
+            gs = jnp.bincount(r.experts.reshape(-1), length=e)
+            xs = x[order // k]
+            ys = jnp.ones((n, d), jnp.float32)
+            tile = moe.effective_tile(n, e, args.tile)
+
+            def permute(x, experts, k=k, e=e):
+                order = jnp.argsort(experts.reshape(-1), stable=True)
+                return x[order // k], jnp.bincount(experts.reshape(-1), length=e)
+
+            def experts_fn(xs, gs, ew):
+                gmm = functools.partial(
+                    moe.grouped_matmul, group_sizes=gs, impl="tiled", tile_size=args.tile
+                )
+                return gmm(jax.nn.silu(gmm(xs, ew.w1)) * gmm(xs, ew.w3), ew.w2)
+
+            def unpermute(ys, order, weights, k=k):
+                inv = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0]))
+                return jnp.einsum("tkd,tk->td", ys[inv].reshape(-1, k, d), weights)
+
+            def full(x, router, ew, k=k):
+                r, aux = route(x, router)
+                y = moe.dropless_experts(
+                    x, r.experts, r.weights, ew, impl="tiled", tile_size=args.tile
+                )
+                return y, aux
+
+            def dense(x, w):
+                return (jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2]
+
+            parts = {
+                "router+losses+stats": (route, (x, router)),
+                "sort+gather": (permute, (x, r.experts)),
+                "grouped_matmuls": (experts_fn, (xs, gs, ew)),
+                "unsort+combine": (unpermute, (ys, order, r.weights)),
+                "moe_total": (full, (x, router, ew)),
+                "dense_total": (dense, (x, dense_w)),
+            }
+            times, cpus = {}, {}
+            for name, (fn, fargs) in parts.items():
+                compiled, compile_s, _ = _compile(fn, fargs)
+                times[name], cpus[name] = _time(compiled, fargs, args.reps)
+            for name, t in times.items():
+                line = {
+                    "what": f"moe_breakdown/fwd/{name}",
+                    "size": {
+                        "tokens": tokens,
+                        "d_model": d,
+                        "expert_ff": ff,
+                        "E": e,
+                        "k": k,
+                        "tile": tile,
+                    },
+                    "device": _device(),
+                    "time_s": round(t, 5),
+                    "cpu_s": round(cpus[name], 5),
+                    "rate": round(tokens / t, 1),
+                    "unit": "tokens/s",
+                    "cpu_fraction_of_dense": round(cpus[name] / cpus["dense_total"], 3),
+                }
+                print(json.dumps(line), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--expert-ff", type=int, default=128)
+    ap.add_argument("--experts", type=lambda s: [int(v) for v in s.split(",")], default=[8, 32, 64])
+    ap.add_argument("--topk", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 8])
+    ap.add_argument("--modes", type=lambda s: s.split(","), default=["fwd", "train"])
+    ap.add_argument(
+        "--variants",
+        type=lambda s: s.split(","),
+        default=["dense", "dropless-tiled", "dropless-ragged_dot", "capacity"],
+    )
+    ap.add_argument("--tile", type=int, default=128, help="largest tile of the tiled gmm")
+    ap.add_argument("--cf", type=float, default=1.25, help="capacity factor")
+    ap.add_argument("--ragged-mb", type=float, default=256.0)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--breakdown", action="store_true", help="only the forward breakdown")
+    args = ap.parse_args()
+    np.set_printoptions(precision=3)
+    if args.breakdown:
+        run_breakdown(args)
+    else:
+        run_grid(args)
+
+
+if __name__ == "__main__":
+    main()
