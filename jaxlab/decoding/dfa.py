@@ -45,9 +45,7 @@ class CharDFA:
             raise ValueError(f"start={self.start}: expected 0 <= start < {num_states}")
         if num_states and (self.transitions.min() < 0 or self.transitions.max() >= num_states):
             raise ValueError("transitions: every entry must be a state index in [0, states)")
-        if len(set(self.alphabet)) != len(self.alphabet) or any(
-            len(c) != 1 for c in self.alphabet
-        ):
+        if len(set(self.alphabet)) != len(self.alphabet) or any(len(c) != 1 for c in self.alphabet):
             raise ValueError(f"alphabet={self.alphabet!r}: expected distinct single characters")
 
     @property
@@ -147,8 +145,10 @@ class CharDFA:
         for t, string in enumerate(token_strings):
             current = states
             for char in string:
-                current = char_table[current, index[char]] if char in index else np.full_like(
-                    states, sink
+                current = (
+                    char_table[current, index[char]]
+                    if char in index
+                    else np.full_like(states, sink)
                 )
             table[:, t] = current
         return table, np.concatenate([self.accepting, [False]])

@@ -85,6 +85,7 @@ def generate(
     Returns:
         :class:`DecodeOutput`.
     """
+    prompt, prompt_lengths = jnp.asarray(prompt), jnp.asarray(prompt_lengths)
     check_prompt(prompt, prompt_lengths, max_len)
     if sampling_params is None:
         sampling_params = sampling.SamplingParams()

@@ -63,9 +63,7 @@ class Grammar:
 
     def terminal_alphabet(self) -> tuple[str, ...]:
         """Sorted characters of all terminal symbols."""
-        chars = {
-            c for _, rhs in self.rules for s in rhs if s not in self.nonterminals for c in s
-        }
+        chars = {c for _, rhs in self.rules for s in rhs if s not in self.nonterminals for c in s}
         return tuple(sorted(chars))
 
 

@@ -55,7 +55,9 @@ def greedy(logits: Float[Array, "*batch vocab"]) -> Int[Array, "*batch"]:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
-def top_k_mask(logits: Float[Array, "*batch vocab"], k: Int[ArrayLike, "..."]) -> Bool[Array, "..."]:
+def top_k_mask(
+    logits: Float[Array, "*batch vocab"], k: Int[ArrayLike, "..."]
+) -> Bool[Array, "..."]:
     """Mask of the ``k`` largest logits (``k <= 0`` or ``k >= V`` keeps everything).
 
     Args:
@@ -154,7 +156,7 @@ def is_stop(
     """
     if stop_tokens is None:
         return jnp.zeros(tokens.shape, jnp.bool_)
-    stop_tokens = jnp.asarray(stop_tokens, jnp.int32)
+    stop_tokens = jnp.asarray(stop_tokens, jnp.int32).reshape((1,) * tokens.ndim + (-1,))
     hits = (tokens[..., None] == stop_tokens) & (stop_tokens >= 0)
     return jnp.any(hits, axis=-1)
 

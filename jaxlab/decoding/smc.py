@@ -79,8 +79,7 @@ class SMCConfig:
             raise ValueError(f"SMCConfig.proposal={self.proposal!r}: expected one of {PROPOSALS}")
         if self.resampling not in resampling.METHODS:
             raise ValueError(
-                f"SMCConfig.resampling={self.resampling!r}: expected one of "
-                f"{resampling.METHODS}"
+                f"SMCConfig.resampling={self.resampling!r}: expected one of {resampling.METHODS}"
             )
 
 
@@ -112,32 +111,33 @@ class SMCResult:
 
 def propose_token(
     key: PRNGKeyArray,
-    lm_log_probs: Float[Array, " vocab_plus_eos"],
-    condition_logw: Float[Array, " vocab_plus_eos"],
+    lm_log_probs: Float[Array, "*particles vocab_plus_eos"],
+    condition_logw: Float[Array, "*particles vocab_plus_eos"],
     proposal: str,
-) -> tuple[Int[Array, ""], Float[Array, ""]]:
-    """One properly weighted token draw (module docstring) for one particle.
+) -> tuple[Int[Array, "*particles"], Float[Array, "*particles"]]:
+    """Properly weighted token draws (module docstring), independently for every row.
 
     If the constrained proposal has no admissible token (``L = 0``) it returns EOS with weight
     ``-inf``.
 
     Args:
-        key: PRNG key.
-        lm_log_probs: ``[V + 1]`` normalised LM log-probabilities, EOS last.
-        condition_logw: ``[V + 1]`` condition next-token log weights, EOS last.
+        key: PRNG key (one draw per row).
+        lm_log_probs: ``[..., V + 1]`` normalised LM log-probabilities, EOS last.
+        condition_logw: ``[..., V + 1]`` condition next-token log weights, EOS last.
         proposal: one of :data:`PROPOSALS` (static).
 
     Returns:
-        ``(token, log_weight_increment)``; ``token = V`` is EOS.
+        ``(token [...], log_weight_increment [...])``; ``token = V`` is EOS.
     """
-    eos = lm_log_probs.shape[0] - 1
+    eos = lm_log_probs.shape[-1] - 1
     if proposal == "direct":
-        token = jax.random.categorical(key, lm_log_probs)
-        return token.astype(jnp.int32), condition_logw[token]
+        token = jax.random.categorical(key, lm_log_probs, axis=-1).astype(jnp.int32)
+        weight = jnp.take_along_axis(condition_logw, token[..., None], axis=-1)[..., 0]
+        return token, weight
     joint = lm_log_probs + condition_logw
-    local_z = jax.nn.logsumexp(joint)
+    local_z = jax.nn.logsumexp(joint, axis=-1)
     feasible = local_z > -jnp.inf
-    token = jax.random.categorical(key, jnp.where(feasible, joint, 0.0))
+    token = jax.random.categorical(key, jnp.where(feasible[..., None], joint, 0.0), axis=-1)
     token = jnp.where(feasible, token, eos).astype(jnp.int32)
     if proposal == "constrained":
         return token, local_z
@@ -186,6 +186,7 @@ def smc(
     """
     n, steps = config.num_particles, config.max_tokens + 1
     eos = lm.vocab_size - 1
+    prompt = jnp.asarray(prompt)
     if prompt.ndim != 1 or prompt.shape[0] < 1:
         raise ValueError(f"prompt.shape={prompt.shape}: expected [prompt_len >= 1]")
     for name, pot in (("condition", condition), ("critic", critic)):
@@ -201,9 +202,8 @@ def smc(
     length_mask = jnp.concatenate([jnp.full((eos,), -jnp.inf), jnp.zeros((1,))])
 
     def body(carry, inputs):
-        t, key = inputs
+        t, key_prop, key_res = inputs
         lm_state, last, tokens, lengths, done, log_w, c_state, k_state = carry
-        key_prop, key_res = jax.random.split(key)
         position = jnp.full((n,), prompt_len - 1, jnp.int32) + t
         logits, lm_state = lm.apply(lm_params, lm_state, last[:, None], position)
         lm_log_probs = jax.nn.log_softmax(logits[:, 0].astype(jnp.float32), axis=-1)
@@ -212,10 +212,7 @@ def smc(
         else:
             cond_logw = jax.vmap(condition.logw_next)(c_state)
         cond_logw = cond_logw + jnp.where(t == steps - 1, length_mask, 0.0)[None, :]
-        keys = jax.random.split(key_prop, n)
-        token, inc = jax.vmap(lambda k, lp, cw: propose_token(k, lp, cw, config.proposal))(
-            keys, lm_log_probs, cond_logw
-        )
+        token, inc = propose_token(key_prop, lm_log_probs, cond_logw, config.proposal)
         if critic is not None:
             inc = inc + jax.vmap(critic.token_logw)(k_state, token)
         active = ~done
@@ -231,9 +228,7 @@ def smc(
         last = jnp.where(grow, token, last)
         done = done | (active & ~grow) | (t == steps - 1)
         current_ess = resampling.ess(log_w)
-        do_resample = (
-            (current_ess < ess_threshold * n) & jnp.any(~done) & jnp.any(log_w > -jnp.inf)
-        )
+        do_resample = (current_ess < ess_threshold * n) & jnp.any(~done) & jnp.any(log_w > -jnp.inf)
         ancestors = resampling.resample(key_res, log_w, config.resampling)
         ancestors = jnp.where(do_resample, ancestors, jnp.arange(n, dtype=jnp.int32))
         gathered = jax.tree.map(
@@ -257,7 +252,8 @@ def smc(
         c_state,
         k_state,
     )
-    inputs = (jnp.arange(steps), jax.random.split(key, steps))
+    keys = jax.random.split(key, 2 * steps)
+    inputs = (jnp.arange(steps), keys[:steps], keys[steps:])
     carry, (ess_trace, resampled) = jax.lax.scan(body, carry, inputs)
     _, _, tokens, lengths, _, log_w, _, _ = carry
     return SMCResult(

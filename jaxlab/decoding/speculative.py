@@ -382,6 +382,7 @@ def speculative_decode(
     Returns:
         :class:`SpeculativeOutput`.
     """
+    prompt, prompt_lengths = jnp.asarray(prompt), jnp.asarray(prompt_lengths)
     check_prompt(prompt, prompt_lengths, config.max_len)
     if draft.vocab_size != target.vocab_size:
         raise ValueError(
@@ -404,9 +405,8 @@ def speculative_decode(
     _, t_state = target.apply(target_params, t_state, buffer[:, :prompt_len], zeros)
     lengths = jnp.clip(prompt_lengths.astype(jnp.int32), 1, prompt_len)
 
-    def draft_block(key, d_state, buffer, n):
+    def draft_block(keys, d_state, buffer, n):
         """Drafts ``num_q`` tokens; returns logits ``[B, num_q, V]`` and tokens ``[B, num_q]``."""
-        keys = jax.random.split(key, num_q)
         start = jnp.maximum(n - 2, 0)
         last_two = jnp.take_along_axis(buffer, start[:, None] + jnp.arange(2)[None, :], axis=1)
         logits, d_state = draft.apply(draft_params, d_state, last_two, start)
@@ -426,8 +426,9 @@ def speculative_decode(
 
     def body(carry):
         key, buffer, n, done, d_state, t_state, stats = carry
-        key, key_draft, key_verify = jax.random.split(key, 3)
-        q_logits, xs, d_state = draft_block(key_draft, d_state, buffer, n)
+        keys = jax.random.split(key, num_q + 2)
+        key, key_verify = keys[0], keys[1]
+        q_logits, xs, d_state = draft_block(keys[2:], d_state, buffer, n)
         drafts = xs[:, :gamma]
         chunk = jnp.concatenate([buffer[rows, n - 1][:, None], drafts], axis=1)
         p_logits, t_state = target.apply(target_params, t_state, chunk, n - 1)
@@ -437,7 +438,9 @@ def speculative_decode(
         q_raw = jax.nn.softmax(q_logits.astype(jnp.float32), axis=-1)
         p_raw = jax.nn.softmax(p_logits.astype(jnp.float32), axis=-1)
         if config.cascade_bonus:
-            bonus = deferral_target(q[:, gamma], p[:, gamma], q_raw[:, gamma], p_raw[:, gamma], rule)
+            bonus = deferral_target(
+                q[:, gamma], p[:, gamma], q_raw[:, gamma], p_raw[:, gamma], rule
+            )
         else:
             bonus = p[:, gamma]
         out = verify(
@@ -453,7 +456,9 @@ def speculative_decode(
         k = out.num_accepted
         j = jnp.arange(gamma + 1)[None, :]
         padded = jnp.concatenate([drafts, jnp.full((batch, 1), pad_id, jnp.int32)], axis=1)
-        new = jnp.where(j < k[:, None], padded, jnp.where(j == k[:, None], out.next_token[:, None], pad_id))
+        new = jnp.where(
+            j < k[:, None], padded, jnp.where(j == k[:, None], out.next_token[:, None], pad_id)
+        )
         stop_hits = sampling.is_stop(new, stop_tokens) & (j <= k[:, None])
         emitted = jnp.where(jnp.any(stop_hits, axis=1), jnp.argmax(stop_hits, axis=1) + 1, k + 1)
         emitted = jnp.minimum(emitted, max_len - n).astype(jnp.int32)

@@ -67,21 +67,19 @@ def trigram_lm(vocab_size: int) -> CausalLM:
 
 
 def random_table(
-    key: PRNGKeyArray, shape: tuple[int, ...], *, concentration: float = 1.0
+    key: PRNGKeyArray, shape: tuple[int, ...], *, scale: float = 1.0
 ) -> Float[Array, "..."]:
-    """Log-probabilities of random categorical rows drawn from ``Dirichlet(concentration)``.
+    """Random next-token log-probabilities ``log_softmax(scale · z)``, ``z ~ N(0, I)``.
 
     Args:
         key: PRNG key.
         shape: ``(*contexts, V)``; each trailing row is one next-token distribution.
-        concentration: Dirichlet parameter; small values give peaked rows.
+        scale: logit scale; large values give peaked (low-entropy) rows.
 
     Returns:
-        ``log`` of the probabilities, shape ``shape``.
+        Normalised log-probabilities, shape ``shape``.
     """
-    alpha = jnp.full(shape, concentration, jnp.float32)
-    probs = jax.random.dirichlet(key, alpha)
-    return jnp.log(jnp.maximum(probs, 1e-30))
+    return jax.nn.log_softmax(scale * jax.random.normal(key, shape), axis=-1)
 
 
 def mix_tables(

@@ -52,7 +52,7 @@ def _token_char_table() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _value_so_far(params, tokens, length):
-    codes, _ = params
+    codes = params[0]
     chars = codes[tokens]  # [L, width]
     valid = (jnp.arange(tokens.shape[0]) < length)[:, None] & (chars != -1)
 
@@ -70,26 +70,30 @@ def _value_so_far(params, tokens, length):
     return total + current
 
 
-def value_critic() -> potentials.SequencePotential:
-    """Semantic potential: the sum's value is even and at most ``VALUE_BOUND``.
+def _critic_prefix(params, tokens, length):
+    _, bound, _ = params
+    return jnp.where(_value_so_far(params, tokens, length) <= bound, 0.0, -jnp.inf)
 
-    ``prefix`` is ``1[value so far <= VALUE_BOUND]`` (values only grow, so it is a valid upper
-    bound) and ``complete`` adds the parity check.
+
+def _critic_complete(params, tokens, length):
+    _, bound, modulus = params
+    value = _value_so_far(params, tokens, length)
+    return jnp.where((value <= bound) & (value % modulus == 0), 0.0, -jnp.inf)
+
+
+def value_critic(bound: int = VALUE_BOUND, modulus: int = 2) -> potentials.SequencePotential:
+    """Semantic potential: the sum's value is a multiple of ``modulus`` and at most ``bound``.
+
+    ``prefix`` is ``1[value so far <= bound]`` (values only grow, so it is a valid upper bound)
+    and ``complete`` adds the divisibility check. ``bound`` and ``modulus`` are traced
+    parameters (``value_critic(10**6, 1)`` is the constant-one potential) and the functions are
+    module-level, so every instance shares the static fields and jitted callers hit their cache.
     """
-    codes, lengths = _token_char_table()
-
-    def prefix_fn(params, tokens, length):
-        return jnp.where(_value_so_far(params, tokens, length) <= VALUE_BOUND, 0.0, -jnp.inf)
-
-    def complete_fn(params, tokens, length):
-        value = _value_so_far(params, tokens, length)
-        ok = (value <= VALUE_BOUND) & (value % 2 == 0)
-        return jnp.where(ok, 0.0, -jnp.inf)
-
+    codes, _ = _token_char_table()
     return potentials.SequencePotential(
-        params=(jnp.asarray(codes), jnp.asarray(lengths)),
-        prefix_fn=prefix_fn,
-        complete_fn=complete_fn,
+        params=(jnp.asarray(codes), jnp.int32(bound), jnp.int32(modulus)),
+        prefix_fn=_critic_prefix,
+        complete_fn=_critic_complete,
         max_len=MAX_TOKENS + 1,
         num_tokens=len(TOKENS),
     )
@@ -97,7 +101,7 @@ def value_critic() -> potentials.SequencePotential:
 
 def toy_lm_table(seed: int = 0) -> jnp.ndarray:
     """Random bigram log-probabilities over ``TOKENS + EOS`` (EOS row = BOS context)."""
-    return tabulated.random_table(jax.random.key(seed), (EOS + 1, EOS + 1), concentration=0.7)
+    return tabulated.random_table(jax.random.key(seed, impl="rbg"), (EOS + 1, EOS + 1), scale=1.5)
 
 
 def all_sequences(max_tokens: int = MAX_TOKENS, vocab: int = EOS):
@@ -121,7 +125,8 @@ def exact_target(table, *, use_regex: bool = True, use_critic: bool = True):
     """Exact ``(g, Z, lcd)`` over :func:`all_sequences`.
 
     ``g ∝ p_LM(x EOS) Phi_eff(x) Phi_exp(x)``; ``lcd`` is the distribution of locally constrained
-    decoding with the regex (token-level liveness) and the length limit, without weights.
+    decoding with the regex (token-level liveness) and the length limit, without weights,
+    conditioned on survival (the length limit can leave a particle with no admissible token).
     """
     logp = np.asarray(table, np.float64)
     probs = np.exp(logp)
@@ -154,4 +159,4 @@ def exact_target(table, *, use_regex: bool = True, use_critic: bool = True):
         target[i] = p_lm * ok
         lcd[i] = q_lcd
     z = target.sum()
-    return target / z, z, lcd
+    return target / z, z, lcd / lcd.sum()  # LCD conditioned on not hitting a dead end
