@@ -16,7 +16,9 @@ from pathlib import Path
 
 #: Extra sub-commands contributed by families: name -> ("module:function", help). The function
 #: takes the remaining argv and returns an exit status.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "generate": ("jaxlab.recipes.generate:main", "sample text from a trained decoder LM run"),
+}
 
 
 class UserError(Exception):
