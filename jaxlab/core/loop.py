@@ -182,6 +182,7 @@ def run(
         )
         state = jax.jit(task.init, out_shardings=out_sh)(key)
 
+    hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
     compiled: dict[int, Callable] = {}
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
     last_metrics: dict[str, Any] = {}

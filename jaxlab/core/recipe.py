@@ -58,6 +58,8 @@ class Recipe:
     default_preset: str | None = None
     #: optional ``(cfg, run_dir, argv) -> exit status`` for recipe-specific ``jaxlab eval`` options
     eval_main: Callable[[Any, Path, list[str]], int] | None = None
+    #: optional ``(cfg, run_dir) -> hooks`` (``jaxlab.core.loop.Hook``) added to every run
+    hooks: Callable[[Any, Path], Any] | None = None
 
     def presets(self) -> list[str]:
         if self.presets_dir is None or not Path(self.presets_dir).is_dir():

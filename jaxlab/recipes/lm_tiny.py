@@ -13,7 +13,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -24,8 +23,13 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Recipe, Task, register
 from jaxlab.core.sharding import MeshConfig, make_mesh, shard_batch, state_shardings
-from jaxlab.lm.data import ByteLMDataConfig, load_corpus, train_iterator, unigram_entropy
-from jaxlab.lm.data import validation_iterator
+from jaxlab.lm.data import (
+    ByteLMDataConfig,
+    load_corpus,
+    train_iterator,
+    unigram_entropy,
+    validation_iterator,
+)
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss
 
 
@@ -113,8 +117,14 @@ class LmParts:
     eval_loss: Any
 
 
-def build_parts(cfg: LmTinyConfig, devices: Any = None, model: Decoder | None = None) -> LmParts:
+def build_parts(
+    cfg: LmTinyConfig, devices: Any = None, model: Decoder | None = None, objective: Any = None
+) -> LmParts:
+    """The recipe's pure pieces. ``objective(model, params, tokens) -> (loss, metrics)`` replaces
+    the plain cross-entropy :func:`loss_fn` as training loss (e.g. adding MoE auxiliary losses)."""
     model = model if model is not None else Decoder(cfg.model)
+    if objective is None:
+        objective = lambda m, p, t: (loss_fn(m, p, t), {})  # noqa: E731
     opt = make_optimizer(cfg.optim, cfg.loop.total_steps)
     mesh = make_mesh(cfg.mesh, devices)
 
@@ -124,12 +134,12 @@ def build_parts(cfg: LmTinyConfig, devices: Any = None, model: Decoder | None = 
         return LmState(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32))
 
     def train_step(state: LmState, batch: dict[str, jax.Array]) -> tuple[LmState, dict]:
-        loss, grads = jax.value_and_grad(functools.partial(loss_fn, model))(
-            state.params, batch["tokens"]
-        )
+        (loss, extra), grads = jax.value_and_grad(
+            functools.partial(objective, model), has_aux=True
+        )(state.params, batch["tokens"])
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), **extra}
         return LmState(params, opt_state, state.step + 1), metrics
 
     eval_loss = jax.jit(lambda params, tokens: loss_fn(model, params, tokens))

@@ -17,7 +17,14 @@ CONFIGS = sorted((ROOT / "tpu_configs").glob("*.yaml"))
 
 def test_there_are_configs_for_v5e_8_and_v5p_128():
     names = {p.name for p in CONFIGS}
-    assert {"lm-tiny-v5e-8.yaml", "lm-tiny-v5p-128.yaml"} <= names
+    assert {"lm-tiny-v5e-8.yaml", "lm-tiny-v5p-128.yaml", "olmoe-1b-7b-v5p-128.yaml"} <= names
+
+
+def test_olmoe_config_has_an_expert_axis():
+    run = tpu_config.load(ROOT / "tpu_configs" / "olmoe-1b-7b-v5p-128.yaml")
+    moe = run.config.model.moe
+    assert run.config.mesh.expert > 1 and moe.num_experts % run.config.mesh.expert == 0
+    assert (moe.num_experts, moe.top_k, run.config.model.d_model) == (64, 8, 2048)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -38,8 +45,12 @@ def test_bad_mesh_is_refused(tmp_path):
 @pytest.mark.slow
 def test_train_step_lowers_for_every_slice():
     worker = Path(__file__).parent / "tpu_lowering_worker.py"
-    out = subprocess.run([sys.executable, str(worker), *map(str, CONFIGS)], capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(worker), *map(str, CONFIGS)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("OK")]
     assert len(lines) == len(CONFIGS), out.stdout
