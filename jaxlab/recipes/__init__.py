@@ -7,6 +7,5 @@ every family (importing a recipe pulls in its whole family).
 NAMES: dict[str, str] = {
     "lm-tiny": "lm_tiny",
     "olmoe": "olmoe",
-    "kinetix-ppo": "kinetix_ppo",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
