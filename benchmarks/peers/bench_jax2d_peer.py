@@ -253,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-max-call-s", type=float, default=2.0)
     parser.add_argument("--obs", default="flat,entity")
     parser.add_argument("--seconds", type=float, default=2.5, help="steady-state time each")
+    parser.add_argument(
+        "--scene",
+        default=None,
+        help="engine only: time this one scene (e.g. l/h0_angrybirds) instead of the defaults",
+    )
     parser.add_argument("--skip-engine", action="store_true")
     parser.add_argument("--skip-env", action="store_true")
     parser.add_argument(
@@ -269,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             scenes = [SCENES[size]] + (
                 ["l/h0_angrybirds"] if size == "L" and not args.no_real_l else []
             )
+            if args.scene is not None:
+                scenes = [args.scene]
             for n in [int(x) for x in args.engine_n.split(",")]:
                 for scene in scenes:
                     emit(bench_engine(size, scene, n, args.seconds))

@@ -135,6 +135,53 @@ def _where_rows(mask, x):
     return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim)), x, jnp.zeros_like(x))
 
 
+def contact_impulse(r: ContactRows, r1, r2, va, wa, vb, wb, acc_n, acc_t, live):
+    """Normal then friction impulse of contacts solved in parallel (Jax2D ``resolve_collision``).
+
+    Args:
+        r: per-contact rows, leaves with leading axis [k].
+        r1, r2: [k, 2] arms ``p - x_a`` and ``p - x_b``.
+        va, vb: [k, 2] and wa, wb: [k] body velocities.
+        acc_n, acc_t: [k] accumulated impulses.
+        live: [k] contacts that act (others return zeros, also for the new accumulators).
+
+    Returns:
+        ``(dv_a, dv_b, dw_a, dw_b, new_acc_n, new_acc_t)``.
+    """
+    ima, imb, iia, iib = r.inv_mass_a, r.inv_mass_b, r.inv_inertia_a, r.inv_inertia_b
+    n = r.normal
+    dv = (vb + cross_sv(wb, r2)) - (va + cross_sv(wa, r1))
+    vn = jnp.sum(dv * n, axis=-1)
+    rn1 = jnp.sum(r1 * n, axis=-1)
+    rn2 = jnp.sum(r2 * n, axis=-1)
+    r1sq = jnp.sum(r1 * r1, axis=-1)
+    r2sq = jnp.sum(r2 * r2, axis=-1)
+    kn = ima + imb + iia * (r1sq - rn1 * rn1) + iib * (r2sq - rn2 * rn2)
+    jn = (-vn + r.bias - r.v_rest) / nonzero(kn)
+    new_n = jnp.maximum(acc_n + jn, 0.0)
+    pn = (new_n - acc_n)[..., None] * n
+    dva = -ima[..., None] * pn
+    dvb = imb[..., None] * pn
+    dwa = -iia * cross(r1, pn)
+    dwb = iib * cross(r2, pn)
+
+    t = r.tangent
+    dv = (vb + dvb) + cross_sv(wb + dwb, r2) - (va + dva) - cross_sv(wa + dwa, r1)
+    vt = jnp.sum(dv * t, axis=-1)
+    rt1 = jnp.sum(r1 * t, axis=-1)
+    rt2 = jnp.sum(r2 * t, axis=-1)
+    kt = ima + imb + iia * (r1sq - rt1 * rt1) + iib * (r2sq - rt2 * rt2)
+    jt = -vt / nonzero(kt)
+    max_t = r.mu * new_n
+    new_t = jnp.clip(acc_t + jt, -max_t, max_t)
+    pt = (new_t - acc_t)[..., None] * t
+    dva = dva - ima[..., None] * pt
+    dwa = dwa - iia * cross(r1, pt)
+    dvb = dvb + imb[..., None] * pt
+    dwb = dwb + iib * cross(r2, pt)
+    return jax.tree.map(lambda x: _where_rows(live, x), (dva, dvb, dwa, dwb, new_n, new_t))
+
+
 def solve_contacts(
     rows: ContactRows,
     acc_n: Float[Array, " m"],
@@ -144,7 +191,11 @@ def solve_contacts(
     position: Float[Array, "n 2"],
     batches: Int[Array, "nb bs"],
 ):
-    """One Gauss-Seidel pass over the contact batches of one pair type.
+    """One Gauss-Seidel pass over the contact batches of one pair type (reference layout).
+
+    Mirrors Jax2D's data flow: a ``lax.scan`` over batches gathering rows by manifold index and
+    scatter-adding impulses, with the ``-1`` padding scatter-setting the last manifold's
+    accumulators.
 
     Args:
         rows: fixed per-contact data.
@@ -162,53 +213,19 @@ def solve_contacts(
     def batch(carry, idx):
         acc_n, acc_t, vel, ang = carry
         r = jax.tree.map(lambda x: x[idx], rows)
-        an, at = acc_n[idx], acc_t[idx]
-        ima, imb, iia, iib = r.inv_mass_a, r.inv_mass_b, r.inv_inertia_a, r.inv_inertia_b
         r1 = r.point - position[r.a]
         r2 = r.point - position[r.b]
-        va, wa, vb, wb = vel[r.a], ang[r.a], vel[r.b], ang[r.b]
-        n = r.normal
-        dv = (vb + cross_sv(wb, r2)) - (va + cross_sv(wa, r1))
-        vn = jnp.sum(dv * n, axis=-1)
-        rn1 = jnp.sum(r1 * n, axis=-1)
-        rn2 = jnp.sum(r2 * n, axis=-1)
-        kn = (
-            ima
-            + imb
-            + iia * (jnp.sum(r1 * r1, axis=-1) - rn1 * rn1)
-            + iib * (jnp.sum(r2 * r2, axis=-1) - rn2 * rn2)
-        )
-        jn = (-vn + r.bias - r.v_rest) / nonzero(kn)
-        new_n = jnp.maximum(an + jn, 0.0)
-        pn = (new_n - an)[:, None] * n
-        dva = -ima[:, None] * pn
-        dvb = imb[:, None] * pn
-        dwa = -iia * cross(r1, pn)
-        dwb = iib * cross(r2, pn)
-
-        t = r.tangent
-        dv = (vb + dvb) + cross_sv(wb + dwb, r2) - (va + dva) - cross_sv(wa + dwa, r1)
-        vt = jnp.sum(dv * t, axis=-1)
-        rt1 = jnp.sum(r1 * t, axis=-1)
-        rt2 = jnp.sum(r2 * t, axis=-1)
-        kt = (
-            ima
-            + imb
-            + iia * (jnp.sum(r1 * r1, axis=-1) - rt1 * rt1)
-            + iib * (jnp.sum(r2 * r2, axis=-1) - rt2 * rt2)
-        )
-        jt = -vt / nonzero(kt)
-        max_t = r.mu * new_n
-        new_t = jnp.clip(at + jt, -max_t, max_t)
-        pt = (new_t - at)[:, None] * t
-        dva = dva - ima[:, None] * pt
-        dwa = dwa - iia * cross(r1, pt)
-        dvb = dvb + imb[:, None] * pt
-        dwb = dwb + iib * cross(r2, pt)
-
-        live = r.mask & (idx != -1)
-        dva, dvb, dwa, dwb, new_n, new_t = jax.tree.map(
-            lambda x: _where_rows(live, x), (dva, dvb, dwa, dwb, new_n, new_t)
+        dva, dvb, dwa, dwb, new_n, new_t = contact_impulse(
+            r,
+            r1,
+            r2,
+            vel[r.a],
+            ang[r.a],
+            vel[r.b],
+            ang[r.b],
+            acc_n[idx],
+            acc_t[idx],
+            r.mask & (idx != -1),
         )
         acc_n = acc_n.at[idx].set(new_n)
         acc_t = acc_t.at[idx].set(new_t)
@@ -222,10 +239,91 @@ def solve_contacts(
     return acc_n, acc_t, velocity, angular_velocity
 
 
+def solve_contacts_masked(
+    rows: ContactRows,
+    acc: Float[Array, "m 2"],
+    body: Float[Array, "n 5"],
+    member: Bool[Array, "nb m"],
+    batch_size: int,
+):
+    """One pass over the batches of one pair type, in natural manifold order (fast solver).
+
+    Batch ``j`` solves, in parallel, exactly the manifolds Jax2D puts in batch ``j`` (those at
+    sorted position ``p`` with ``p mod n_batches == j``, see ``batch_membership``); every lane is
+    evaluated and non-members are masked, so no per-batch permutation or row gather is needed
+    and the body gathers/scatters use the static pair indices. Members that do not act get zero
+    accumulators, as in Jax2D, and the ``-1`` padding writes zero the last manifold's
+    accumulators after every batch holding padding.
+
+    Args:
+        rows: fixed per-contact data in manifold order.
+        acc: [m, 2] accumulated ``(normal, tangent)`` impulses.
+        body: [N, 5] packed ``(x, y, v_x, v_y, w)``.
+        member: [n_batches, m] batch membership.
+        batch_size: solver batch size (static; locates Jax2D's padding lanes).
+
+    Returns:
+        ``(acc, body)``.
+    """
+    nb, m = member.shape
+    if nb == 0:
+        return acc, body
+    pad_batches = {p % nb for p in range(m, nb * batch_size)}
+    a, b = rows.a, rows.b
+    arm_a = rows.point - body[a, :2]
+    arm_b = rows.point - body[b, :2]
+    # An inactive last manifold already has zero accumulators, so the write is unconditional.
+    zero_last = jnp.asarray([j in pad_batches for j in range(nb)])
+
+    def batch(carry, xs):
+        acc, body = carry
+        in_batch, zero = xs
+        ga, gb = body[a], body[b]
+        dva, dvb, dwa, dwb, new_n, new_t = contact_impulse(
+            rows,
+            arm_a,
+            arm_b,
+            ga[:, 2:4],
+            ga[:, 4],
+            gb[:, 2:4],
+            gb[:, 4],
+            acc[:, 0],
+            acc[:, 1],
+            rows.mask & in_batch,
+        )
+        acc = jnp.where(in_batch[:, None], jnp.stack([new_n, new_t], -1), acc)
+        acc = acc.at[m - 1].set(jnp.where(zero, 0.0, acc[m - 1]))
+        zeros = jnp.zeros_like(dva)
+        body = body.at[a].add(jnp.concatenate([zeros, dva, dwa[:, None]], -1))
+        body = body.at[b].add(jnp.concatenate([zeros, dvb, dwb[:, None]], -1))
+        return (acc, body), None
+
+    (acc, body), _ = jax.lax.scan(batch, (acc, body), (member, zero_last))
+    return acc, body
+
+
+def _sorted_rank(active: Bool[Array, " m"]) -> Int[Array, " m"]:
+    """Position of each manifold in a stable sort by ``active`` (inactive first)."""
+    active = active.astype(jnp.int32)
+    n_inactive = active.shape[0] - jnp.sum(active)
+    return jnp.where(active == 1, n_inactive + jnp.cumsum(active) - 1, jnp.cumsum(1 - active) - 1)
+
+
 def batch_order(active: Bool[Array, " m"], batch_size: int) -> Int[Array, "nb bs"]:
-    """Jax2D's batch layout: stable sort by ``active``, pad with -1, reshape, transpose."""
+    """Jax2D's batch layout: stable sort by ``active``, pad with -1, reshape to
+    ``(batch_size, n_batches)`` and transpose, so batch ``j`` holds sorted positions
+    ``j, j + n_batches, ...``."""
     m = active.shape[0]
     n_batches = math.ceil(m / batch_size)
-    order = jnp.argsort(active, stable=True).astype(jnp.int32)
+    rank = _sorted_rank(active)
+    order = jnp.zeros((m,), jnp.int32).at[rank].set(jnp.arange(m, dtype=jnp.int32))
     flat = jnp.full((n_batches * batch_size,), -1, jnp.int32).at[:m].set(order)
     return flat.reshape(batch_size, n_batches).T
+
+
+def batch_membership(active: Bool[Array, " m"], batch_size: int) -> Bool[Array, "nb m"]:
+    """``member[j, i]``: manifold ``i`` is in batch ``j`` of ``batch_order`` (no permutation)."""
+    m = active.shape[0]
+    n_batches = math.ceil(m / batch_size)
+    rank = _sorted_rank(active)
+    return (rank[None, :] % n_batches) == jnp.arange(n_batches)[:, None]

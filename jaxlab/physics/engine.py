@@ -25,13 +25,23 @@ from jaxtyping import Array, Float
 from jaxlab.physics.collision import compute_manifolds, pair_indices
 from jaxlab.physics.contact import (
     BodyConstants,
+    batch_membership,
     batch_order,
     contact_rows,
     solve_contacts,
+    solve_contacts_masked,
     warm_start_impulses,
 )
 from jaxlab.physics.geometry import concat_bodies, cross, rotate
-from jaxlab.physics.joints import joint_warm_start_impulse, motor_impulse, resolve_joint
+from jaxlab.physics.joints import (
+    joint_frame,
+    joint_warm_start_impulse,
+    motor_impulse,
+    pack_frame,
+    resolve_joint,
+    resolve_joint_dynamic,
+    unpack_frame,
+)
 from jaxlab.physics.state import (
     CollisionManifold,
     RigidBody,
@@ -78,6 +88,8 @@ def step(
     params: SimParams,
     static_params: StaticSimParams,
     actions: Float[Array, " a"],
+    *,
+    solver: str = "fast",
 ) -> tuple[SimState, Manifolds]:
     """Advance the scene by ``params.dt``.
 
@@ -87,6 +99,10 @@ def step(
         static_params: capacities and solver sizes (static under ``jit``).
         actions: [num_joints + num_thrusters]: motor actions of the joint slots, then thruster
             actions.
+        solver: ``"fast"`` (default) or ``"reference"``. Both run the same updates in the same
+            order; ``"reference"`` mirrors Jax2D's array layout (scans, gathers, scatters) and
+            matches it to float32 round-off, ``"fast"`` fuses the sequential solver and may
+            differ by round-off in sums of simultaneous contact impulses.
 
     Returns:
         ``(new_state, (rr, cr, cc))``: the solved manifolds of this step, polygon-polygon ones
@@ -99,6 +115,8 @@ def step(
             f"actions has shape {actions.shape}; expected ({sp.num_joints + sp.num_thrusters},) "
             "= num_joints + num_thrusters"
         )
+    if solver not in ("fast", "reference"):
+        raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
     motor_actions = actions[:J]
     thruster_actions = actions[J:]
     cc, cr, rr = pair_indices(sp)
@@ -106,7 +124,7 @@ def step(
 
     # 1. Gravity.
     def gravity(body: RigidBody) -> RigidBody:
-        g = state.gravity * params.dt * (body.inverse_mass != 0)[:, None]
+        g = state.gravity[None, :] * params.dt * (body.inverse_mass != 0)[:, None]
         return body.replace(velocity=body.velocity + g)
 
     state = state.replace(polygon=gravity(state.polygon), circle=gravity(state.circle))
@@ -123,17 +141,11 @@ def step(
     vel, ang, pos = bodies.velocity, bodies.angular_velocity, bodies.position
     joints = state.joint
 
-    def body_view(i, position, velocity, angular_velocity):
-        body = jax.tree.map(lambda x: x[i], bodies)
-        return body.replace(
-            position=position[i], velocity=velocity[i], angular_velocity=angular_velocity[i]
-        )
-
     # 3. Motors.
     def motor(j, u):
         jt = jax.tree.map(lambda x: x[j], joints)
-        a = body_view(jt.a_index, pos, vel, ang)
-        b = body_view(jt.b_index, pos, vel, ang)
+        a = _view(bodies, jt.a_index, pos, vel, ang)
+        b = _view(bodies, jt.b_index, pos, vel, ang)
         return motor_impulse(a, b, jt, u, params)
 
     dwa, dwb = jax.vmap(motor)(jnp.arange(J), motor_actions)
@@ -176,8 +188,8 @@ def step(
 
         def joint_ws(j):
             jt = jax.tree.map(lambda x: x[j], joints)
-            a = body_view(jt.a_index, pos, vel, ang)
-            b = body_view(jt.b_index, pos, vel, ang)
+            a = _view(bodies, jt.a_index, pos, vel, ang)
+            b = _view(bodies, jt.b_index, pos, vel, ang)
             return joint_warm_start_impulse(a, b, jt)
 
         dva, dvb, dwa_, dwb_ = jax.vmap(joint_ws)(jnp.arange(J))
@@ -185,44 +197,10 @@ def step(
         ang = _scatter_add(ang, joints.a_index, dwa_, joints.b_index, dwb_)
 
     # 6. Solver iterations.
-    b_rr = batch_order(m_rr.active[:, 0] | m_rr.active[:, 1], bs)
+    rr_active = m_rr.active[:, 0] | m_rr.active[:, 1]
+    b_rr = batch_order(rr_active, bs)
     b_cr = batch_order(m_cr.active, bs)
     b_cc = batch_order(m_cc.active, bs)
-
-    def solve_joints(pos, vel, ang, jstate):
-        def one(carry, j):
-            pos, vel, ang, gpos, acc, acc_r = carry
-            jt = jax.tree.map(lambda x: x[j], joints).replace(
-                acc_impulse=acc[j], acc_r_impulse=acc_r[j]
-            )
-            a = body_view(jt.a_index, pos, vel, ang)
-            b = body_view(jt.b_index, pos, vel, ang)
-            dva, dvb, dwa, dwb, dxa, dxb, jp, imp, r_imp = resolve_joint(a, b, jt, params)
-            gpos = gpos.at[j].set(jp)
-            acc = acc.at[j].set(imp)
-            acc_r = acc_r.at[j].set(r_imp)
-            vel = _scatter_add(vel, jt.a_index, dva, jt.b_index, dvb)
-            ang = _scatter_add(ang, jt.a_index, dwa, jt.b_index, dwb)
-            pos = _scatter_add(pos, jt.a_index, dxa, jt.b_index, dxb)
-            return (pos, vel, ang, gpos, acc, acc_r), None
-
-        (pos, vel, ang, *jstate), _ = jax.lax.scan(one, (pos, vel, ang, *jstate), jnp.arange(J))
-        return pos, vel, ang, tuple(jstate)
-
-    def iteration(carry, _):
-        pos, vel, ang, jstate, acc = carry
-        pos, vel, ang, jstate = solve_joints(pos, vel, ang, jstate)
-        (rrn, rrt, crn, crt, ccn, cct) = acc
-        rrn0, rrt0, vel, ang = solve_contacts(rows_rr[0], rrn[:, 0], rrt[:, 0], vel, ang, pos, b_rr)
-        rrn = rrn.at[:, 0].set(rrn0)
-        rrt = rrt.at[:, 0].set(rrt0)
-        rrn1, rrt1, vel, ang = solve_contacts(rows_rr[1], rrn[:, 1], rrt[:, 1], vel, ang, pos, b_rr)
-        rrn = rrn.at[:, 1].set(rrn1)
-        rrt = rrt.at[:, 1].set(rrt1)
-        crn, crt, vel, ang = solve_contacts(rows_cr, crn, crt, vel, ang, pos, b_cr)
-        ccn, cct, vel, ang = solve_contacts(rows_cc, ccn, cct, vel, ang, pos, b_cc)
-        return (pos, vel, ang, jstate, (rrn, rrt, crn, crt, ccn, cct)), None
-
     acc0 = (
         m_rr.acc_impulse_normal,
         m_rr.acc_impulse_tangent,
@@ -232,9 +210,20 @@ def step(
         m_cc.acc_impulse_tangent,
     )
     jstate0 = (joints.global_position, joints.acc_impulse, joints.acc_r_impulse)
-    (pos, vel, ang, jstate, acc), _ = jax.lax.scan(
-        iteration, (pos, vel, ang, jstate0, acc0), None, length=sp.num_solver_iterations
-    )
+    if solver == "reference":
+        contacts = ((rows_rr[0], rows_rr[1], b_rr), (rows_cr, b_cr), (rows_cc, b_cc))
+        pos, vel, ang, jstate, acc = _solve_reference(
+            pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
+        )
+    else:
+        contacts = (
+            (rows_rr[0], rows_rr[1], batch_membership(rr_active, bs)),
+            (rows_cr, batch_membership(m_cr.active, bs)),
+            (rows_cc, batch_membership(m_cc.active, bs)),
+        )
+        pos, vel, ang, jstate, acc = _solve_fast(
+            pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
+        )
     m_rr = m_rr.replace(acc_impulse_normal=acc[0], acc_impulse_tangent=acc[1])
     m_cr = m_cr.replace(acc_impulse_normal=acc[2], acc_impulse_tangent=acc[3])
     m_cc = m_cc.replace(acc_impulse_normal=acc[4], acc_impulse_tangent=acc[5])
@@ -270,19 +259,160 @@ def step(
     return state, (jax.tree.map(lambda x: x[:, 0], m_rr), m_cr, m_cc)
 
 
+def _view(bodies: RigidBody, i, position, velocity, angular_velocity) -> RigidBody:
+    body = jax.tree.map(lambda x: x[i], bodies)
+    return body.replace(
+        position=position[i], velocity=velocity[i], angular_velocity=angular_velocity[i]
+    )
+
+
+def _solve_reference(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp):
+    """Solver iterations laid out exactly like Jax2D: scans over joints and contact batches with
+    gathers and scatters by index."""
+    (rows_rr0, rows_rr1, b_rr), (rows_cr, b_cr), (rows_cc, b_cc) = contacts
+
+    def solve_joints(pos, vel, ang, jstate):
+        def one(carry, j):
+            pos, vel, ang, gpos, acc, acc_r = carry
+            jt = jax.tree.map(lambda x: x[j], joints).replace(
+                acc_impulse=acc[j], acc_r_impulse=acc_r[j]
+            )
+            a = _view(bodies, jt.a_index, pos, vel, ang)
+            b = _view(bodies, jt.b_index, pos, vel, ang)
+            dva, dvb, dwa, dwb, dxa, dxb, jp, imp, r_imp = resolve_joint(a, b, jt, params)
+            gpos = gpos.at[j].set(jp)
+            acc = acc.at[j].set(imp)
+            acc_r = acc_r.at[j].set(r_imp)
+            vel = _scatter_add(vel, jt.a_index, dva, jt.b_index, dvb)
+            ang = _scatter_add(ang, jt.a_index, dwa, jt.b_index, dwb)
+            pos = _scatter_add(pos, jt.a_index, dxa, jt.b_index, dxb)
+            return (pos, vel, ang, gpos, acc, acc_r), None
+
+        (pos, vel, ang, *jstate), _ = jax.lax.scan(
+            one, (pos, vel, ang, *jstate), jnp.arange(sp.num_joints)
+        )
+        return pos, vel, ang, tuple(jstate)
+
+    def iteration(carry, _):
+        pos, vel, ang, jstate, acc = carry
+        pos, vel, ang, jstate = solve_joints(pos, vel, ang, jstate)
+        rrn, rrt, crn, crt, ccn, cct = acc
+        for k, rows in enumerate((rows_rr0, rows_rr1)):
+            n_k, t_k, vel, ang = solve_contacts(rows, rrn[:, k], rrt[:, k], vel, ang, pos, b_rr)
+            rrn = rrn.at[:, k].set(n_k)
+            rrt = rrt.at[:, k].set(t_k)
+        crn, crt, vel, ang = solve_contacts(rows_cr, crn, crt, vel, ang, pos, b_cr)
+        ccn, cct, vel, ang = solve_contacts(rows_cc, ccn, cct, vel, ang, pos, b_cc)
+        return (pos, vel, ang, jstate, (rrn, rrt, crn, crt, ccn, cct)), None
+
+    (pos, vel, ang, jstate, acc), _ = jax.lax.scan(
+        iteration, (pos, vel, ang, jstate, acc), None, length=sp.num_solver_iterations
+    )
+    return pos, vel, ang, jstate, acc
+
+
+def _solve_fast(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp):
+    """Solver iterations with the same updates in the same order as ``_solve_reference``.
+
+    Body state is packed as ``(x, y, v_x, v_y, w)`` [N, 5]; per-joint quantities that only
+    depend on rotations and masses are computed and packed once per step; contact batches are
+    applied as membership masks over the manifolds in natural order (static pair indices, no
+    per-batch permutation). Sums of simultaneous impulses on one body may round differently.
+    """
+    J = sp.num_joints
+    bs = sp.solver_batch_size
+    (rows_rr0, rows_rr1, member_rr), (rows_cr, member_cr), (rows_cc, member_cc) = contacts
+    rrn, rrt, crn, crt, ccn, cct = acc
+    accs = (
+        jnp.stack([rrn[:, 0], rrt[:, 0]], -1),
+        jnp.stack([rrn[:, 1], rrt[:, 1]], -1),
+        jnp.stack([crn, crt], -1),
+        jnp.stack([ccn, cct], -1),
+    )
+    passes = (
+        (rows_rr0, member_rr),
+        (rows_rr1, member_rr),
+        (rows_cr, member_cr),
+        (rows_cc, member_cc),
+    )
+
+    def frame(j):
+        jt = jax.tree.map(lambda x: x[j], joints)
+        a = jax.tree.map(lambda x: x[jt.a_index], bodies)
+        b = jax.tree.map(lambda x: x[jt.b_index], bodies)
+        return joint_frame(a, b, jt, params)
+
+    frames = pack_frame(jax.vmap(frame)(jnp.arange(J)))
+    gpos, jacc, jacc_r = jstate
+    jpacked = jnp.concatenate([gpos, jacc, jacc_r[:, None]], -1)
+    body = jnp.concatenate([pos, vel, ang[:, None]], -1)
+
+    def one_joint(carry, xs):
+        body, jpacked = carry
+        j, fpacked, ia, ib = xs
+        sa, sb = body[ia], body[ib]
+        js = jpacked[j]
+        dva, dvb, dwa, dwb, dxa, dxb, jp, imp, r_imp = resolve_joint_dynamic(
+            unpack_frame(fpacked),
+            sa[:2],
+            sb[:2],
+            sa[2:4],
+            sa[4],
+            sb[2:4],
+            sb[4],
+            js[2:4],
+            js[4],
+            params,
+        )
+        jpacked = jpacked.at[j].set(jnp.concatenate([jp, imp, r_imp[None]]))
+        body = body.at[ia].add(jnp.concatenate([dxa, dva, dwa[None]]))
+        body = body.at[ib].add(jnp.concatenate([dxb, dvb, dwb[None]]))
+        return (body, jpacked), None
+
+    def iteration(carry, _):
+        body, jpacked, accs = carry
+        if J:
+            (body, jpacked), _ = jax.lax.scan(
+                one_joint,
+                (body, jpacked),
+                (jnp.arange(J), frames, joints.a_index, joints.b_index),
+            )
+        out = []
+        for (rows, member), a in zip(passes, accs, strict=True):
+            a, body = solve_contacts_masked(rows, a, body, member, bs)
+            out.append(a)
+        return (body, jpacked, tuple(out)), None
+
+    (body, jpacked, accs), _ = jax.lax.scan(
+        iteration, (body, jpacked, accs), None, length=sp.num_solver_iterations
+    )
+    acc = (
+        jnp.stack([accs[0][:, 0], accs[1][:, 0]], -1),
+        jnp.stack([accs[0][:, 1], accs[1][:, 1]], -1),
+        accs[2][:, 0],
+        accs[2][:, 1],
+        accs[3][:, 0],
+        accs[3][:, 1],
+    )
+    jstate = (jpacked[:, :2], jpacked[:, 2:4], jpacked[:, 4])
+    return body[:, :2], body[:, 2:4], body[:, 4], jstate, acc
+
+
 def _point(m: CollisionManifold, k: int) -> CollisionManifold:
     return jax.tree.map(lambda x: x[:, k], m)
 
 
-def make_step(static_params: StaticSimParams):
+def make_step(static_params: StaticSimParams, *, solver: str = "fast"):
     """A jitted ``step(state, params, actions)`` closed over ``static_params`` (Jax2D's
     ``PhysicsEngine(static_params).step``)."""
     if not isinstance(static_params, StaticSimParams):
         raise ValueError(f"static_params={static_params!r}; expected a StaticSimParams")
+    if solver not in ("fast", "reference"):
+        raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
 
     @jax.jit
     def _step(state: SimState, params: SimParams, actions):
-        return step(state, params, static_params, actions)
+        return step(state, params, static_params, actions, solver=solver)
 
     return _step
 
@@ -290,12 +420,15 @@ def make_step(static_params: StaticSimParams):
 class PhysicsEngine:
     """Jax2D-style engine object: ``PhysicsEngine(static_params).step(state, params, actions)``."""
 
-    def __init__(self, static_params: StaticSimParams):
+    def __init__(self, static_params: StaticSimParams, *, solver: str = "fast"):
+        if solver not in ("fast", "reference"):
+            raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
         self.static_sim_params = static_params
+        self.solver = solver
 
     def step(self, state: SimState, params: SimParams, actions):
         """``step(state, params, static_params, actions)`` with the engine's static params."""
-        return step(state, params, self.static_sim_params, actions)
+        return step(state, params, self.static_sim_params, actions, solver=self.solver)
 
     def __repr__(self) -> str:
         return f"PhysicsEngine({self.static_sim_params!r})"

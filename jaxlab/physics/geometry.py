@@ -80,8 +80,8 @@ def polygon_mass(
     """
     max_v = vertices.shape[0]
     k = jnp.arange(max_v - 2)
-    e1 = vertices[k + 1] - vertices[0]
-    e2 = vertices[k + 2] - vertices[0]
+    e1 = vertices[k + 1] - vertices[:1]
+    e2 = vertices[k + 2] - vertices[:1]
     areas = 0.5 * jnp.abs(cross(e1, e2)) * (k < n_vertices - 2)
     used = (jnp.arange(max_v) < n_vertices)[:, None]
     centroid = jnp.sum(vertices * used, axis=0) / n_vertices

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from flax import struct
+from jaxtyping import Array, Bool, Float
 
 from jaxlab.physics.geometry import concat_bodies, cross, cross_sv, nonzero, rotate
 from jaxlab.physics.state import Joint, RigidBody, SimParams, SimState, StaticSimParams
@@ -99,7 +100,99 @@ def joint_warm_start_impulse(a: RigidBody, b: RigidBody, joint: Joint):
     return _zero_unless(_acts(a, b, joint), (p * a.inverse_mass, -p * b.inverse_mass, dw_a, dw_b))
 
 
-def resolve_joint(a: RigidBody, b: RigidBody, joint: Joint, params: SimParams):
+@struct.dataclass
+class JointFrame:
+    """Per-joint quantities that stay fixed during one step's solver iterations (they depend on
+    rotations and masses only). Leaves are scalars for one joint, [J] for many.
+
+    Attributes:
+        acts: whether the joint acts at all.
+        inv_mass_a, inv_mass_b, inv_inertia_a, inv_inertia_b: body inverse masses and inertias.
+        sum_inv_mass, sum_inv_inertia: guarded sums (zero replaced by one).
+        r_a, r_b: [2] world-frame anchor arms ``R(theta) p_rel``.
+        is_fixed: weld joint.
+        angular_bias: ``beta_f rel`` for fixed joints, ``beta_l (rel - clip(rel))`` otherwise.
+        applies_angular: whether an angular impulse is applied (fixed joint, or limit violated).
+        acc_impulse, acc_r_impulse: accumulated impulses at the start of the solve.
+    """
+
+    acts: Bool[Array, "..."]
+    inv_mass_a: Float[Array, "..."]
+    inv_mass_b: Float[Array, "..."]
+    inv_inertia_a: Float[Array, "..."]
+    inv_inertia_b: Float[Array, "..."]
+    sum_inv_mass: Float[Array, "..."]
+    sum_inv_inertia: Float[Array, "..."]
+    r_a: Float[Array, "... 2"]
+    r_b: Float[Array, "... 2"]
+    is_fixed: Bool[Array, "..."]
+    angular_bias: Float[Array, "..."]
+    applies_angular: Bool[Array, "..."]
+
+
+_FRAME_FIELDS = (
+    ("acts", 1),
+    ("inv_mass_a", 1),
+    ("inv_mass_b", 1),
+    ("inv_inertia_a", 1),
+    ("inv_inertia_b", 1),
+    ("sum_inv_mass", 1),
+    ("sum_inv_inertia", 1),
+    ("r_a", 2),
+    ("r_b", 2),
+    ("is_fixed", 1),
+    ("angular_bias", 1),
+    ("applies_angular", 1),
+)
+_BOOL_FRAME_FIELDS = ("acts", "is_fixed", "applies_angular")
+
+
+def pack_frame(f: JointFrame) -> Float[Array, "... 14"]:
+    """All frame fields as one float array (booleans as 0/1) so one slice fetches a joint."""
+    lead = f.inv_mass_a.shape
+    cols = [
+        jnp.asarray(getattr(f, name), jnp.float32).reshape(lead + (width,))
+        for name, width in _FRAME_FIELDS
+    ]
+    return jnp.concatenate(cols, axis=-1)
+
+
+def unpack_frame(packed: Float[Array, "... 14"]) -> JointFrame:
+    """Inverse of ``pack_frame``."""
+    out, start = {}, 0
+    for name, width in _FRAME_FIELDS:
+        col = packed[..., start : start + width]
+        col = col if width > 1 else col[..., 0]
+        out[name] = col > 0.5 if name in _BOOL_FRAME_FIELDS else col
+        start += width
+    return JointFrame(**out)
+
+
+def joint_frame(a: RigidBody, b: RigidBody, joint: Joint, params: SimParams) -> JointFrame:
+    """The fixed part of ``resolve_joint`` for one joint."""
+    rel = b.rotation - a.rotation - joint.rotation
+    clipped = jnp.clip(rel, joint.min_rotation, joint.max_rotation)
+    limit_bias = (rel - clipped) * params.baumgarte_coefficient_rjoint_limit_av
+    fixed_bias = rel * params.baumgarte_coefficient_fjoint_av
+    return JointFrame(
+        acts=_acts(a, b, joint),
+        inv_mass_a=a.inverse_mass,
+        inv_mass_b=b.inverse_mass,
+        inv_inertia_a=a.inverse_inertia,
+        inv_inertia_b=b.inverse_inertia,
+        sum_inv_mass=nonzero(a.inverse_mass + b.inverse_mass),
+        sum_inv_inertia=nonzero(a.inverse_inertia + b.inverse_inertia),
+        r_a=rotate(a.rotation, joint.a_relative_pos),
+        r_b=rotate(b.rotation, joint.b_relative_pos),
+        is_fixed=joint.is_fixed_joint,
+        angular_bias=jnp.where(joint.is_fixed_joint, fixed_bias, limit_bias),
+        applies_angular=joint.is_fixed_joint | (joint.motor_has_joint_limits & (clipped != rel)),
+    )
+
+
+def resolve_joint_dynamic(
+    f: JointFrame, xa, xb, va, wa, vb, wb, acc_impulse, acc_r_impulse, params: SimParams
+):
     """One sequential-impulse update of one joint (paper Alg. 1, "resolve joints").
 
     Linear part (soft point constraint with Baumgarte velocity bias and a direct position shift):
@@ -112,55 +205,71 @@ def resolve_joint(a: RigidBody, b: RigidBody, joint: Joint, params: SimParams):
     revolute joint with limits applies ``dw + beta_l (rel - clip(rel))`` when outside its limits
     and when that does not fight the current relative spin.
 
+    Args:
+        f: the joint's fixed frame.
+        xa, xb: [2] body positions; va, vb: [2] velocities; wa, wb: angular velocities.
+        acc_impulse: [2] and acc_r_impulse: accumulated impulses.
+        params: numerical parameters.
+
     Returns:
         ``(dv_a, dv_b, dw_a, dw_b, dx_a, dx_b, joint_point, acc_impulse, acc_r_impulse)``.
     """
-    sum_inv_mass = nonzero(a.inverse_mass + b.inverse_mass)
-    sum_inv_inertia = nonzero(a.inverse_inertia + b.inverse_inertia)
-    point, a_point, b_point, r_a, r_b = joint_anchor(a, b, joint)
-
-    va = a.velocity + cross_sv(a.angular_velocity, point - a.position)
-    vb = b.velocity + cross_sv(b.angular_velocity, point - b.position)
-    v_rel = vb - va
+    a_point = xa + f.r_a
+    b_point = xb + f.r_b
+    ia, ib = nonzero(f.inv_mass_a), nonzero(f.inv_mass_b)
+    mean = (a_point / ia + b_point / ib) / ((1 / ia) + (1 / ib))
+    point = jnp.where(f.inv_mass_a == 0, a_point, jnp.where(f.inv_mass_b == 0, b_point, mean))
+    v_rel = (vb + cross_sv(wb, point - xb)) - (va + cross_sv(wa, point - xa))
     direction = v_rel / nonzero(jnp.linalg.norm(v_rel))
     error = b_point - a_point
     impulse = v_rel + params.baumgarte_coefficient_joints_v * error
     impulse = impulse / nonzero(
-        sum_inv_mass
+        f.sum_inv_mass
         + (
-            jnp.square(cross(r_a, direction)) * a.inverse_inertia
-            + jnp.square(cross(r_b, direction)) * b.inverse_inertia
+            jnp.square(cross(f.r_a, direction)) * f.inv_inertia_a
+            + jnp.square(cross(f.r_b, direction)) * f.inv_inertia_b
         )
     )
     impulse = impulse * params.joint_stiffness
 
-    dv_a = a.inverse_mass * impulse
-    dw_a = cross(r_a, impulse) * a.inverse_inertia
-    dv_b = -b.inverse_mass * impulse
-    dw_b = -cross(r_b, impulse) * b.inverse_inertia
+    dv_a = f.inv_mass_a * impulse
+    dw_a = cross(f.r_a, impulse) * f.inv_inertia_a
+    dv_b = -f.inv_mass_b * impulse
+    dw_b = -cross(f.r_b, impulse) * f.inv_inertia_b
 
-    shift = error / sum_inv_mass
-    dx_a = shift * a.inverse_mass * params.baumgarte_coefficient_joints_p
-    dx_b = -shift * b.inverse_mass * params.baumgarte_coefficient_joints_p
+    shift = error / f.sum_inv_mass
+    dx_a = shift * f.inv_mass_a * params.baumgarte_coefficient_joints_p
+    dx_b = -shift * f.inv_mass_b * params.baumgarte_coefficient_joints_p
 
-    rel = b.rotation - a.rotation - joint.rotation
-    clipped = jnp.clip(rel, joint.min_rotation, joint.max_rotation)
-    limit_bias = (rel - clipped) * params.baumgarte_coefficient_rjoint_limit_av
-    fixed_bias = rel * params.baumgarte_coefficient_fjoint_av
-    raw_dw = b.angular_velocity + dw_b - a.angular_velocity - dw_a
+    raw_dw = wb + dw_b - wa - dw_a
     dw = jnp.where(
-        joint.is_fixed_joint,
-        raw_dw + fixed_bias,
-        (jnp.sign(raw_dw) == jnp.sign(limit_bias)) * (raw_dw + limit_bias),
+        f.is_fixed,
+        raw_dw + f.angular_bias,
+        (jnp.sign(raw_dw) == jnp.sign(f.angular_bias)) * (raw_dw + f.angular_bias),
     )
-    applies = joint.is_fixed_joint | (joint.motor_has_joint_limits & (clipped != rel))
-    r_impulse = dw / sum_inv_inertia * applies
-    dw_a = dw_a + r_impulse * a.inverse_inertia
-    dw_b = dw_b - r_impulse * b.inverse_inertia
-    acc_r = jnp.where(joint.is_fixed_joint, r_impulse + joint.acc_r_impulse, 0.0)
+    r_impulse = dw / f.sum_inv_inertia * f.applies_angular
+    dw_a = dw_a + r_impulse * f.inv_inertia_a
+    dw_b = dw_b - r_impulse * f.inv_inertia_b
+    acc_r = jnp.where(f.is_fixed, r_impulse + acc_r_impulse, 0.0)
     return _zero_unless(
-        _acts(a, b, joint),
-        (dv_a, dv_b, dw_a, dw_b, dx_a, dx_b, point, impulse + joint.acc_impulse, acc_r),
+        f.acts,
+        (dv_a, dv_b, dw_a, dw_b, dx_a, dx_b, point, impulse + acc_impulse, acc_r),
+    )
+
+
+def resolve_joint(a: RigidBody, b: RigidBody, joint: Joint, params: SimParams):
+    """``resolve_joint_dynamic`` for scalar body views (Jax2D ``joint.resolve_joint``)."""
+    return resolve_joint_dynamic(
+        joint_frame(a, b, joint, params),
+        a.position,
+        b.position,
+        a.velocity,
+        a.angular_velocity,
+        b.velocity,
+        b.angular_velocity,
+        joint.acc_impulse,
+        joint.acc_r_impulse,
+        params,
     )
 
 

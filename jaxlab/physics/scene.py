@@ -136,19 +136,55 @@ def _check_shape_index(state: SimState, static_params: StaticSimParams, name: st
     return idx
 
 
-def _select(cond, new, old):
-    if cond is True:
-        return new
-    return jax.tree.map(lambda x, y: jnp.where(cond, x, y), new, old)
-
-
-def _set_fields(bodies, slot, **values):
-    return bodies.replace(
+@jax.jit
+def _commit(collection, slot, can_add, values):
+    """Write ``values`` (name -> value) into slot ``slot`` unless ``can_add`` is False."""
+    new = collection.replace(
         **{
-            k: getattr(bodies, k).at[slot].set(jnp.asarray(v, getattr(bodies, k).dtype))
+            k: getattr(collection, k).at[slot].set(v.astype(getattr(collection, k).dtype))
             for k, v in values.items()
         }
     )
+    return jax.tree.map(lambda x, y: jnp.where(can_add, x, y), new, collection)
+
+
+def _values(concrete: bool, **values):
+    """Values as arrays with stable dtypes (bool, int32 or float32), NumPy when concrete."""
+    conv = np.asarray if concrete else jnp.asarray
+    out = {}
+    for k, v in values.items():
+        kind = np.dtype(getattr(v, "dtype", np.asarray(v).dtype if concrete else "f")).kind
+        if isinstance(v, bool) or kind == "b":
+            out[k] = conv(v, dtype=bool)
+        elif isinstance(v, int) or kind in "iu":
+            out[k] = conv(v, dtype=np.int32)
+        else:
+            out[k] = conv(v, dtype=np.float32)
+    return out
+
+
+@jax.jit
+def _circle_props(radius, density, fixated):
+    keep = jnp.logical_not(fixated)
+    return circle_inverse_mass(radius, density) * keep, circle_inverse_inertia(
+        radius, density
+    ) * keep
+
+
+@jax.jit
+def _polygon_props(vertices, density, fixated):
+    """Pad to 4 slots, re-centre on the vertex mean, and compute inverse mass and inertia."""
+    n = vertices.shape[0]
+    padded = jnp.zeros((4, 2), jnp.float32).at[:n].set(vertices.astype(jnp.float32))
+    inv_mass, centroid = polygon_mass(padded, jnp.int32(n), density)
+    padded = padded - centroid[None, :]
+    inv_inertia = polygon_inverse_inertia(padded, jnp.int32(n), density)
+    keep = jnp.logical_not(fixated)
+    return padded, centroid, inv_mass * keep, inv_inertia * keep
+
+
+_collision_matrix = jax.jit(calculate_collision_matrix, static_argnums=0)
+_recalculate = jax.jit(recalculate_mass_and_inertia, static_argnums=1)
 
 
 def _validate_body_common(
@@ -299,13 +335,13 @@ def create_empty_sim(
         circle=circle,
         joint=joint,
         thruster=thruster,
-        collision_matrix=calculate_collision_matrix(sp, joint),
+        collision_matrix=_collision_matrix(sp, joint),
         acc_rr_manifolds=empty_manifolds(n_rr, 2),
         acc_cr_manifolds=empty_manifolds(n_cr),
         acc_cc_manifolds=empty_manifolds(n_cc),
         gravity=jnp.array([0.0, -9.81], jnp.float32),
     )
-    return recalculate_mass_and_inertia(state, sp, jnp.ones(P), jnp.ones(C))
+    return _recalculate(state, sp, jnp.ones(P), jnp.ones(C))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,10 +402,11 @@ def add_circle(
             velocity, rotation, angular_velocity, density, friction, restitution, collision_mode
         )
     slot, can_add = _free_slot(state.circle.active, "circle", "num_circles", concrete)
-    keep = jnp.logical_not(jnp.asarray(fixated))
-    radius = jnp.asarray(radius, jnp.float32)
-    density = jnp.asarray(density, jnp.float32)
-    values = dict(
+    inv_mass, inv_inertia = _circle_props(
+        jnp.asarray(radius, jnp.float32), jnp.asarray(density, jnp.float32), jnp.asarray(fixated)
+    )
+    values = _values(
+        concrete,
         position=position,
         radius=radius,
         rotation=rotation,
@@ -377,14 +414,13 @@ def add_circle(
         angular_velocity=angular_velocity,
         friction=friction,
         restitution=restitution,
-        inverse_mass=circle_inverse_mass(radius, density) * keep,
-        inverse_inertia=circle_inverse_inertia(radius, density) * keep,
         active=True,
     )
+    values.update(inverse_mass=inv_mass, inverse_inertia=inv_inertia)
     if collision_mode is not None:
-        values["collision_mode"] = collision_mode
-    new = state.replace(circle=_set_fields(state.circle, slot, **values))
-    return _select(can_add, new, state), (slot, slot + static_params.num_polygons)
+        values["collision_mode"] = np.int32(collision_mode)
+    new = state.replace(circle=_commit(state.circle, slot, can_add, values))
+    return new, (slot, slot + static_params.num_polygons)
 
 
 def add_rectangle(
@@ -500,29 +536,36 @@ def add_polygon(
     elif not 3 <= n <= V:
         raise ValueError(f"vertices has {n} vertices; expected 3..max_polygon_vertices={V}")
     slot, can_add = _free_slot(state.polygon.active, "polygon", "num_polygons", concrete)
-    padded = jnp.zeros((V, 2), jnp.float32).at[:n].set(jnp.asarray(vertices, jnp.float32))
-    density = jnp.asarray(density, jnp.float32)
-    inv_mass, centroid = polygon_mass(padded, jnp.int32(n), density)
-    padded = padded - centroid[None, :]
-    inv_inertia = polygon_inverse_inertia(padded, jnp.int32(n), density)
-    keep = jnp.logical_not(jnp.asarray(fixated))
-    values = dict(
-        position=jnp.asarray(position, jnp.float32) + centroid,
-        vertices=padded,
+    if concrete and slot < static_params.num_static_fixated_polys and not bool(fixated):
+        raise ValueError(
+            f"polygon slot {slot} < num_static_fixated_polys="
+            f"{static_params.num_static_fixated_polys} is reserved for static polygons (pairs "
+            "among these slots are never tested for collision); expected fixated=True, or fill "
+            "those slots first (create_empty_sim adds floor, walls and ceiling there)"
+        )
+    padded, centroid, inv_mass, inv_inertia = _polygon_props(
+        jnp.asarray(vertices, jnp.float32), jnp.asarray(density, jnp.float32), jnp.asarray(fixated)
+    )
+    values = _values(
+        concrete,
         rotation=rotation,
         velocity=velocity,
         angular_velocity=angular_velocity,
         friction=friction,
         restitution=restitution,
-        inverse_mass=inv_mass * keep,
-        inverse_inertia=inv_inertia * keep,
         active=True,
         n_vertices=n,
     )
+    values.update(
+        position=jnp.asarray(position, jnp.float32) + centroid,
+        vertices=padded,
+        inverse_mass=inv_mass,
+        inverse_inertia=inv_inertia,
+    )
     if collision_mode is not None:
-        values["collision_mode"] = collision_mode
-    new = state.replace(polygon=_set_fields(state.polygon, slot, **values))
-    return _select(can_add, new, state), (slot, slot)
+        values["collision_mode"] = np.int32(collision_mode)
+    new = state.replace(polygon=_commit(state.polygon, slot, can_add, values))
+    return new, (slot, slot)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,11 +584,10 @@ def _validate_joint(state, static_params, a_index, b_index, a_relative_pos, b_re
 
 def _add_joint(state, static_params, concrete, **values):
     slot, can_add = _free_slot(state.joint.active, "joint", "num_joints", concrete)
-    joint = _set_fields(state.joint, slot, active=True, **values)
-    new = state.replace(
-        joint=joint, collision_matrix=calculate_collision_matrix(static_params, joint)
-    )
-    return _select(can_add, new, state), slot
+    joint = _commit(state.joint, slot, can_add, _values(concrete, active=True, **values))
+    return state.replace(
+        joint=joint, collision_matrix=_collision_matrix(static_params, joint)
+    ), slot
 
 
 def add_revolute_joint(
@@ -709,13 +751,12 @@ def add_thruster(
         _scalar("rotation", rotation)
         _scalar("power", power, low=0.0)
     slot, can_add = _free_slot(state.thruster.active, "thruster", "num_thrusters", concrete)
-    thruster = _set_fields(
-        state.thruster,
-        slot,
+    values = _values(
+        concrete,
         object_index=object_index,
         relative_position=relative_position,
         rotation=rotation,
         power=power,
         active=True,
     )
-    return _select(can_add, state.replace(thruster=thruster), state), slot
+    return state.replace(thruster=_commit(state.thruster, slot, can_add, values)), slot
