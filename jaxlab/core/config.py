@@ -205,6 +205,9 @@ def parse_overrides(cls: type, overrides: Sequence[str]) -> dict[str, Any]:
                 value = yaml.safe_load(raw) if raw != "" else ""
             except yaml.YAMLError as e:
                 raise ConfigError(key, raw, "a YAML scalar, list or mapping", str(e)) from None
+        sub = _nested_config_type(tp) if tp is not None else None
+        if sub is not None and isinstance(value, str) and "name" in _hints(sub):
+            value = {"name": value}  # `graph=csbm` chooses a variant: graph.name=csbm
         node = out
         parts = key.split(".")
         for p in parts[:-1]:

@@ -29,6 +29,7 @@ from functools import partial
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 
@@ -68,16 +69,21 @@ def lambda_mu(
     """``(lambda, mu)`` on the ellipse ``lambda^2 + mu^2 p / n = 1 + epsilon`` at angle ``phi``."""
     gamma = n / p
     lam = jnp.sqrt(1.0 + epsilon) * jnp.sin(phi * jnp.pi / 2)
-    mu = jnp.sqrt(gamma * (1.0 + epsilon)) * jnp.cos(phi * jnp.pi / 2)
+    # cos(+-pi/2) rounds to about -4e-8 in float32; mu is >= 0 by definition
+    mu = jnp.maximum(jnp.sqrt(gamma * (1.0 + epsilon)) * jnp.cos(phi * jnp.pi / 2), 0.0)
     return lam, mu
 
 
-def check_csbm_args(n: int, p: int, d: float, epsilon: float, phi: float) -> None:
-    """Host-side validation of concrete cSBM arguments; raises ValueError naming the field."""
+def _check_sizes(n: int, p: int) -> None:
     if not isinstance(n, int) or n < 4:
         raise ValueError(f"n: got {n!r}, expected an integer >= 4")
     if not isinstance(p, int) or p < 1:
         raise ValueError(f"p: got {p!r}, expected an integer >= 1")
+
+
+def check_csbm_args(n: int, p: int, d: float, epsilon: float, phi: float) -> None:
+    """Host-side validation of concrete cSBM arguments; raises ValueError naming the field."""
+    _check_sizes(n, p)
     if not -1.0 <= phi <= 1.0:
         raise ValueError(f"phi: got {phi!r}, expected a value in [-1, 1]")
     if epsilon < 0:
@@ -92,13 +98,13 @@ def check_csbm_args(n: int, p: int, d: float, epsilon: float, phi: float) -> Non
         )
 
 
-@partial(jax.jit, static_argnames=("n", "p"))
 def sample_csbm(key: jax.Array, params: CSBMParams, *, n: int, p: int) -> CSBMSample:
     """Draws one cSBM graph (jit-able; vmap over ``key`` or ``params``).
 
     Class sizes are exactly ``n // 2`` and ``n - n // 2``, assigned to a random permutation of the
     nodes. Edge probabilities are clipped to [0, 1] (they are in range whenever
-    ``d + sqrt(d (1 + epsilon)) <= n``, which :func:`check_csbm_args` enforces at the boundary).
+    ``d + sqrt(d (1 + epsilon)) <= n``). Concrete (Python or NumPy scalar) parameters are
+    validated by :func:`check_csbm_args`; traced ones (inside ``jit``/``vmap``) cannot be.
 
     Args:
       key: PRNG key.
@@ -109,6 +115,16 @@ def sample_csbm(key: jax.Array, params: CSBMParams, *, n: int, p: int) -> CSBMSa
     Returns:
       A :class:`CSBMSample` with adjacency ``(n, n)``, features ``(n, p)`` and labels ``(n,)``.
     """
+    values = (params.d, params.epsilon, params.phi)
+    if all(isinstance(v, int | float | np.number) for v in values):
+        check_csbm_args(n, p, float(params.d), float(params.epsilon), float(params.phi))
+    else:
+        _check_sizes(n, p)
+    return _sample_csbm(key, params, n=n, p=p)
+
+
+@partial(jax.jit, static_argnames=("n", "p"))
+def _sample_csbm(key: jax.Array, params: CSBMParams, *, n: int, p: int) -> CSBMSample:
     k_perm, k_edge, k_u, k_z = jax.random.split(key, 4)
     d = jnp.asarray(params.d, jnp.float32)
     lam, mu = lambda_mu(params.phi, n=n, p=p, epsilon=params.epsilon)

@@ -103,7 +103,7 @@ class TorchLinear(nn.Module):
             (fan_in, self.features),
         )
         bias = self.param("bias", _torch_linear_bias_init(fan_in), (self.features,))
-        return x @ kernel + bias
+        return x @ kernel + bias[None, :]
 
 
 class GCNConv(nn.Module):
@@ -117,7 +117,7 @@ class GCNConv(nn.Module):
             "kernel", nn.initializers.glorot_uniform(), (h.shape[-1], self.features)
         )
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
-        return graph.propagate(h @ kernel) + bias
+        return graph.propagate(h @ kernel) + bias[None, :]
 
 
 class GCN(nn.Module):

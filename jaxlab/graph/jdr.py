@@ -242,20 +242,18 @@ def _jdr_lobpcg(a0, x0, params: JDRParams, static: JDRStatic) -> JDRResult:
         a, x = _step(a, x, lam_w, v_w, u, s, wt, params, static)
         return (a, x, warm_a, warm_x), None
 
-    (a, x, _, _), _ = jax.lax.scan(
-        body, (a0, x0, init_a, init_x), None, length=static.iterations
-    )
+    (a, x, _, _), _ = jax.lax.scan(body, (a0, x0, init_a, init_x), None, length=static.iterations)
     return _finalize(a0, x0, a, x, params, static)
 
 
 def jdr(
     adjacency: Float[Array, "n n"],
     features: Float[Array, "n f"],
-    params: JDRParams = JDRParams(),
+    params: JDRParams | None = None,
     *,
-    static: JDRStatic = JDRStatic(),
+    static: JDRStatic | None = None,
 ) -> JDRResult:
-    """Joint denoising and rewiring (JDR, Linkerhägner et al. 2025, Algorithm 1).
+    """Joint denoising and rewiring (JDR; Linkerhägner, Shi and Dokmanić, ICLR 2025).
 
     Deterministic (the LOBPCG start vectors come from a fixed internal key and are warm-started
     across iterations). Both solvers are jitted; validation of shapes and settings happens here.
@@ -263,8 +261,10 @@ def jdr(
     Args:
       adjacency: symmetric ``(n, n)`` weighted adjacency (0/1 for an unweighted graph).
       features: ``(n, f)`` node features.
-      params: rates ``eta_x``, ``eta_a``, ``eta_final`` and threshold ``eps`` (traced).
-      static: :class:`JDRStatic` (iterations, L_X, L_A, top-k, ordering, solver).
+      params: rates ``eta_x``, ``eta_a``, ``eta_final`` and threshold ``eps`` (traced; default
+        :class:`JDRParams` ()).
+      static: :class:`JDRStatic` (iterations, L_X, L_A, top-k, ordering, solver; default
+        :class:`JDRStatic` (), the paper's defaults).
 
     Returns:
       :class:`JDRResult` with the rewired ``(n, n)`` adjacency and the ``(n, f)`` features.
@@ -275,6 +275,8 @@ def jdr(
         raise ValueError(
             f"features: got shape {features.shape}, expected (n, f) with n = {adjacency.shape[0]}"
         )
+    params = JDRParams() if params is None else params
+    static = JDRStatic() if static is None else static
     static.check(*features.shape)
     a = jnp.asarray(adjacency, jnp.float32)
     x = jnp.asarray(features, jnp.float32)
@@ -283,18 +285,19 @@ def jdr(
     return _jdr_lobpcg(a, x, params, static)
 
 
-@partial(jax.jit, static_argnames=("l", "abs_ordering", "offset"))
+@partial(jax.jit, static_argnames=("num_vectors", "abs_ordering", "offset"))
 def alignment(
     adjacency: Float[Array, "n n"],
     features: Float[Array, "n f"],
     *,
-    l: int,
+    num_vectors: int,
     abs_ordering: bool = False,
     offset: int = 0,
 ) -> Float[Array, ""]:
     """Spectral resonance ``|| U_L^T V_L ||_2`` (the quantity JDR increases).
 
-    ``U_L``: the ``l`` leading left singular vectors of the features; ``V_L``: the ``l`` leading
+    ``U_L``: the ``L = num_vectors`` leading left singular vectors of the features; ``V_L``: the
+    ``L`` leading
     eigenvectors (after ``offset``) of the symmetric part ``(A + A^T) / 2`` of the graph, ranked by
     value or by magnitude. The value lies in [0, 1]; 1 means the two spaces share a direction.
     """
@@ -302,6 +305,6 @@ def alignment(
     sym = 0.5 * (adjacency + adjacency.T)
     lam, v = jnp.linalg.eigh(sym)
     ranked = jnp.argsort(jnp.abs(lam), stable=True) if abs_ordering else jnp.arange(n)
-    v_l = v[:, ranked[n - 1 - offset - jnp.arange(l)]]
-    u_l, _, _ = spectral.top_singular_dense(features, l)
+    v_l = v[:, ranked[n - 1 - offset - jnp.arange(num_vectors)]]
+    u_l, _, _ = spectral.top_singular_dense(features, num_vectors)
     return jnp.linalg.norm(u_l.T @ v_l, ord=2)

@@ -96,7 +96,7 @@ def top_singular_lobpcg(
     if f <= n:
         theta, w, _ = lobpcg_standard(lambda v: x.T @ (x @ v), init, m=iterations)
         s = jnp.sqrt(jnp.maximum(theta, 0.0))
-        u = (x @ w) / jnp.where(s > 0, s, 1.0)
+        u = (x @ w) / jnp.where(s > 0, s, 1.0)[None, :]
         return u, s, w.T, w
     theta, u, _ = lobpcg_standard(lambda v: x @ (x.T @ v), init, m=iterations)
     s = jnp.sqrt(jnp.maximum(theta, 0.0))

@@ -7,5 +7,6 @@ every family (importing a recipe pulls in its whole family).
 NAMES: dict[str, str] = {
     "lm-tiny": "lm_tiny",
     "olmoe": "olmoe",
+    "gnn": "gnn",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

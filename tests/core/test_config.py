@@ -113,3 +113,21 @@ def test_yaml_round_trip_and_diff():
 def test_replace_dotted():
     cfg = C.replace(Cfg(), **{"loop.total_steps": 7, "seed": 3})
     assert cfg.loop.total_steps == 7 and cfg.seed == 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    name: Literal["csbm", "karate"] = "csbm"
+    phi: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WithVariant:
+    graph: Graph = Graph()
+
+
+def test_string_for_nested_config_selects_its_name():
+    cfg = C.resolve(WithVariant, overrides=["graph=karate", "graph.phi=0.25"])
+    assert cfg.graph == Graph(name="karate", phi=0.25)
+    with pytest.raises(C.ConfigError, match="graph.name"):
+        C.resolve(WithVariant, overrides=["graph=cora"])
