@@ -382,7 +382,12 @@ def analyse_routing(
 
 
 def _plots(result: dict[str, Any], out: Path, early_step: int, final_step: int) -> list[Path]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            "the routing analysis plots need matplotlib: pip install 'jaxlab[viz]'"
+        ) from err
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
