@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -125,6 +126,7 @@ def main(argv=None) -> None:
                     "time_s": round(res["time_s"], 5),
                     "rate": round(res["rate"], 1),
                     "unit": "engine_steps/s",
+                    "loadavg_1m": round(os.getloadavg()[0], 2),
                 }
                 print(json.dumps(line), flush=True)
 

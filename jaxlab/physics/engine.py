@@ -217,9 +217,9 @@ def step(
         )
     else:
         contacts = (
-            (rows_rr[0], rows_rr[1], batch_membership(rr_active, bs)),
-            (rows_cr, batch_membership(m_cr.active, bs)),
-            (rows_cc, batch_membership(m_cc.active, bs)),
+            (rows_rr[0], rows_rr[1], (batch_membership(rr_active, bs), b_rr)),
+            (rows_cr, (batch_membership(m_cr.active, bs), b_cr)),
+            (rows_cc, (batch_membership(m_cc.active, bs), b_cc)),
         )
         pos, vel, ang, jstate, acc = _solve_fast(
             pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
@@ -315,9 +315,10 @@ def _solve_fast(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp
     """Solver iterations with the same updates in the same order as ``_solve_reference``.
 
     Body state is packed as ``(x, y, v_x, v_y, w)`` [N, 5]; per-joint quantities that only
-    depend on rotations and masses are computed and packed once per step; contact batches are
-    applied as membership masks over the manifolds in natural order (static pair indices, no
-    per-batch permutation). Sums of simultaneous impulses on one body may round differently.
+    depend on rotations and masses are computed and packed once per step. A pair type that fits
+    in one solver batch is solved over its manifolds in natural order (static pair indices, no
+    permutation); with several batches the Jax2D batch gathers are kept. Sums of simultaneous
+    impulses on one body may round differently from the reference layout.
     """
     J = sp.num_joints
     bs = sp.solver_batch_size
@@ -378,8 +379,17 @@ def _solve_fast(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp
                 (jnp.arange(J), frames, joints.a_index, joints.b_index),
             )
         out = []
-        for (rows, member), a in zip(passes, accs, strict=True):
-            a, body = solve_contacts_masked(rows, a, body, member, bs)
+        for (rows, (member, batches)), a in zip(passes, accs, strict=True):
+            if member.shape[0] == 1:
+                a, body = solve_contacts_masked(rows, a, body, member, bs)
+            else:
+                # Several batches: gathering each batch's lanes beats evaluating every lane
+                # once per batch.
+                n, t, vel, ang = solve_contacts(
+                    rows, a[:, 0], a[:, 1], body[:, 2:4], body[:, 4], body[:, :2], batches
+                )
+                a = jnp.stack([n, t], -1)
+                body = jnp.concatenate([body[:, :2], vel, ang[:, None]], -1)
             out.append(a)
         return (body, jpacked, tuple(out)), None
 

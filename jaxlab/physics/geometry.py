@@ -27,12 +27,6 @@ from jaxtyping import Array, Float, Int
 from jaxlab.physics.state import RigidBody, SimState, StaticSimParams
 
 
-def rmat(angle: Float[Array, "..."]) -> Float[Array, "... 2 2"]:
-    """Rotation matrix ``[[cos, -sin], [sin, cos]]`` for each angle."""
-    c, s = jnp.cos(angle), jnp.sin(angle)
-    return jnp.stack([jnp.stack([c, -s], -1), jnp.stack([s, c], -1)], -2)
-
-
 def rotate(angle: Float[Array, "..."], v: Float[Array, "... 2"]) -> Float[Array, "... 2"]:
     """``R(angle) @ v`` for broadcastable leading axes."""
     c, s = jnp.cos(angle), jnp.sin(angle)

@@ -505,7 +505,9 @@ def add_polygon(
 
     Raises:
         ValueError: on a full capacity, too many or too few vertices, a non-convex or
-            counter-clockwise outline, or invalid values (concrete inputs only).
+            counter-clockwise outline, a dynamic polygon landing in one of the first
+            ``num_static_fixated_polys`` slots (pairs among those are never collision-tested),
+            or invalid values (concrete inputs only).
     """
     n = int(np.shape(vertices)[0])
     V = static_params.max_polygon_vertices if isinstance(static_params, StaticSimParams) else 0

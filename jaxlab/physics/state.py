@@ -7,7 +7,8 @@ Conventions:
     * All collections are struct-of-arrays with a fixed capacity and an ``active`` mask.
     * Shapes have a *global index*: polygons ``0..P-1`` first, then circles ``P..P+C-1``.
     * Polygon vertices are stored in body-local coordinates relative to the body position, in
-      **clockwise** order; unused vertex slots (``i >= n_vertices``) are zero.
+      **clockwise** order, in 4 slots; an unused slot (triangles) holds minus the centroid
+      shift applied when the polygon was added (Jax2D), and is ignored by the collision code.
     * ``inverse_mass == inverse_inertia == 0`` marks a static (fixated) body.
 """
 
@@ -37,7 +38,7 @@ class RigidBody:
         collision_mode: [n] 0 = ignores mode-1 shapes, 1 = normal, 2 = collides with everything.
         active: [n] whether the slot holds a shape.
         n_vertices: [n] number of polygon vertices (3..max_polygon_vertices); circles 0.
-        vertices: [n, max_v, 2] local clockwise polygon vertices.
+        vertices: [n, 4, 2] local clockwise polygon vertices.
         radius: [n] circle radius; 0 for polygons.
     """
 
