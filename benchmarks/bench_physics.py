@@ -1,17 +1,25 @@
-"""Physics engine throughput: engine steps per second for N parallel scenes.
+"""Physics engine throughput, side by side with the original Jax2D on the same scenes.
 
-Prints one JSON line per (size, N, solver):
-``{"what", "size", "n_envs", "solver", "device", "compile_s", "time_s", "rate", "unit", ...}``
-where ``rate`` counts engine steps (one ``step`` of one scene) per second of wall time,
-measured as the best of ``--repeats`` timed calls of a jitted ``vmap`` over N scenes of a
-``lax.scan`` over ``steps`` engine steps (compile time reported separately).
+Scenes are the ones the peer benchmark uses: S ``s/h2_one_wheel_car`` and M ``m/h5_angry_birds``
+from ``../shared/kinetix-levels``, L the M level padded to L capacities (12 polygons, 4 circles,
+6 joints, 2 thrusters). Work per measurement: ``jit(lax.scan(vmap(step)))`` over ``n`` copies of
+the scene with zero actions, ``k = max(1, min(64, 8192 // n))`` engine steps per call, timed
+at steady state for ``--seconds`` after one untimed call; compile (lower + XLA) separately.
+
+Prints one JSON line per measurement:
+
+* ``physics_engine_step`` (``impl`` = ``jaxlab``) and, from the peer venv, ``jax2d_engine_step``;
+* ``physics_engine_ratio``: jaxlab rate / Jax2D rate and the two compile times, same size and n.
 
 Usage::
 
-    python benchmarks/bench_physics.py                       # S, M, L x N = 1, 256, 4096
-    python benchmarks/bench_physics.py --sizes l --n 256 --solver fast,reference
+    python benchmarks/bench_physics.py                          # S, M, L x n = 1, 256, 4096
+    python benchmarks/bench_physics.py --sizes s --n 256 --no-peer
+    python benchmarks/bench_physics.py --solver reference        # the unbatched reference solver
 
-``measure`` is reusable by a peer benchmark (e.g. the original Jax2D on the same scenes).
+The peer venv comes from ``bash benchmarks/peers/setup_kinetix_peer.sh``; without it only the
+jaxlab lines are printed (and a note on stderr). Peer and jaxlab runs alternate per size so
+that both see the same machine load; ``loadavg_1m`` is recorded on every line.
 """
 
 from __future__ import annotations
@@ -19,117 +27,161 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, str(Path(__file__).parent))
+from jaxlab import physics as px
+from jaxlab.envs.kinetix.levels import load_level
+from jaxlab.envs.kinetix.state import StaticEnvParams
 
-from physics_scenes import benchmark_scene  # noqa: E402
-
-from jaxlab import physics as px  # noqa: E402
-
-
-def default_steps(n_envs: int) -> int:
-    """Engine steps per timed call: enough work per call at small N, bounded at large N."""
-    return max(4, min(200, 5120 // max(n_envs, 1)))
+REPO = Path(__file__).resolve().parents[1]
+LEVELS = REPO.parent / "shared" / "kinetix-levels"
+PEER_PY = REPO / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
+PEER_SCRIPT = REPO / "benchmarks" / "peers" / "bench_jax2d_peer.py"
+SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
 
 
-def measure(
-    step: Callable,
-    state,
-    params,
-    num_actions: int,
-    *,
-    n_envs: int,
-    steps: int,
-    repeats: int = 3,
-    seed: int = 0,
-) -> dict:
-    """Compile and time ``steps`` engine steps of ``n_envs`` scenes.
+def load_scene(size: str):
+    """``(sim_state, sim_params, static_sim_params)`` of the benchmark scene for ``size``."""
+    path = LEVELS / f"{SCENES[size]}.json"
+    target = StaticEnvParams.preset(size) if size == "l" else None
+    level = load_level(path, target) if target is not None else load_level(path)
+    return level.state.sim, level.params.sim, level.static_params.sim
 
-    Args:
-        step: ``step(state, params, actions) -> (state, aux)`` for one scene.
-        state: one scene (broadcast to ``n_envs`` copies).
-        params: simulation parameters (shared).
-        num_actions: action vector length; actions are uniform in [-1, 1], fixed per run.
-        n_envs: number of parallel scenes (vmap).
-        steps: engine steps per timed call (``lax.scan``).
-        repeats: timed calls; the fastest counts.
-        seed: action seed.
 
-    Returns:
-        ``{"compile_s", "time_s", "rate"}`` with ``rate`` in engine steps per second.
-    """
-    actions = jax.random.uniform(
-        jax.random.key(seed), (n_envs, steps, num_actions), minval=-1.0, maxval=1.0
-    )
+def steps_per_call(n: int) -> int:
+    """Engine steps per timed call, as in the peer benchmark."""
+    return max(1, min(64, 8192 // n))
 
-    def rollout(s, acts):
-        def body(s, a):
-            s, _ = step(s, params, a)
+
+def measure(size: str, n: int, seconds: float, solver: str) -> dict:
+    """Compile and time ``n`` copies of the ``size`` scene; one JSON record."""
+    sim, params, sp = load_scene(size)
+    k = steps_per_call(n)
+    actions = jnp.zeros((sp.num_joints + sp.num_thrusters,), jnp.float32)
+    states = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), sim)
+
+    def run(states, params, actions):
+        def body(s, _):
+            s, _ = jax.vmap(lambda x: px.step(x, params, sp, actions, solver=solver))(s)
             return s, None
 
-        return jax.lax.scan(body, s, acts)[0]
+        return jax.lax.scan(body, states, None, length=k)[0]
 
-    batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_envs,) + x.shape), state)
-    fn = jax.jit(jax.vmap(rollout))
     t0 = time.perf_counter()
-    compiled = fn.lower(batched, actions).compile()
+    compiled = jax.jit(run).lower(states, params, actions).compile()
     compile_s = time.perf_counter() - t0
-    out = compiled(batched, actions)
-    jax.block_until_ready(out)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = compiled(out, actions)
-        jax.block_until_ready(out)
-        best = min(best, time.perf_counter() - t0)
-    return {"compile_s": compile_s, "time_s": best, "rate": n_envs * steps / best}
+    states = compiled(states, params, actions)
+    jax.block_until_ready(states)
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        states = compiled(states, params, actions)
+        jax.block_until_ready(states)
+        calls += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds and calls >= 2:
+            break
+    rate = n * k * calls / elapsed
+    d = jax.devices()[0]
+    return {
+        "what": "physics_engine_step",
+        "impl": "jaxlab",
+        "solver": solver,
+        "size": size.upper(),
+        "n": n,
+        "scene": SCENES[size] + (" (padded to L)" if size == "l" else ""),
+        "compile_s": round(compile_s, 3),
+        "steps_per_call": k,
+        "calls": calls,
+        "time_s": round(elapsed, 3),
+        "rate": round(rate, 1),
+        "unit": "scene_steps/s",
+        "device": f"{d.platform}:{d.device_kind}",
+        "jax": jax.__version__,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
-def main(argv=None) -> None:
+def run_peer(size: str, ns: list[int], seconds: float) -> list[dict]:
+    """The peer's engine lines for ``size`` (empty when its venv is missing or it fails)."""
+    cmd = [
+        str(PEER_PY),
+        str(PEER_SCRIPT),
+        "--skip-env",
+        "--no-real-l",
+        "--sizes",
+        size.upper(),
+        "--engine-n",
+        ",".join(map(str, ns)),
+        "--seconds",
+        str(seconds),
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        print(f"# peer failed for {size}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
+        return []
+    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="s,m,l")
     parser.add_argument("--n", default="1,256,4096", help="numbers of parallel scenes")
-    parser.add_argument("--solver", default="fast", help="comma list of fast, reference")
-    parser.add_argument("--steps", type=int, default=0, help="steps per timed call (0: auto)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--solver", default="fast", choices=("fast", "reference"))
+    parser.add_argument("--seconds", type=float, default=2.5, help="steady-state time each")
+    parser.add_argument("--no-peer", action="store_true", help="jaxlab lines only")
     args = parser.parse_args(argv)
-    device = f"{jax.devices()[0].platform}:{jax.devices()[0].device_kind}"
-    for size in args.sizes.split(","):
-        sp, state = benchmark_scene(size)
-        for solver in args.solver.split(","):
-            for n in (int(v) for v in args.n.split(",")):
-                steps = args.steps or default_steps(n)
-                res = measure(
-                    lambda s, p, a, sp=sp, solver=solver: px.step(s, p, sp, a, solver=solver),
-                    state,
-                    px.SimParams(),
-                    sp.num_joints + sp.num_thrusters,
-                    n_envs=n,
-                    steps=steps,
-                    repeats=args.repeats,
-                )
-                line = {
-                    "what": "physics_engine_step",
-                    "size": size,
-                    "n_envs": n,
-                    "solver": solver,
-                    "device": device,
-                    "steps_per_call": steps,
-                    "compile_s": round(res["compile_s"], 3),
-                    "time_s": round(res["time_s"], 5),
-                    "rate": round(res["rate"], 1),
-                    "unit": "engine_steps/s",
-                    "loadavg_1m": round(os.getloadavg()[0], 2),
-                }
-                print(json.dumps(line), flush=True)
+    ns = [int(v) for v in args.n.split(",")]
+    sizes = [s.strip().lower() for s in args.sizes.split(",")]
+    for s in sizes:
+        if s not in SCENES:
+            parser.error(f"--sizes: {s!r} is not one of {sorted(SCENES)}")
+    peer = not args.no_peer and PEER_PY.exists()
+    if not args.no_peer and not peer:
+        print(
+            f"# no peer venv at {PEER_PY}: run `bash benchmarks/peers/setup_kinetix_peer.sh` "
+            "for the Jax2D side",
+            file=sys.stderr,
+        )
+    for size in sizes:
+        ours = {}
+        for n in ns:
+            rec = measure(size, n, args.seconds, args.solver)
+            ours[n] = rec
+            print(json.dumps(rec), flush=True)
+        if not peer:
+            continue
+        for rec in run_peer(size, ns, args.seconds):
+            print(json.dumps(rec), flush=True)
+            mine = ours.get(rec["n"])
+            if mine is None:
+                continue
+            print(
+                json.dumps(
+                    {
+                        "what": "physics_engine_ratio",
+                        "size": size.upper(),
+                        "n": rec["n"],
+                        "solver": args.solver,
+                        "jaxlab_rate": mine["rate"],
+                        "jax2d_rate": rec["rate"],
+                        "ratio": round(mine["rate"] / rec["rate"], 3),
+                        "jaxlab_compile_s": mine["compile_s"],
+                        "jax2d_compile_s": rec["compile_s"],
+                        "compile_ratio": round(mine["compile_s"] / max(rec["compile_s"], 1e-9), 3),
+                        "unit": "scene_steps/s",
+                    }
+                ),
+                flush=True,
+            )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
