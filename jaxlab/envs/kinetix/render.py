@@ -1,0 +1,211 @@
+"""Rasterising Kinetix scenes in JAX (pixel observations) and writing PNG/GIF files.
+
+``make_render_pixels(static_params)`` returns a jit-able ``render(state, params) -> [W, H, 3]``
+float32 image in 0..255 with the original's layout: axis 0 is x, axis 1 is y pointing **up**,
+pixel ``(i, j)`` samples the world point ``(i, j) / s`` with ``s = floor(pixels_per_unit /
+downscale)`` pixels per metre (the visible arena is ``[0, W/s] x [0, H/s]``, 5 m x 5 m by default).
+``to_image`` turns it into an ordinary top-down ``[H, W, 3]`` uint8 picture.
+
+Drawing order and colours follow ``kinetix/render/renderer_pixels.py``:
+
+1. white background;
+2. the floor (polygon 0), always drawn, in its role colour treated as fixated;
+3. the other polygons except the walls and ceiling (slots ``>= num_static_fixated_polys``);
+4. circles, with a black radius line showing their rotation (``theta = 0`` points up);
+5. joints as dots: white, or their motor binding's colour when the motor is on;
+6. thrusters: a small bar along the thrust axis, grey nozzle behind, binding colour in front.
+
+Shape colours: default grey (160), green (0, 204, 0), blue (0, 102, 204), red (255, 102, 102);
+fixated shapes are dark grey (80) for the default role and half-brightness otherwise. Differences
+from the original: shapes are drawn whole (the original clips each one to a 2 m x 2 m patch),
+triangles use their 3 vertices, and thrusters are a drawn bar rather than a 16 px texture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams
+
+ROLE_COLOURS = np.array(
+    [[160.0, 160.0, 160.0], [0.0, 204.0, 0.0], [0.0, 102.0, 204.0], [255.0, 102.0, 102.0]],
+    np.float32,
+)
+FIXATED_COLOUR = np.array([80.0, 80.0, 80.0], np.float32)
+BACKGROUND_COLOUR = np.array([255.0, 255.0, 255.0], np.float32)
+#: Index 0: unpowered joint/thruster body; 1 + b: motor/thruster binding b.
+BINDING_COLOURS = np.array(
+    [[255, 255, 255], [255, 255, 0], [255, 0, 255], [0, 255, 255], [255, 153, 51]], np.float32
+)
+JOINT_RADIUS_M = 0.03
+THRUSTER_LENGTH_M = 0.16
+THRUSTER_WIDTH_M = 0.1
+
+
+def shape_colour(role, fixated) -> Float[Array, "... 3"]:
+    """Role colour; fixated shapes get dark grey (role 0) or half brightness (other roles)."""
+    role = jnp.asarray(role)
+    base = jnp.asarray(ROLE_COLOURS)[role]
+    dark = jnp.broadcast_to(jnp.asarray(FIXATED_COLOUR), base.shape)
+    fix = jnp.where((role == 0)[..., None], dark, base * 0.5)
+    fixated = jnp.broadcast_to(jnp.asarray(fixated), role.shape)
+    return jnp.where(fixated[..., None], fix, base)
+
+
+def _rotate(angle, v):
+    """``R(angle) v`` with ``angle`` of the same rank as ``v[..., 0]``."""
+    c, s = jnp.cos(angle), jnp.sin(angle)
+    return jnp.stack([c * v[..., 0] - s * v[..., 1], s * v[..., 0] + c * v[..., 1]], -1)
+
+
+def _inside_convex(px, py, verts, n_vertices) -> Array:
+    """Pixels inside clockwise convex polygons.
+
+    ``px`` [1, W, 1] and ``py`` [1, 1, H] pixel coordinates, ``verts`` [K, V, 2] in pixel units,
+    ``n_vertices`` [K]; returns [K, W, H].
+    """
+    px, py = px[None], py[None]
+    V = verts.shape[1]
+    k = np.arange(V)
+    nxt_idx = jnp.where(k[None, :] + 1 < n_vertices[:, None], k[None, :] + 1, 0)
+    nxt = jnp.take_along_axis(verts, nxt_idx[:, :, None], axis=1)
+    used = k[None, :] < n_vertices[:, None]
+    ax, ay = verts[..., 0][:, :, None, None], verts[..., 1][:, :, None, None]
+    bx, by = nxt[..., 0][:, :, None, None], nxt[..., 1][:, :, None, None]
+    # (a - p) x (b - p) <= 0 on every used edge (Jax2D polygons are clockwise).
+    side = (ax - px) * (by - py) - (ay - py) * (bx - px)
+    ok = (side <= 0) | jnp.logical_not(used)[:, :, None, None]
+    return jnp.all(ok, axis=1)
+
+
+def _composite(image, cover, colour):
+    """Paint layers [K, W, H] with per-pixel colours [K, W, H, 3]; later layers on top."""
+    K = cover.shape[0]
+    if K == 0:
+        return image
+    idx = jnp.max(jnp.where(cover, jnp.arange(K)[:, None, None], -1), axis=0)
+    top = jnp.take_along_axis(colour, jnp.maximum(idx, 0)[None, :, :, None], axis=0)[0]
+    return jnp.where((idx >= 0)[..., None], top, image)
+
+
+def make_render_pixels(static_params: StaticEnvParams, *, downscale: int | None = None):
+    """``render(state, params) -> [W, H, 3]`` float32 in 0..255 (see the module docstring).
+
+    Args:
+        static_params: sizes; ``screen_dim`` and (unless given) ``downscale`` fix the image size.
+        downscale: override of ``static_params.downscale`` (1 gives full-size 500 x 500 frames).
+    """
+    sp = static_params
+    ds = sp.downscale if downscale is None else int(downscale)
+    if ds < 1:
+        raise ValueError(f"downscale={downscale!r}; expected an int >= 1")
+    W, H = sp.screen_dim[0] // ds, sp.screen_dim[1] // ds
+    S = sp.num_static_fixated_polys
+    px = jnp.arange(W, dtype=jnp.float32)[None, :, None]
+    py = jnp.arange(H, dtype=jnp.float32)[None, None, :]
+
+    def render(state: EnvState, params: EnvParams) -> Float[Array, "w h 3"]:
+        sim = state.sim
+        scale = jnp.floor(jnp.asarray(params.pixels_per_unit, jnp.float32) / ds)
+        image = jnp.broadcast_to(jnp.asarray(BACKGROUND_COLOUR), (W, H, 3))
+
+        # Floor and polygons (walls and ceiling are never drawn).
+        poly = sim.polygon
+        world = poly.position[:, None, :] + _rotate(poly.rotation[:, None], poly.vertices)
+        verts = world * scale
+        colours = shape_colour(state.polygon_shape_roles, poly.inverse_mass == 0)
+        colours = colours.at[0].set(shape_colour(state.polygon_shape_roles[0], True))
+        draw = poly.active.at[:S].set(False).at[0].set(True)
+        inside = _inside_convex(px, py, verts, poly.n_vertices) & draw[:, None, None]
+        image = _composite(
+            image, inside, jnp.broadcast_to(colours[:, None, None, :], (inside.shape + (3,)))
+        )
+
+        # Circles with their rotation line.
+        circ = sim.circle
+        cx = (circ.position[:, 0] * scale)[:, None, None]
+        cy = (circ.position[:, 1] * scale)[:, None, None]
+        r = (circ.radius * scale)[:, None, None]
+        dx, dy = px - cx, py - cy
+        inside = (jnp.sqrt(dx * dx + dy * dy) <= r) & circ.active[:, None, None]
+        nx = jnp.sin(circ.rotation)[:, None, None]
+        ny = -jnp.cos(circ.rotation)[:, None, None]
+        line = (jnp.abs(dx * ny - dy * nx) < 1.0) & (nx * dx + ny * dy <= 0)
+        c_col = shape_colour(state.circle_shape_roles, circ.inverse_mass == 0)
+        c_col = jnp.where(line[..., None], 0.0, c_col[:, None, None, :])
+        image = _composite(image, inside, c_col)
+
+        # Joints.
+        jt = sim.joint
+        jc = jnp.round(jt.global_position * scale)
+        jr = jnp.maximum(0.5, JOINT_RADIUS_M * scale)
+        ddx = px - jc[:, 0][:, None, None]
+        ddy = py - jc[:, 1][:, None, None]
+        j_cover = (ddx * ddx + ddy * ddy < jr * jr) & jt.active[:, None, None]
+        powered = jt.motor_on & jnp.logical_not(jt.is_fixed_joint)
+        j_col = jnp.asarray(BINDING_COLOURS)[(state.motor_bindings + 1) * powered]
+        j_col = jnp.broadcast_to(j_col[:, None, None, :], j_cover.shape + (3,))
+        image = _composite(image, j_cover, j_col)
+
+        # Thrusters: a bar along the thrust direction, nozzle (grey) behind the centre.
+        th = sim.thruster
+        parent_rot = jnp.concatenate([poly.rotation, circ.rotation])[th.object_index]
+        angle = th.rotation + parent_rot
+        ux, uy = jnp.cos(angle)[:, None, None], jnp.sin(angle)[:, None, None]
+        tx = px - (th.global_position[:, 0] * scale)[:, None, None]
+        ty = py - (th.global_position[:, 1] * scale)[:, None, None]
+        along = tx * ux + ty * uy
+        across = -tx * uy + ty * ux
+        half_l = jnp.maximum(1.0, THRUSTER_LENGTH_M * scale / 2)
+        half_w = jnp.maximum(0.5, THRUSTER_WIDTH_M * scale / 2)
+        t_cover = (jnp.abs(along) <= half_l) & (jnp.abs(across) <= half_w)
+        t_cover = t_cover & th.active[:, None, None]
+        front = jnp.asarray(BINDING_COLOURS)[state.thruster_bindings + 1]
+        t_col = jnp.where(
+            (along >= 0)[..., None],
+            front[:, None, None, :],
+            jnp.asarray(FIXATED_COLOUR)[None, None, None, :],
+        )
+        return _composite(image, t_cover, t_col)
+
+    return render
+
+
+def to_image(pixels) -> np.ndarray:
+    """[W, H, 3] (x, y up) float 0..255 -> ordinary top-down [H, W, 3] uint8 image."""
+    arr = np.asarray(pixels)
+    if arr.ndim != 3 or arr.shape[-1] != 3:
+        raise ValueError(f"pixels has shape {arr.shape}; expected [W, H, 3]")
+    arr = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(arr.transpose(1, 0, 2)[::-1])
+
+
+def save_png(path: str | os.PathLike, image: np.ndarray) -> None:
+    """Write an [H, W, 3] uint8 image (from ``to_image``) as PNG."""
+    from PIL import Image
+
+    Image.fromarray(np.asarray(image, np.uint8)).save(os.fspath(path), format="PNG")
+
+
+def save_gif(path: str | os.PathLike, images: Sequence[np.ndarray], *, fps: float = 30.0) -> None:
+    """Write [H, W, 3] uint8 frames as a looping GIF (pillow)."""
+    from PIL import Image
+
+    if len(images) == 0:
+        raise ValueError("images is empty; expected at least one frame")
+    if fps <= 0:
+        raise ValueError(f"fps={fps}; expected > 0")
+    frames = [Image.fromarray(np.asarray(im, np.uint8)) for im in images]
+    frames[0].save(
+        os.fspath(path),
+        format="GIF",
+        save_all=True,
+        append_images=frames[1:],
+        duration=max(1, int(round(1000.0 / fps))),
+        loop=0,
+    )

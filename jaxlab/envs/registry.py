@@ -1,0 +1,168 @@
+"""Env registry: ``make(name, **options) -> (env, params)``.
+
+Registered names (see ``describe(name)`` for each one's options):
+
+* ``"point-mass"``: the tiny 1-D point mass of ``jaxlab.envs.point_mass`` (contract-test env).
+* ``"kinetix-s"``, ``"kinetix-m"``, ``"kinetix-l"``: Kinetix at the paper's S/M/L sizes; the
+  episode distribution is a level file (``level=PATH``), several files (``levels=[...]``, one
+  drawn uniformly per episode), a ``reset_fn(key) -> EnvState``, or (default) the built-in demo
+  level of that size.
+* ``"kinetix-level"``: one Kinetix level file at the sizes stored in the file
+  (``make("kinetix-level", level=PATH, action_type=..., observation_type=...)``).
+
+Factories are imported lazily, so ``import jaxlab.envs`` stays cheap. Unknown names and options
+raise ``ValueError`` naming what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """A registered env.
+
+    Attributes:
+        name: registry name.
+        target: ``"module:function"``; the function takes the options as keyword arguments and
+            returns ``(env, params)``.
+        description: one line.
+        options: allowed option names -> one-line help.
+        test_options: options the contract tests use (small and fast).
+    """
+
+    name: str
+    target: str
+    description: str
+    options: Mapping[str, str]
+    test_options: Mapping[str, Any]
+
+    def factory(self) -> Callable[..., tuple[Any, Any]]:
+        """The imported factory function."""
+        module, fn = self.target.split(":")
+        return getattr(importlib.import_module(module), fn)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(
+    name: str,
+    target: str,
+    *,
+    description: str,
+    options: Mapping[str, str] | None = None,
+    test_options: Mapping[str, Any] | None = None,
+) -> EnvSpec:
+    """Register ``name`` -> ``target`` (``"module:function"``); re-registering replaces it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"env name={name!r}; expected a non-empty string")
+    if not isinstance(target, str) or target.count(":") != 1:
+        raise ValueError(f"env target={target!r}; expected 'module:function'")
+    spec = EnvSpec(
+        name=name,
+        target=target,
+        description=description,
+        options=MappingProxyType(dict(options or {})),
+        test_options=MappingProxyType(dict(test_options or {})),
+    )
+    _REGISTRY[name] = spec
+    return spec
+
+
+def names() -> list[str]:
+    """Registered env names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def spec(name: str) -> EnvSpec:
+    """The ``EnvSpec`` of ``name``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env name={name!r}; expected one of {names()}")
+    return _REGISTRY[name]
+
+
+def describe(name: str) -> str:
+    """A multi-line description of ``name`` and its options."""
+    s = spec(name)
+    lines = [f"{s.name}: {s.description}"]
+    lines += [f"  {k}: {v}" for k, v in s.options.items()]
+    return "\n".join(lines)
+
+
+def make(name: str, **options) -> tuple[Any, Any]:
+    """Build the env registered as ``name``: ``(env, default_params)``.
+
+    Raises:
+        ValueError: unknown name, unknown option, or an invalid option value.
+    """
+    s = spec(name)
+    unknown = sorted(set(options) - set(s.options))
+    if unknown:
+        raise ValueError(
+            f"make({name!r}): unknown option(s) {unknown}; expected a subset of {sorted(s.options)}"
+        )
+    return s.factory()(**options)
+
+
+_POINT_MASS_OPTIONS = {
+    "auto_reset": "start a new episode when one ends (default True)",
+    "max_steps": "episode length (PointMassParams.max_steps, default 20)",
+}
+
+_KINETIX_OPTIONS = {
+    "level": "path of a Kinetix level JSON file (the episode always starts from it)",
+    "levels": "list of level JSON paths; each episode starts from one drawn uniformly",
+    "reset_fn": "callable reset_fn(key) -> EnvState drawing the initial state of each episode",
+    "action_type": "'multi_discrete' (default), 'continuous' or 'discrete'",
+    "observation_type": (
+        "'symbolic_entity' (default), 'symbolic_flat', 'symbolic_flat_padded' or 'pixels'"
+    ),
+    "auto_reset": "start a new episode when one ends (default True)",
+    "max_timesteps": "episode length limit (EnvParams.max_timesteps, default 256)",
+    "dense_reward_scale": "weight of the green-blue distance shaping (default 0.1, original's)",
+    "frame_skip": "physics substeps per env step (default 2)",
+}
+
+
+def _make_point_mass(auto_reset: bool = True, max_steps: int | None = None):
+    from jaxlab.envs.point_mass import PointMass
+
+    env = PointMass(auto_reset=auto_reset)
+    params = env.default_params
+    if max_steps is not None:
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps={max_steps!r}; expected an int >= 1")
+        params = params.replace(max_steps=max_steps)
+    return env, params
+
+
+register(
+    "point-mass",
+    "jaxlab.envs.registry:_make_point_mass",
+    description="1-D point mass (tiny contract-test env, Discrete(3) actions, Box(3) obs)",
+    options=_POINT_MASS_OPTIONS,
+    test_options={"max_steps": 5},
+)
+for _size in ("s", "m", "l"):
+    register(
+        f"kinetix-{_size}",
+        f"jaxlab.envs.kinetix.env:make_kinetix_{_size}",
+        description=f"Kinetix, size {_size.upper()} (level file(s), reset_fn, or the demo level)",
+        options=_KINETIX_OPTIONS,
+        test_options={"observation_type": "symbolic_flat", "max_timesteps": 4},
+    )
+register(
+    "kinetix-level",
+    "jaxlab.envs.kinetix.env:make_kinetix_level",
+    description="one Kinetix level JSON at the sizes stored in the file (level=PATH required)",
+    options={k: v for k, v in _KINETIX_OPTIONS.items() if k not in ("levels", "reset_fn")},
+    # Same configuration as kinetix-s's test options on the same (demo) level, so the contract
+    # tests share one compiled program.
+    test_options={"level": "@demo-s", "observation_type": "symbolic_flat", "max_timesteps": 4},
+)

@@ -1,0 +1,21 @@
+"""Fixtures of the env tests; the compiled-once helpers live in ``env_probes.py``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+SHARED_LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
+
+
+@pytest.fixture(scope="session")
+def shared_levels() -> Path:
+    assert SHARED_LEVELS.is_dir(), f"{SHARED_LEVELS} not found (the shared Kinetix levels)"
+    return SHARED_LEVELS
