@@ -171,11 +171,26 @@ def bench_engine(size: str, scene: str, n: int, seconds: float) -> dict:
     }
 
 
-def bench_env(size: str, scene: str, n: int, obs: str, seconds: float) -> dict:
+OBS_TYPES = {
+    "flat": ObservationType.SYMBOLIC_FLAT,
+    "entity": ObservationType.SYMBOLIC_ENTITY,
+    "padded": ObservationType.SYMBOLIC_FLAT_PADDED,
+    "pixels": ObservationType.PIXELS,
+}
+ACTION_TYPES = {
+    "continuous": ActionType.CONTINUOUS,
+    "multi_discrete": ActionType.MULTI_DISCRETE,
+    "discrete": ActionType.DISCRETE,
+}
+
+
+def bench_env(
+    size: str, scene: str, n: int, obs: str, seconds: float, action: str = "continuous"
+) -> dict:
     state, static_env_params, env_params = load_scene(size, scene)
-    obs_type = {"flat": ObservationType.SYMBOLIC_FLAT, "entity": ObservationType.SYMBOLIC_ENTITY}
+    obs_type = OBS_TYPES
     env = make_kinetix_env(
-        ActionType.CONTINUOUS,
+        ACTION_TYPES[action],
         obs_type[obs],
         lambda _key: state,
         env_params,
@@ -220,7 +235,7 @@ def bench_env(size: str, scene: str, n: int, obs: str, seconds: float) -> dict:
         "n": n,
         "scene": scene + (" (padded to L)" if size == "L" and not scene.startswith("l/") else ""),
         "obs": obs,
-        "action": "continuous",
+        "action": action,
         "auto_reset": True,
         "frame_skip": static_env_params.frame_skip,
         "compile_s": round(compile_s, 3),
@@ -251,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the env at this N when the N=256 rate predicts < --big-max-call-s per call",
     )
     parser.add_argument("--big-max-call-s", type=float, default=2.0)
-    parser.add_argument("--obs", default="flat,entity")
+    parser.add_argument("--obs", default="flat,entity", help="comma list of " + ",".join(OBS_TYPES))
+    parser.add_argument("--action", default="continuous", choices=sorted(ACTION_TYPES))
     parser.add_argument("--seconds", type=float, default=2.5, help="steady-state time each")
     parser.add_argument(
         "--scene",
@@ -284,13 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             for obs in args.obs.split(","):
                 rate_256 = None
                 for n in [int(x) for x in args.env_n.split(",")]:
-                    rec = bench_env(size, SCENES[size], n, obs, args.seconds)
+                    rec = bench_env(size, SCENES[size], n, obs, args.seconds, args.action)
                     emit(rec)
                     if n == 256:
                         rate_256 = rec["steps_per_s"]
                 big = args.env_big_n
                 if big and rate_256 and big / rate_256 < args.big_max_call_s:
-                    emit(bench_env(size, SCENES[size], big, obs, args.seconds))
+                    emit(bench_env(size, SCENES[size], big, obs, args.seconds, args.action))
                 elif big:
                     print(
                         f"# skipped kinetix_env_step size={size} obs={obs} n={big}: "

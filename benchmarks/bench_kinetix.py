@@ -1,0 +1,218 @@
+"""Kinetix env throughput, side by side with the original ``kinetix-env`` on the same work.
+
+Work per measurement (the peer benchmark's, ``benchmarks/peers/bench_jax2d_peer.py``): ``n``
+copies of one level with auto-reset to it, uniform random actions drawn from the action space,
+``k = max(1, min(32, 2048 // n))`` vmapped env steps per jitted ``lax.scan`` call; every
+observation leaf, reward and done is summed into the carry so nothing is dead code. Scenes: S
+``s/h2_one_wheel_car``, M ``m/h5_angry_birds``, L the M level padded to L sizes. Steady-state
+time ``--seconds`` after one untimed call; compile (lower + XLA) of the step scan and of the
+batched reset are reported separately.
+
+Prints one JSON line per measurement: ``kinetix_env_step`` (``impl`` = ``jaxlab`` or
+``kinetix-env``) and ``kinetix_env_ratio`` (jaxlab rate / original rate, both compile times).
+Generator lines come from ``benchmarks/bench_kinetix_generator.py`` when ``--generator``.
+
+Usage::
+
+    python benchmarks/bench_kinetix.py                                # S,M,L x flat,entity x 1,256,4096
+    python benchmarks/bench_kinetix.py --sizes s --obs pixels,padded --n 256
+    python benchmarks/bench_kinetix.py --no-peer --action multi_discrete
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from jaxlab import envs
+
+REPO = Path(__file__).resolve().parents[1]
+LEVELS = REPO.parent / "shared" / "kinetix-levels"
+PEER_PY = REPO / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
+PEER_SCRIPT = REPO / "benchmarks" / "peers" / "bench_jax2d_peer.py"
+SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
+OBS = {
+    "flat": "symbolic_flat",
+    "entity": "symbolic_entity",
+    "padded": "symbolic_flat_padded",
+    "pixels": "pixels",
+}
+
+
+def steps_per_call(n: int) -> int:
+    """Env steps per timed call, as in the peer benchmark."""
+    return max(1, min(32, 2048 // n))
+
+
+def measure(size: str, n: int, obs: str, action: str, seconds: float) -> dict:
+    """Compile and time ``n`` auto-resetting envs on the ``size`` scene; one JSON record."""
+    env, params = envs.make(
+        f"kinetix-{size}",
+        level=str(LEVELS / f"{SCENES[size]}.json"),
+        observation_type=OBS[obs],
+        action_type=action,
+    )
+    space = env.action_space(params)
+    k = steps_per_call(n)
+
+    def reset(key):
+        return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), params)
+
+    def run(carry, _unused):
+        def body(c, _):
+            key, states, acc = c
+            key, k_act, k_step = jax.random.split(key, 3)
+            actions = jax.vmap(space.sample)(jax.random.split(k_act, n))
+            obs_, states, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(k_step, n), states, actions, params
+            )
+            leaves = [jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(obs_)]
+            acc = acc + jnp.sum(reward) + jnp.sum(term | trunc) + sum(leaves)
+            return (key, states, acc), None
+
+        return jax.lax.scan(body, carry, None, length=k)[0]
+
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    reset_c = jax.jit(reset).lower(key).compile()
+    reset_compile_s = time.perf_counter() - t0
+    _, states = reset_c(key)
+    carry = (key, states, jnp.zeros((), jnp.float32))
+    t0 = time.perf_counter()
+    step_c = jax.jit(run).lower(carry, 0).compile()
+    compile_s = time.perf_counter() - t0
+    carry = step_c(carry, 0)
+    jax.block_until_ready(carry)
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        carry = step_c(carry, 0)
+        jax.block_until_ready(carry)
+        calls += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds and calls >= 2:
+            break
+    rate = n * k * calls / elapsed
+    d = jax.devices()[0]
+    return {
+        "what": "kinetix_env_step",
+        "impl": "jaxlab",
+        "size": size.upper(),
+        "n": n,
+        "scene": SCENES[size] + (" (padded to L)" if size == "l" else ""),
+        "obs": obs,
+        "action": action,
+        "auto_reset": True,
+        "compile_s": round(compile_s, 3),
+        "reset_compile_s": round(reset_compile_s, 3),
+        "steps_per_call": k,
+        "calls": calls,
+        "time_s": round(elapsed, 3),
+        "rate": round(rate, 1),
+        "unit": "env_steps/s",
+        "device": f"{d.platform}:{d.device_kind}",
+        "jax": jax.__version__,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def run_peer(size: str, ns: list[int], obs: list[str], action: str, seconds: float) -> list[dict]:
+    """The original's env lines for ``size`` (empty when its venv is missing or it fails)."""
+    cmd = [
+        str(PEER_PY),
+        str(PEER_SCRIPT),
+        "--skip-engine",
+        "--sizes",
+        size.upper(),
+        "--env-n",
+        ",".join(map(str, ns)),
+        "--env-big-n",
+        "0",
+        "--obs",
+        ",".join(obs),
+        "--action",
+        action,
+        "--seconds",
+        str(seconds),
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        print(f"# peer failed for {size}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
+        return []
+    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="s,m,l")
+    parser.add_argument("--n", default="1,256,4096", help="numbers of parallel envs")
+    parser.add_argument("--obs", default="flat,entity", help="comma list of " + ",".join(OBS))
+    parser.add_argument(
+        "--action", default="continuous", choices=("continuous", "multi_discrete", "discrete")
+    )
+    parser.add_argument("--seconds", type=float, default=2.5, help="steady-state time each")
+    parser.add_argument("--no-peer", action="store_true", help="jaxlab lines only")
+    parser.add_argument(
+        "--generator", action="store_true", help="also run bench_kinetix_generator.py"
+    )
+    args = parser.parse_args(argv)
+    ns = [int(v) for v in args.n.split(",")]
+    sizes = [s.strip().lower() for s in args.sizes.split(",")]
+    obs_list = [o.strip() for o in args.obs.split(",")]
+    for s in sizes:
+        if s not in SCENES:
+            parser.error(f"--sizes: {s!r} is not one of {sorted(SCENES)}")
+    for o in obs_list:
+        if o not in OBS:
+            parser.error(f"--obs: {o!r} is not one of {sorted(OBS)}")
+    peer = not args.no_peer and PEER_PY.exists()
+    if not args.no_peer and not peer:
+        print(
+            f"# no peer venv at {PEER_PY}: run `bash benchmarks/peers/setup_kinetix_peer.sh`",
+            file=sys.stderr,
+        )
+    for size in sizes:
+        ours = {}
+        for obs in obs_list:
+            for n in ns:
+                rec = measure(size, n, obs, args.action, args.seconds)
+                ours[(obs, n)] = rec
+                print(json.dumps(rec), flush=True)
+        if not peer:
+            continue
+        for rec in run_peer(size, ns, obs_list, args.action, args.seconds):
+            print(json.dumps(rec), flush=True)
+            mine = ours.get((rec["obs"], rec["n"]))
+            if mine is None:
+                continue
+            ratio = {
+                "what": "kinetix_env_ratio",
+                "size": size.upper(),
+                "n": rec["n"],
+                "obs": rec["obs"],
+                "action": args.action,
+                "jaxlab_rate": mine["rate"],
+                "kinetix_rate": rec["rate"],
+                "ratio": round(mine["rate"] / rec["rate"], 3),
+                "jaxlab_compile_s": mine["compile_s"],
+                "kinetix_compile_s": rec["compile_s"],
+                "compile_ratio": round(mine["compile_s"] / max(rec["compile_s"], 1e-9), 3),
+                "unit": "env_steps/s",
+            }
+            print(json.dumps(ratio), flush=True)
+    if args.generator:
+        gen = REPO / "benchmarks" / "bench_kinetix_generator.py"
+        subprocess.run([sys.executable, str(gen)], check=False, cwd=REPO)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
