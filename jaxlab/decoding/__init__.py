@@ -11,4 +11,9 @@ Modules (import them directly, e.g. ``from jaxlab.decoding import speculative``)
   products, coercion); ``dfa``, ``regex``, ``grammar`` compile them on the host.
 * ``resampling``, ``smc``: properly weighted token samplers, SMC, IS and sample-then-rerank.
 * ``tabulated``: exact n-gram table models for tests and benchmarks.
+* ``arithmetic``: the demonstration task on jaxlab's own LMs: a bounded arithmetic-expression
+  grammar, a semantic critic (value in a range) as the expensive potential, and one runner for
+  sampling, grammar-only decoding/SMC, sample-then-rerank and critic-twisted SMC.
+* ``length_bound``: a grammar potential that only admits prefixes completable within a token
+  budget (so grammar-constrained samplers never get stuck at ``max_tokens``).
 """
