@@ -23,6 +23,12 @@ from jaxlab.envs.kinetix.actions import (
     to_unified,
 )
 from jaxlab.envs.kinetix.env import KinetixEnv, make_kinetix, make_kinetix_level
+from jaxlab.envs.kinetix.generator import (
+    GeneratorParams,
+    make_sample_level,
+    sample_level,
+    sample_levels,
+)
 from jaxlab.envs.kinetix.levels import (
     Level,
     LevelFormatError,
@@ -36,6 +42,8 @@ from jaxlab.envs.kinetix.levels import (
     save_level,
     stack_levels,
 )
+from jaxlab.envs.kinetix.mutators import MUTATIONS, apply_mutations, mutate
+from jaxlab.envs.kinetix.noop_filter import make_filtered_sampler, sample_filtered_levels
 from jaxlab.envs.kinetix.observations import (
     OBSERVATION_TYPES,
     EntityObservation,
@@ -57,17 +65,20 @@ from jaxlab.envs.kinetix.state import (
 
 __all__ = [
     "ACTION_TYPES",
+    "MUTATIONS",
     "OBSERVATION_TYPES",
     "SIZES",
     "EntityObservation",
     "EnvParams",
     "EnvState",
+    "GeneratorParams",
     "KinetixEnv",
     "Level",
     "LevelFormatError",
     "PixelsObservation",
     "StaticEnvParams",
     "action_space",
+    "apply_mutations",
     "create_empty_env",
     "demo_level",
     "engine_actions",
@@ -78,16 +89,22 @@ __all__ = [
     "level_to_json",
     "load_level",
     "load_levels",
+    "make_filtered_sampler",
     "make_kinetix",
     "make_kinetix_level",
     "make_observation_fn",
     "make_render_pixels",
     "make_reset_fn",
+    "make_sample_level",
+    "mutate",
     "noop_action",
     "observation_space",
     "padded_shape",
     "process_action",
     "random_action",
+    "sample_filtered_levels",
+    "sample_level",
+    "sample_levels",
     "save_gif",
     "save_level",
     "save_png",
