@@ -8,5 +8,8 @@ NAMES: dict[str, str] = {
     "lm-tiny": "lm_tiny",
     "olmoe": "olmoe",
     "gnn": "gnn",
+    "diffusion": "diffusion",
+    "ld3": "ld3",
+    "preference": "preference",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
