@@ -42,6 +42,7 @@ from jaxlab.envs.kinetix.levels import (
     save_level,
     stack_levels,
 )
+from jaxlab.envs.kinetix.library import load_library_level
 from jaxlab.envs.kinetix.mutators import MUTATIONS, apply_mutations, mutate
 from jaxlab.envs.kinetix.noop_filter import make_filtered_sampler, sample_filtered_levels
 from jaxlab.envs.kinetix.observations import (
@@ -88,6 +89,7 @@ __all__ = [
     "level_from_json",
     "level_to_json",
     "load_level",
+    "load_library_level",
     "load_levels",
     "make_filtered_sampler",
     "make_kinetix",
