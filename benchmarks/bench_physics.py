@@ -49,7 +49,7 @@ SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_b
 def load_scene(size: str):
     """``(sim_state, sim_params, static_sim_params)`` of the benchmark scene for ``size``."""
     path = LEVELS / f"{SCENES[size]}.json"
-    target = StaticEnvParams.preset(size) if size == "l" else None
+    target = StaticEnvParams.from_size(size) if size == "l" else None
     level = load_level(path, target) if target is not None else load_level(path)
     return level.state.sim, level.params.sim, level.static_params.sim
 
