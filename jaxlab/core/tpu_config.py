@@ -14,7 +14,7 @@ from typing import Any
 from jaxlab.core import config as config_lib
 from jaxlab.core.config import ConfigError
 
-_KEYS = {"recipe", "preset", "tpu", "mesh", "per_device_batch", "overrides", "launch"}
+_KEYS = {"recipe", "preset", "tpu", "mesh", "per_device_batch", "batch_key", "overrides", "launch"}
 _TPU_KEYS = {"accelerator_type", "topology", "chips", "hosts"}
 
 
@@ -39,7 +39,8 @@ class TpuRun:
 
 def load(path: str | Path, extra_overrides: tuple[str, ...] = ()) -> TpuRun:
     """Reads and validates ``path``; the recipe config gets the file's overrides, its mesh and the
-    global batch ``per_device_batch * chips``, then ``extra_overrides``."""
+    global batch ``per_device_batch * chips`` (written to the config key ``batch_key``, default
+    ``data.batch_size``; e.g. ``ppo.num_envs`` for RL), then ``extra_overrides``."""
     from jaxlab.core import recipe as recipe_lib
 
     path = Path(path)
@@ -66,7 +67,8 @@ def load(path: str | Path, extra_overrides: tuple[str, ...] = ()) -> TpuRun:
     recipe = recipe_lib.get(raw["recipe"])
     overrides = list(raw.get("overrides") or [])
     overrides += [f"mesh.{k}={int(v)}" for k, v in mesh.items()]
-    overrides.append(f"data.batch_size={int(raw['per_device_batch']) * sl.chips}")
+    batch_key = str(raw.get("batch_key", "data.batch_size"))
+    overrides.append(f"{batch_key}={int(raw['per_device_batch']) * sl.chips}")
     overrides += list(extra_overrides)
     cfg = recipe.config(raw.get("preset"), overrides)
     return TpuRun(recipe.name, cfg, sl, str(raw.get("launch", "")), path)

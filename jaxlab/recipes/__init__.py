@@ -11,5 +11,6 @@ NAMES: dict[str, str] = {
     "diffusion": "diffusion",
     "ld3": "ld3",
     "preference": "preference",
+    "kinetix-ppo": "kinetix_ppo",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -1,0 +1,359 @@
+"""kinetix-ppo throughput, where the time goes, the cpu-single learning curve, and the original.
+
+Every measurement prints one JSON line. Modes (combine freely):
+
+* ``--train`` (default): end-to-end PPO training env-steps/s for sizes S/M/L, MLP + flat vs
+  transformer + entity observations, at N = 256 and 2048 envs. One update is compiled
+  (``compile_s``, trace + XLA, measured separately), then ``--updates`` updates are timed.
+  N = 256 uses 64 steps per rollout (the original's CPU setting); N = 2048 uses 8 steps per
+  rollout so one update stays affordable on 2 cores; both use minibatches of 512 transitions
+  and 8 epochs (the paper's 32 minibatches x 8 epochs at N = 256).
+* ``--profile``: the split of one update between the env (rollout with random actions), the
+  policy's forward pass in the rollout, and the PPO update (epochs of minibatch gradients).
+* ``--curve``: the ``cpu-single`` preset on ``s/h2_one_wheel_car``; the evaluation solve rate
+  (20 attempts) after every update, as in the issue's "steps to a 0.9 solve rate".
+* ``--peer``: the original Kinetix (``benchmarks/peers/.venv-kinetix``, set up by
+  ``benchmarks/peers/setup_kinetix_peer.sh``) measured the same way in the same run: its
+  transformer's forward/gradient on a 512-sample minibatch (the part that dominates its PPO), and
+  ours for the ratio.
+
+Rates: ``rate`` is wall-clock env-steps/s; ``rate_cpu`` is env-steps per CPU-second of this
+process (``time.process_time``), which stays meaningful on a loaded shared machine (``load``
+is the 1-minute load average at the end of the measurement). Levels: S is the shipped
+``s/h2_one_wheel_car``; M is ``../shared/kinetix-levels/m/h5_angry_birds.json``; L pads that M
+level into L capacities (costs depend on the capacities, not on the level's contents).
+
+Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer]
+[--sizes s,m,l] [--nets mlp,transformer] [--envs 256,2048] [--updates N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core import config as C
+from jaxlab.core import recipe as recipe_lib
+from jaxlab.envs.kinetix.actions import random_action
+from jaxlab.recipes import kinetix_ppo as kp
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "kinetix-levels"
+LEVELS = {
+    "s": "s/h2_one_wheel_car",
+    "m": str(SHARED / "m" / "h5_angry_birds.json"),
+    "l": str(SHARED / "m" / "h5_angry_birds.json"),
+}
+
+
+def emit(**row) -> None:
+    row.setdefault("device", jax.devices()[0].platform)
+    row.setdefault("load", round(os.getloadavg()[0], 1))
+    print(json.dumps(row), flush=True)
+
+
+class Clock:
+    """Wall and CPU seconds of a block."""
+
+    def __enter__(self):
+        self.t, self.c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t
+        self.cpu = time.process_time() - self.c
+
+
+def config(size: str, net: str, envs: int) -> kp.KinetixPPOConfig:
+    steps = 64 if envs <= 256 else 8
+    over = {
+        "env.size": size,
+        "env.train_levels": LEVELS[size],
+        "ppo.num_envs": envs,
+        "ppo.num_steps": steps,
+        "ppo.update_epochs": 8,
+        "ppo.num_minibatches": envs * steps // 512,
+        "loop.total_steps": 1000,
+    }
+    if net == "mlp":
+        over.update({"network.kind": "mlp", "env.observation_type": "symbolic_flat"})
+    else:
+        over.update({"network.kind": "transformer", "env.observation_type": "symbolic_entity"})
+    return C.replace(kp.KinetixPPOConfig(), **over)
+
+
+def bench_train(size: str, net: str, envs: int, updates: int) -> None:
+    cfg = config(size, net, envs)
+    with Clock() as build:
+        parts = kp.build_parts(cfg)
+        state = jax.jit(parts.init)(jax.random.PRNGKey(0))
+        jax.block_until_ready(state)
+    step = jax.jit(parts.train_step, donate_argnums=0)
+    with Clock() as comp:
+        compiled = step.lower(state).compile()
+    state, m = compiled(state)  # warm-up
+    jax.block_until_ready(m)
+    with Clock() as run:
+        for _ in range(updates):
+            state, m = compiled(state)
+        jax.block_until_ready(m)
+    n = updates * cfg.ppo.num_envs * cfg.ppo.num_steps
+    emit(
+        what="ppo_train",
+        size=size,
+        net=net,
+        envs=envs,
+        steps_per_rollout=cfg.ppo.num_steps,
+        epochs=cfg.ppo.update_epochs,
+        minibatch=cfg.ppo.minibatch_size,
+        updates=updates,
+        compile_s=round(comp.wall, 2),
+        compile_cpu_s=round(comp.cpu, 2),
+        init_s=round(build.wall, 2),
+        time_s=round(run.wall, 2),
+        rate=round(n / run.wall, 1),
+        rate_cpu=round(n / run.cpu, 1),
+        unit="env-steps/s",
+    )
+
+
+def bench_profile(size: str, net: str, envs: int, reps: int = 2) -> None:
+    """Env-only rollout, rollout with the policy, and the update on a fixed rollout."""
+    cfg = config(size, net, envs)
+    parts = kp.build_parts(cfg)
+    ppo = parts.ppo
+    state = jax.jit(parts.init)(jax.random.PRNGKey(0))
+    T, at, sp = cfg.ppo.num_steps, cfg.env.action_type, parts.static
+
+    @jax.jit
+    def env_only(state):
+        def body(carry, k):
+            es = carry
+            a = jax.vmap(lambda kk: random_action(kk, at, sp))(jax.random.split(k, envs))
+            _, es, *_ = ppo._step_envs(k, es, a, state.levels)
+            return es, None
+
+        es, _ = jax.lax.scan(body, state.env_state, jax.random.split(state.key, T))
+        return es
+
+    @jax.jit
+    def rollout(state):
+        return ppo.rollout(
+            state.key, state.params, state.obs_stats, state.env_state, state.obs, state.levels, T
+        )
+
+    _, _, traj = rollout(state)
+    _, last_v = ppo.policy(state.params, state.obs_stats, state.obs)
+    from jaxlab.rl.ppo import compute_gae
+
+    adv, tgt = compute_gae(traj.reward, traj.value, traj.done, last_v, 0.99, 0.95)
+
+    @jax.jit
+    def update_only(state, traj, adv, tgt):
+        return ppo._train(state.key, state.params, state.opt_state, state.obs_stats, traj, adv, tgt)
+
+    @jax.jit
+    def forward_only(state, traj):
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
+        return ppo.policy(state.params, state.obs_stats, flat)[1]
+
+    rows = {}
+    for name, fn, args in (
+        ("env_rollout", env_only, (state,)),
+        ("policy_rollout", rollout, (state,)),
+        ("policy_forward", forward_only, (state, traj)),
+        ("update", update_only, (state, traj, adv, tgt)),
+    ):
+        jax.block_until_ready(fn(*args))
+        with Clock() as c:
+            for _ in range(reps):
+                out = fn(*args)
+            jax.block_until_ready(out)
+        rows[name] = c.cpu / reps
+    total = rows["policy_rollout"] + rows["update"]
+    emit(
+        what="ppo_profile",
+        size=size,
+        net=net,
+        envs=envs,
+        steps_per_rollout=T,
+        cpu_s_per_update={k: round(v, 3) for k, v in rows.items()},
+        frac_env=round(rows["env_rollout"] / total, 3),
+        frac_rollout_network=round(max(rows["policy_rollout"] - rows["env_rollout"], 0) / total, 3),
+        frac_update=round(rows["update"] / total, 3),
+        unit="cpu-seconds",
+    )
+
+
+def bench_curve(max_updates: int, attempts: int) -> None:
+    recipe = recipe_lib.get("kinetix-ppo")
+    cfg = recipe.config("cpu-single")
+    parts = kp.build_parts(cfg)
+    state = jax.jit(parts.init)(jax.random.PRNGKey(cfg.seed))
+    step = jax.jit(parts.train_step, donate_argnums=0)
+    evaluator = kp.Evaluator(
+        parts, "s/h2_one_wheel_car", num_attempts=attempts, max_steps=cfg.env.max_timesteps
+    )
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    per = cfg.ppo.num_envs * cfg.ppo.num_steps
+    for u in range(1, max_updates + 1):
+        state, m = step(state)
+        _, res, _ = evaluator(state, jax.random.PRNGKey(100 + u))
+        sr = float(np.mean(res.solve_rate))
+        emit(
+            what="ppo_curve",
+            preset="cpu-single",
+            level="s/h2_one_wheel_car",
+            update=u,
+            env_steps=u * per,
+            eval_solve_rate=round(sr, 3),
+            train_solve_rate=round(float(m["solve_rate"]), 3),
+            train_return=round(float(m["episode_return"]), 3),
+            wall_s=round(time.perf_counter() - start_wall, 1),
+            cpu_s=round(time.process_time() - start_cpu, 1),
+        )
+
+
+PEER_SCRIPT = r"""
+import json, time, jax, jax.numpy as jnp, numpy as np
+from kinetix.models.transformer_model import ActorCriticTransformer
+from kinetix.models.actor_critic import ScannedRNN
+from kinetix.render.renderer_symbolic_entity import EntityObservation
+from kinetix.environment.spaces import ActionType
+B = 512; P, C, J, T = 5, 2, 1, 1; N = P + C
+rng = np.random.default_rng(0)
+f = lambda *s: jnp.asarray(rng.normal(size=(1, B) + s), jnp.float32)
+ones = lambda *s: jnp.ones((1, B) + s, bool)
+obs = EntityObservation(circles=f(C, 19), polygons=f(P, 27), joints=f(2 * J, 22),
+    thrusters=f(T, 8), circle_mask=ones(C), polygon_mask=ones(P), joint_mask=ones(2 * J),
+    thruster_mask=ones(T), attention_mask=ones(4, N, N),
+    joint_indexes=jnp.zeros((1, B, 2 * J, 2), jnp.int32),
+    thruster_indexes=jnp.zeros((1, B, T), jnp.int32))
+net = ActorCriticTransformer(action_dim=16, actor_width=128, critic_width=128,
+    action_mode=ActionType.MULTI_DISCRETE, hybrid_action_continuous_dim=16,
+    multi_discrete_number_of_dims_per_distribution=[3, 3, 3, 3, 2, 2], transformer_size=16,
+    transformer_encoder_size=128, transformer_depth=2, actor_depth=5, critic_depth=5,
+    num_heads=8, activation="tanh", aggregate_mode="dummy_and_mean", full_attention_mask=False,
+    transformer_ffn=False, multilayer_joint_thruster_mixing=False,
+    joint_thruster_block_num_layers=2, joint_thruster_block_hidden_dim_multiplication=4,
+    recurrent=False)
+h = ScannedRNN.initialize_carry(B); x = (obs, jnp.zeros((1, B), bool))
+params = net.init(jax.random.PRNGKey(0), h, x)
+a = jnp.zeros((1, B, 6), jnp.int32)
+def loss(p):
+    _, pi, v = net.apply(p, h, x)
+    return jnp.mean(pi.log_prob(a)) + jnp.mean(v)
+out = {}
+for name, fn in (("forward", jax.jit(lambda p: net.apply(p, h, x)[2])), ("grad", jax.jit(jax.grad(loss)))):
+    jax.block_until_ready(fn(params)); jax.block_until_ready(fn(params))
+    c = time.process_time()
+    for _ in range(10): r = fn(params)
+    jax.block_until_ready(r)
+    out[name] = (time.process_time() - c) / 10
+out["params"] = int(sum(l.size for l in jax.tree.leaves(params)))
+out["jax"] = jax.__version__
+print("PEER", json.dumps(out))
+"""
+
+
+def ours_network_ms() -> dict:
+    sys.path.insert(0, str(ROOT / "tests" / "rl"))
+    from test_networks import HEAD, random_obs
+
+    from jaxlab.rl.networks import ActorCritic, NetworkConfig
+
+    net = ActorCritic(NetworkConfig(), HEAD)
+    obs = jax.tree.map(jnp.asarray, random_obs(0, 512))
+    params = net.init(jax.random.PRNGKey(0), obs)
+    a = jnp.zeros((512, 6), jnp.int32)
+
+    def loss(p):
+        pi, v = net.apply(p, obs)
+        return jnp.mean(pi.log_prob(a)) + jnp.mean(v)
+
+    out = {}
+    for name, fn in (
+        ("forward", jax.jit(lambda p: net.apply(p, obs)[1])),
+        ("grad", jax.jit(jax.grad(loss))),
+    ):
+        jax.block_until_ready(fn(params))
+        jax.block_until_ready(fn(params))
+        with Clock() as c:
+            for _ in range(10):
+                r = fn(params)
+            jax.block_until_ready(r)
+        out[name] = c.cpu / 10
+    out["params"] = int(sum(x.size for x in jax.tree.leaves(params)))
+    return out
+
+
+def bench_peer() -> None:
+    py = ROOT / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
+    if not py.exists():
+        emit(
+            what="peer_network",
+            error="peer venv missing; run benchmarks/peers/setup_kinetix_peer.sh",
+        )
+        return
+    ours = ours_network_ms()
+    proc = subprocess.run([str(py), "-c", PEER_SCRIPT], capture_output=True, text=True, timeout=900)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEER ")]
+    if not line:
+        emit(what="peer_network", error=proc.stderr[-500:])
+        return
+    peer = json.loads(line[0][5:])
+    for part in ("forward", "grad"):
+        emit(
+            what=f"transformer_{part}_512",
+            size="s",
+            cpu_ms=round(ours[part] * 1e3, 1),
+            peer_cpu_ms=round(peer[part] * 1e3, 1),
+            speedup=round(peer[part] / ours[part], 2),
+            params=ours["params"],
+            peer_params=peer["params"],
+            peer_jax=peer["jax"],
+            unit="cpu-ms per minibatch of 512",
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--curve", action="store_true")
+    ap.add_argument("--peer", action="store_true")
+    ap.add_argument("--sizes", default="s,m,l")
+    ap.add_argument("--nets", default="mlp,transformer")
+    ap.add_argument("--envs", default="256,2048")
+    ap.add_argument("--updates", type=int, default=1)
+    ap.add_argument("--curve-updates", type=int, default=15)
+    ap.add_argument("--attempts", type=int, default=20)
+    args = ap.parse_args()
+    if not (args.train or args.profile or args.curve or args.peer):
+        args.train = True
+    sizes, nets = args.sizes.split(","), args.nets.split(",")
+    envs = [int(e) for e in args.envs.split(",")]
+    if args.peer:
+        bench_peer()
+    for size in sizes:
+        for net in nets:
+            for n in envs:
+                if args.train:
+                    bench_train(size, net, n, args.updates)
+                if args.profile:
+                    bench_profile(size, net, n)
+    if args.curve:
+        bench_curve(args.curve_updates, args.attempts)
+
+
+if __name__ == "__main__":
+    main()
