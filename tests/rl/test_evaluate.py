@@ -60,7 +60,8 @@ def test_attempts_use_different_keys():
 def test_resolve_level_files(tmp_path):
     lib = ev.resolve_level_files("library")
     assert any(p.name == "h2_one_wheel_car.json" for p in lib)
-    assert ev.resolve_level_files("s/h2_one_wheel_car") == ev.resolve_level_files("library/s")[:1]
+    one = ev.resolve_level_files("s/h2_one_wheel_car")
+    assert len(one) == 1 and one[0] in ev.resolve_level_files("library/s")
     (tmp_path / "a").mkdir()
     for name in ("a/x.json", "a/y.json", "z.json"):
         (tmp_path / name).write_text("{}")

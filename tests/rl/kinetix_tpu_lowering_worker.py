@@ -1,5 +1,5 @@
 """Lowers and compiles the PPO update of each tpu_configs/kinetix-ppo-*.yaml for its mesh on as
-many simulated CPU devices as the slice has chips (run as a subprocess by test_tpu_configs.py).
+many simulated CPU devices as the slice has chips (run as a subprocess by test_kinetix_tpu_configs.py).
 
 Sizes shrink (one env per chip, 2-step rollouts, a toy transformer) and the level is the shipped
 s/h2_one_wheel_car; the mesh, the shard_map over ``data`` and the gradient averaging are the real

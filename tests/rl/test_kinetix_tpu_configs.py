@@ -29,7 +29,7 @@ def test_config_resolves(path):
 
 @pytest.mark.slow
 def test_sharded_update_lowers_for_every_slice():
-    worker = Path(__file__).parent / "tpu_lowering_worker.py"
+    worker = Path(__file__).parent / "kinetix_tpu_lowering_worker.py"
     out = subprocess.run(
         [sys.executable, str(worker), *map(str, CONFIGS)],
         capture_output=True,
