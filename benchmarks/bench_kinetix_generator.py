@@ -3,6 +3,9 @@
 Measures, per size (S, M, L):
 
 * ``generator``: ``vmap(sample_level)`` over ``--batch`` keys (levels/s), compile separately;
+* ``generator_ratio`` (when the peer venv exists, ``--no-peer`` skips it): the same
+  ``generator`` work by the original (``peers/bench_kinetix_generator_peer.py``), with both
+  compile times;
 * ``generator_noop_filtered``: ``sample_filtered_levels`` returning ``--batch`` levels from
   ``2 * batch`` candidates run for 64 no-op steps (levels/s), compile separately.
 
@@ -16,7 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jax
 
@@ -47,7 +54,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--no-filter", action="store_true", help="skip the no-op filtered sampler")
+    ap.add_argument("--no-peer", action="store_true", help="skip the original's generator")
     args = ap.parse_args()
+    peer_py = Path(__file__).parent / "peers" / ".venv-kinetix" / "bin" / "python"
     device = jax.devices()[0].platform
     gp, ep = GeneratorParams(), EnvParams()
     for size in args.sizes.split(","):
@@ -60,23 +69,58 @@ def main() -> None:
                     lambda k, sp=sp: _sample_filtered(k, args.batch, sp, gp, ep, 2, 64, 0.001)[0],
                 )
             )
+        ours = {}
         for what, fn in works:
             compile_s, per_call = _measure(fn, args.seconds)
-            print(
-                json.dumps(
-                    {
-                        "what": what,
-                        "size": size,
-                        "batch": args.batch,
-                        "device": device,
-                        "compile_s": round(compile_s, 2),
-                        "time_s": round(per_call, 5),
-                        "rate": round(args.batch / per_call, 1),
-                        "unit": "levels/s",
-                    }
-                ),
-                flush=True,
-            )
+            ours[what] = rec = {
+                "what": what,
+                "impl": "jaxlab",
+                "size": size,
+                "batch": args.batch,
+                "device": device,
+                "compile_s": round(compile_s, 2),
+                "time_s": round(per_call, 5),
+                "rate": round(args.batch / per_call, 1),
+                "unit": "levels/s",
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+            }
+            print(json.dumps(rec), flush=True)
+        if args.no_peer or not peer_py.exists():
+            continue
+        proc = subprocess.run(
+            [
+                str(peer_py),
+                str(Path(__file__).parent / "peers" / "bench_kinetix_generator_peer.py"),
+                f"--sizes={size}",
+                f"--batch={args.batch}",
+                f"--seconds={args.seconds}",
+            ],
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+        )
+        if proc.returncode != 0:
+            print(f"# peer generator failed: {proc.stderr.strip()[-800:]}", file=sys.stderr)
+            continue
+        for line in proc.stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            peer = json.loads(line)
+            print(line, flush=True)
+            mine = ours["generator"]
+            ratio = {
+                "what": "generator_ratio",
+                "size": size,
+                "batch": args.batch,
+                "jaxlab_rate": mine["rate"],
+                "kinetix_rate": peer["rate"],
+                "ratio": round(mine["rate"] / peer["rate"], 3),
+                "jaxlab_compile_s": mine["compile_s"],
+                "kinetix_compile_s": peer["compile_s"],
+                "compile_ratio": round(mine["compile_s"] / max(peer["compile_s"], 1e-9), 3),
+                "unit": "levels/s",
+            }
+            print(json.dumps(ratio), flush=True)
 
 
 if __name__ == "__main__":
