@@ -57,6 +57,12 @@ class Environment(Generic[TState, TParams]):
         """The default traced parameters."""
         raise TypeError(f"{type(self).__name__} does not define default_params")
 
+    #: ``True`` when ``get_obs(state, params)`` is the observation ``reset_env``/``step_env``
+    #: return (a pure function of the state). ``step`` then observes the post-reset state once
+    #: instead of observing both candidates and selecting; ``info["final_observation"]`` is still
+    #: the pre-reset observation (and costs nothing when unused: jit drops it).
+    obs_is_function_of_state: bool = False
+
     def reset_env(self, key: PRNGKeyArray, params: TParams) -> tuple[Any, TState]:
         """A fresh episode: ``(obs, state)``."""
         raise TypeError(f"{type(self).__name__} does not define reset_env")
@@ -124,11 +130,15 @@ class Environment(Generic[TState, TParams]):
         info["final_observation"] = obs_st
         if not self.auto_reset:
             return obs_st, state_st, reward, terminated, truncated, info
+        done = jnp.logical_or(terminated, truncated)
+        if self.obs_is_function_of_state:
+            state_re = self.reset_env(key_reset, params)[1] if reset_state is None else reset_state
+            state = tree_select(done, state_re, state_st)
+            return self.get_obs(state, params), state, reward, terminated, truncated, info
         if reset_state is None:
             obs_re, state_re = self.reset_env(key_reset, params)
         else:
             obs_re, state_re = self.get_obs(reset_state, params), reset_state
-        done = jnp.logical_or(terminated, truncated)
         state = tree_select(done, state_re, state_st)
         obs = tree_select(done, obs_re, obs_st)
         return obs, state, reward, terminated, truncated, info

@@ -222,3 +222,23 @@ def test_env_code_has_no_implicit_rank_promotion():
         finally:
             warnings.showwarning = old
     assert not offenders, offenders
+
+
+def test_single_observation_auto_reset_equals_select_of_both():
+    """``obs_is_function_of_state`` (observe the post-reset state once) gives exactly what the
+    generic path (observe both candidates, select) gives, on done and not-done steps."""
+    from jaxlab import envs
+
+    for max_timesteps in (1, 50):  # 1: every step ends the episode; 50: none does here
+        env, params = envs.make(
+            "kinetix-s", observation_type="symbolic_flat", max_timesteps=max_timesteps
+        )
+        keys = jax.random.split(jax.random.key(3), 4)
+        _, states = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        states = states.replace(timestep=states.timestep + jnp.arange(4))
+        actions = jax.vmap(env.action_space(params).sample)(keys)
+        once = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, states, actions, params)
+        env.obs_is_function_of_state = False
+        both = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, states, actions, params)
+        for a, b in zip(jax.tree.leaves(once), jax.tree.leaves(both), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

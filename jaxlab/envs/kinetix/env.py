@@ -139,6 +139,9 @@ class KinetixEnv(Environment):
         params: the env's ``default_params`` (default ``EnvParams()``).
     """
 
+    #: Observations are ``get_obs(state)``: auto-reset observes the chosen state once.
+    obs_is_function_of_state = True
+
     def __init__(
         self,
         static_params: StaticEnvParams,

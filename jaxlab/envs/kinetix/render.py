@@ -84,13 +84,15 @@ def _inside_convex(px, py, verts, n_vertices) -> Array:
 
 
 def _composite(image, cover, colour):
-    """Paint layers [K, W, H] with per-pixel colours [K, W, H, 3]; later layers on top."""
-    K = cover.shape[0]
-    if K == 0:
-        return image
-    idx = jnp.max(jnp.where(cover, jnp.arange(K)[:, None, None], -1), axis=0)
-    top = jnp.take_along_axis(colour, jnp.maximum(idx, 0)[None, :, :, None], axis=0)[0]
-    return jnp.where((idx >= 0)[..., None], top, image)
+    """Paint layers ``cover`` [K, W, H] in order (later layers on top) with colours ``colour``
+    broadcastable to [K, W, H, 3] (one colour per layer, [K, 1, 1, 3], or per pixel).
+
+    A static loop of ``K`` selects (K is a capacity, a handful of shapes), which XLA fuses into
+    one pass over the image; no [K, W, H, 3] colour array is materialised.
+    """
+    for k in range(cover.shape[0]):
+        image = jnp.where(cover[k][..., None], colour[k], image)
+    return image
 
 
 def make_render_pixels(static_params: StaticEnvParams, *, downscale: int | None = None):
@@ -122,9 +124,7 @@ def make_render_pixels(static_params: StaticEnvParams, *, downscale: int | None 
         colours = colours.at[0].set(shape_colour(state.polygon_shape_roles[0], True))
         draw = poly.active.at[:S].set(False).at[0].set(True)
         inside = _inside_convex(px, py, verts, poly.n_vertices) & draw[:, None, None]
-        image = _composite(
-            image, inside, jnp.broadcast_to(colours[:, None, None, :], (inside.shape + (3,)))
-        )
+        image = _composite(image, inside, colours[:, None, None, :])
 
         # Circles with their rotation line.
         circ = sim.circle
@@ -149,8 +149,7 @@ def make_render_pixels(static_params: StaticEnvParams, *, downscale: int | None 
         j_cover = (ddx * ddx + ddy * ddy < jr * jr) & jt.active[:, None, None]
         powered = jt.motor_on & jnp.logical_not(jt.is_fixed_joint)
         j_col = jnp.asarray(BINDING_COLOURS)[(state.motor_bindings + 1) * powered]
-        j_col = jnp.broadcast_to(j_col[:, None, None, :], j_cover.shape + (3,))
-        image = _composite(image, j_cover, j_col)
+        image = _composite(image, j_cover, j_col[:, None, None, :])
 
         # Thrusters: a bar along the thrust direction, nozzle (grey) behind the centre.
         th = sim.thruster
