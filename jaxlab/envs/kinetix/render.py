@@ -126,51 +126,48 @@ def make_render_pixels(static_params: StaticEnvParams, *, downscale: int | None 
         inside = _inside_convex(px, py, verts, poly.n_vertices) & draw[:, None, None]
         image = _composite(image, inside, colours[:, None, None, :])
 
-        # Circles with their rotation line.
+        # Circles with their rotation line, joints and thrusters: each layer is computed from its
+        # own scalars inside the loop, so every [W, H] test fuses into its select (no [K, W, H]
+        # or [K, W, H, 3] intermediate is materialised).
+        qx, qy = px[0], py[0]  # [W, 1], [1, H]
         circ = sim.circle
-        cx = (circ.position[:, 0] * scale)[:, None, None]
-        cy = (circ.position[:, 1] * scale)[:, None, None]
-        r = (circ.radius * scale)[:, None, None]
-        dx, dy = px - cx, py - cy
-        inside = (jnp.sqrt(dx * dx + dy * dy) <= r) & circ.active[:, None, None]
-        nx = jnp.sin(circ.rotation)[:, None, None]
-        ny = -jnp.cos(circ.rotation)[:, None, None]
-        line = (jnp.abs(dx * ny - dy * nx) < 1.0) & (nx * dx + ny * dy <= 0)
         c_col = shape_colour(state.circle_shape_roles, circ.inverse_mass == 0)
-        c_col = jnp.where(line[..., None], 0.0, c_col[:, None, None, :])
-        image = _composite(image, inside, c_col)
+        for k in range(circ.radius.shape[0]):
+            dx, dy = qx - circ.position[k, 0] * scale, qy - circ.position[k, 1] * scale
+            inside = (jnp.sqrt(dx * dx + dy * dy) <= circ.radius[k] * scale) & circ.active[k]
+            nx, ny = jnp.sin(circ.rotation[k]), -jnp.cos(circ.rotation[k])
+            line = (jnp.abs(dx * ny - dy * nx) < 1.0) & (nx * dx + ny * dy <= 0)
+            colour = jnp.where(line[..., None], 0.0, c_col[k])
+            image = jnp.where(inside[..., None], colour, image)
 
         # Joints.
         jt = sim.joint
         jc = jnp.round(jt.global_position * scale)
         jr = jnp.maximum(0.5, JOINT_RADIUS_M * scale)
-        ddx = px - jc[:, 0][:, None, None]
-        ddy = py - jc[:, 1][:, None, None]
-        j_cover = (ddx * ddx + ddy * ddy < jr * jr) & jt.active[:, None, None]
         powered = jt.motor_on & jnp.logical_not(jt.is_fixed_joint)
         j_col = jnp.asarray(BINDING_COLOURS)[(state.motor_bindings + 1) * powered]
-        image = _composite(image, j_cover, j_col[:, None, None, :])
+        for k in range(jc.shape[0]):
+            ddx, ddy = qx - jc[k, 0], qy - jc[k, 1]
+            cover = (ddx * ddx + ddy * ddy < jr * jr) & jt.active[k]
+            image = jnp.where(cover[..., None], j_col[k], image)
 
         # Thrusters: a bar along the thrust direction, nozzle (grey) behind the centre.
         th = sim.thruster
         parent_rot = jnp.concatenate([poly.rotation, circ.rotation])[th.object_index]
         angle = th.rotation + parent_rot
-        ux, uy = jnp.cos(angle)[:, None, None], jnp.sin(angle)[:, None, None]
-        tx = px - (th.global_position[:, 0] * scale)[:, None, None]
-        ty = py - (th.global_position[:, 1] * scale)[:, None, None]
-        along = tx * ux + ty * uy
-        across = -tx * uy + ty * ux
         half_l = jnp.maximum(1.0, THRUSTER_LENGTH_M * scale / 2)
         half_w = jnp.maximum(0.5, THRUSTER_WIDTH_M * scale / 2)
-        t_cover = (jnp.abs(along) <= half_l) & (jnp.abs(across) <= half_w)
-        t_cover = t_cover & th.active[:, None, None]
         front = jnp.asarray(BINDING_COLOURS)[state.thruster_bindings + 1]
-        t_col = jnp.where(
-            (along >= 0)[..., None],
-            front[:, None, None, :],
-            jnp.asarray(FIXATED_COLOUR)[None, None, None, :],
-        )
-        return _composite(image, t_cover, t_col)
+        for k in range(angle.shape[0]):
+            ux, uy = jnp.cos(angle[k]), jnp.sin(angle[k])
+            tx = qx - th.global_position[k, 0] * scale
+            ty = qy - th.global_position[k, 1] * scale
+            along = tx * ux + ty * uy
+            across = -tx * uy + ty * ux
+            cover = (jnp.abs(along) <= half_l) & (jnp.abs(across) <= half_w) & th.active[k]
+            colour = jnp.where((along >= 0)[..., None], front[k], jnp.asarray(FIXATED_COLOUR))
+            image = jnp.where(cover[..., None], colour, image)
+        return image
 
     return render
 
