@@ -25,6 +25,7 @@ that both see the same machine load; ``loadavg_1m`` is recorded on every line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -59,9 +60,14 @@ def steps_per_call(n: int) -> int:
     return max(1, min(64, 8192 // n))
 
 
-def measure(size: str, n: int, seconds: float, solver: str) -> dict:
-    """Compile and time ``n`` copies of the ``size`` scene; one JSON record."""
+def measure(size: str, n: int, seconds: float, solver: str, iterations: int | None = None) -> dict:
+    """Compile and time ``n`` copies of the ``size`` scene; one JSON record.
+
+    ``iterations`` overrides the solver's sequential-impulse iterations (the profile uses 1).
+    """
     sim, params, sp = load_scene(size)
+    if iterations is not None:
+        sp = dataclasses.replace(sp, num_solver_iterations=iterations)
     k = steps_per_call(n)
     actions = jnp.zeros((sp.num_joints + sp.num_thrusters,), jnp.float32)
     states = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), sim)
@@ -136,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solver", default="fast", choices=("fast", "reference"))
     parser.add_argument("--seconds", type=float, default=2.5, help="steady-state time each")
     parser.add_argument("--no-peer", action="store_true", help="jaxlab lines only")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="where the time goes: the step with 1 vs the default solver iterations (no peer)",
+    )
     args = parser.parse_args(argv)
     ns = [int(v) for v in args.n.split(",")]
     sizes = [s.strip().lower() for s in args.sizes.split(",")]
@@ -149,6 +160,27 @@ def main(argv: list[str] | None = None) -> int:
             "for the Jax2D side",
             file=sys.stderr,
         )
+    if args.profile:
+        for size in sizes:
+            for n in ns:
+                full = measure(size, n, args.seconds, args.solver)
+                one = measure(size, n, args.seconds, args.solver, iterations=1)
+                iters = load_scene(size)[2].num_solver_iterations
+                t_full, t_one = 1e6 / full["rate"], 1e6 / one["rate"]
+                per_iter = (t_full - t_one) / (iters - 1)
+                rec = {
+                    "what": "physics_step_profile",
+                    "size": size.upper(),
+                    "n": n,
+                    "us_per_step": round(t_full, 3),
+                    "us_per_step_1_iteration": round(t_one, 3),
+                    "us_per_solver_iteration": round(per_iter, 3),
+                    "solver_share": round(iters * per_iter / t_full, 3),
+                    "rest_share": round(1 - iters * per_iter / t_full, 3),
+                    "note": "rest = collision detection, integration, warm-start bookkeeping",
+                }
+                print(json.dumps(rec), flush=True)
+        return 0
     for size in sizes:
         ours = {}
         for n in ns:
