@@ -32,12 +32,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from jaxlab import envs
+sys.path.insert(0, str(Path(__file__).parent))
 
-REPO = Path(__file__).resolve().parents[1]
+from side_by_side import REPO, peer_available, steady_rate  # noqa: E402
+from side_by_side import run_peer as run_peer_script  # noqa: E402
+
+from jaxlab import envs  # noqa: E402
+
 LEVELS = REPO.parent / "shared" / "kinetix-levels"
-PEER_PY = REPO / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
-PEER_SCRIPT = REPO / "benchmarks" / "peers" / "bench_jax2d_peer.py"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
 OBS = {
     "flat": "symbolic_flat",
@@ -89,16 +91,7 @@ def measure(size: str, n: int, obs: str, action: str, seconds: float) -> dict:
     t0 = time.perf_counter()
     step_c = jax.jit(run).lower(carry, 0).compile()
     compile_s = time.perf_counter() - t0
-    carry = step_c(carry, 0)
-    jax.block_until_ready(carry)
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        carry = step_c(carry, 0)
-        jax.block_until_ready(carry)
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds and calls >= 2:
-            break
+    elapsed, calls, _ = steady_rate(step_c, carry, (0,), seconds)
     rate = n * k * calls / elapsed
     d = jax.devices()[0]
     return {
@@ -124,30 +117,10 @@ def measure(size: str, n: int, obs: str, action: str, seconds: float) -> dict:
 
 
 def run_peer(size: str, ns: list[int], obs: list[str], action: str, seconds: float) -> list[dict]:
-    """The original's env lines for ``size`` (empty when its venv is missing or it fails)."""
-    cmd = [
-        str(PEER_PY),
-        str(PEER_SCRIPT),
-        "--skip-engine",
-        "--sizes",
-        size.upper(),
-        "--env-n",
-        ",".join(map(str, ns)),
-        "--env-big-n",
-        "0",
-        "--obs",
-        ",".join(obs),
-        "--action",
-        action,
-        "--seconds",
-        str(seconds),
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    if proc.returncode != 0:
-        print(f"# peer failed for {size}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
-        return []
-    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    """The original's env lines for ``size`` (empty when it fails)."""
+    args = ["--skip-engine", "--sizes", size.upper(), "--env-n", ",".join(map(str, ns))]
+    args += ["--env-big-n", "0", "--obs", ",".join(obs), "--action", action]
+    return run_peer_script("bench_jax2d_peer.py", args + ["--seconds", str(seconds)], size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,12 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     for o in obs_list:
         if o not in OBS:
             parser.error(f"--obs: {o!r} is not one of {sorted(OBS)}")
-    peer = not args.no_peer and PEER_PY.exists()
-    if not args.no_peer and not peer:
-        print(
-            f"# no peer venv at {PEER_PY}: run `bash benchmarks/peers/setup_kinetix_peer.sh`",
-            file=sys.stderr,
-        )
+    peer = peer_available(args.no_peer)
     for size in sizes:
         ours = {}
         for obs in obs_list:

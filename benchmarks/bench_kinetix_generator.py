@@ -20,17 +20,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import jax
 
-from jaxlab.envs.kinetix import StaticEnvParams
-from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels
-from jaxlab.envs.kinetix.noop_filter import _sample_filtered
-from jaxlab.envs.kinetix.state import EnvParams
+sys.path.insert(0, str(Path(__file__).parent))
+
+from side_by_side import peer_available, run_peer  # noqa: E402
+
+from jaxlab.envs.kinetix import StaticEnvParams  # noqa: E402
+from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels  # noqa: E402
+from jaxlab.envs.kinetix.noop_filter import _sample_filtered  # noqa: E402
+from jaxlab.envs.kinetix.state import EnvParams  # noqa: E402
 
 
 def _measure(fn, seconds: float):
@@ -56,7 +59,7 @@ def main() -> None:
     ap.add_argument("--no-filter", action="store_true", help="skip the no-op filtered sampler")
     ap.add_argument("--no-peer", action="store_true", help="skip the original's generator")
     args = ap.parse_args()
-    peer_py = Path(__file__).parent / "peers" / ".venv-kinetix" / "bin" / "python"
+    use_peer = peer_available(args.no_peer)
     device = jax.devices()[0].platform
     gp, ep = GeneratorParams(), EnvParams()
     for size in args.sizes.split(","):
@@ -85,28 +88,15 @@ def main() -> None:
                 "loadavg_1m": round(os.getloadavg()[0], 2),
             }
             print(json.dumps(rec), flush=True)
-        if args.no_peer or not peer_py.exists():
+        if not use_peer:
             continue
-        proc = subprocess.run(
-            [
-                str(peer_py),
-                str(Path(__file__).parent / "peers" / "bench_kinetix_generator_peer.py"),
-                f"--sizes={size}",
-                f"--batch={args.batch}",
-                f"--seconds={args.seconds}",
-            ],
-            capture_output=True,
-            text=True,
-            env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+        peer_lines = run_peer(
+            "bench_kinetix_generator_peer.py",
+            [f"--sizes={size}", f"--batch={args.batch}", f"--seconds={args.seconds}"],
+            size,
         )
-        if proc.returncode != 0:
-            print(f"# peer generator failed: {proc.stderr.strip()[-800:]}", file=sys.stderr)
-            continue
-        for line in proc.stdout.splitlines():
-            if not line.startswith("{"):
-                continue
-            peer = json.loads(line)
-            print(line, flush=True)
+        for peer in peer_lines:
+            print(json.dumps(peer), flush=True)
             mine = ours["generator"]
             ratio = {
                 "what": "generator_ratio",

@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,14 +35,16 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from side_by_side import REPO, peer_available, steady_rate  # noqa: E402
+from side_by_side import run_peer as run_peer_script  # noqa: E402
+
 from jaxlab import physics as px
 from jaxlab.envs.kinetix.levels import load_level
 from jaxlab.envs.kinetix.state import StaticEnvParams
 
-REPO = Path(__file__).resolve().parents[1]
 LEVELS = REPO.parent / "shared" / "kinetix-levels"
-PEER_PY = REPO / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
-PEER_SCRIPT = REPO / "benchmarks" / "peers" / "bench_jax2d_peer.py"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
 
 
@@ -82,16 +83,7 @@ def measure(size: str, n: int, seconds: float, solver: str, iterations: int | No
     t0 = time.perf_counter()
     compiled = jax.jit(run).lower(states, params, actions).compile()
     compile_s = time.perf_counter() - t0
-    states = compiled(states, params, actions)
-    jax.block_until_ready(states)
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        states = compiled(states, params, actions)
-        jax.block_until_ready(states)
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds and calls >= 2:
-            break
+    elapsed, calls, _ = steady_rate(compiled, states, (params, actions), seconds)
     rate = n * k * calls / elapsed
     d = jax.devices()[0]
     return {
@@ -114,25 +106,10 @@ def measure(size: str, n: int, seconds: float, solver: str, iterations: int | No
 
 
 def run_peer(size: str, ns: list[int], seconds: float) -> list[dict]:
-    """The peer's engine lines for ``size`` (empty when its venv is missing or it fails)."""
-    cmd = [
-        str(PEER_PY),
-        str(PEER_SCRIPT),
-        "--skip-env",
-        "--no-real-l",
-        "--sizes",
-        size.upper(),
-        "--engine-n",
-        ",".join(map(str, ns)),
-        "--seconds",
-        str(seconds),
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    if proc.returncode != 0:
-        print(f"# peer failed for {size}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
-        return []
-    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    """The peer's engine lines for ``size`` (empty when it fails)."""
+    args = ["--skip-env", "--no-real-l", "--sizes", size.upper()]
+    args += ["--engine-n", ",".join(map(str, ns)), "--seconds", str(seconds)]
+    return run_peer_script("bench_jax2d_peer.py", args, size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in sizes:
         if s not in SCENES:
             parser.error(f"--sizes: {s!r} is not one of {sorted(SCENES)}")
-    peer = not args.no_peer and PEER_PY.exists()
-    if not args.no_peer and not peer:
-        print(
-            f"# no peer venv at {PEER_PY}: run `bash benchmarks/peers/setup_kinetix_peer.sh` "
-            "for the Jax2D side",
-            file=sys.stderr,
-        )
+    peer = peer_available(args.no_peer)
     if args.profile:
         for size in sizes:
             for n in ns:
