@@ -4,7 +4,7 @@ For each ``E`` (experts) and ``k`` (active experts) the dense reference is a Swi
 ``k * expert_ff``: per token it does the same expert FLOPs as the MoE layer. Measured per variant:
 
 - ``dense``: :class:`jaxlab.nn.mlp.SwiGLU` (``d_ff = k * expert_ff``),
-- ``dropless-tiled``: sort + tiled grouped matmul (the CPU default),
+- ``dropless-tiled``: sort + fused tiled grouped SwiGLU (the CPU default),
 - ``dropless-ragged_dot``: sort + ``jax.lax.ragged_dot`` (on CPU lowered to a dense matmul over
   all ``E`` groups; skipped where its ``[E, T k, max(d, ff)]`` expansion exceeds ``--ragged-mb``),
 - ``capacity``: capacity-factor dispatch (``cf = 1.25``) with batched expert einsums.
@@ -13,8 +13,9 @@ Modes: ``fwd`` (forward) and ``train`` (forward + backward w.r.t. input and para
 compile seconds (lower + compile), best-of-``--reps`` seconds per call, tokens/s, the ratio to the
 dense layer, and XLA's static memory analysis of the compiled executable (``peak_bytes`` = temp +
 arguments + outputs; CPU has no runtime ``memory_stats``). ``--breakdown`` times the parts of the
-dropless forward separately (router + losses + stats, sort + gather, grouped matmuls, un-sort +
-combine) to show where the overhead over the dense layer goes.
+dropless forward separately (router + losses + stats, sort + gather, fused grouped SwiGLU,
+un-sort + combine) to show where the overhead over the dense layer goes. All variants of one
+``(E, k, mode)`` are timed interleaved (round-robin), so they see the same machine load.
 
 Prints one JSON line per measurement. Usage::
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import time
 
@@ -51,14 +51,25 @@ def _time(fn, args, reps: int) -> tuple[float, float]:
     CPU seconds are the robust cost measure on a shared machine, where wall time includes waiting
     for a core.
     """
-    jax.block_until_ready(fn(*args))  # warm-up
-    wall = cpu = float("inf")
+    return _time_interleaved({"fn": (fn, args)}, reps)["fn"]
+
+
+def _time_interleaved(fns, reps: int) -> dict[str, tuple[float, float]]:
+    """:func:`_time` for several compiled ``name -> (fn, args)``, calls interleaved round-robin.
+
+    Interleaving exposes all variants to the same machine load (other processes), so their ratios
+    stay meaningful on a shared machine.
+    """
+    for fn, args in fns.values():
+        jax.block_until_ready(fn(*args))  # warm-up
+    best = {name: (float("inf"), float("inf")) for name in fns}
     for _ in range(reps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fn(*args))
-        wall = min(wall, time.perf_counter() - t0)
-        cpu = min(cpu, time.process_time() - c0)
-    return wall, cpu
+        for name, (fn, args) in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn(*args))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    return best
 
 
 def _compile(fn, args):
@@ -112,7 +123,7 @@ def run_grid(args) -> None:
             }
             variants = {n: m for n, m in variants.items() if n in args.variants or n == "dense"}
             for mode in args.modes:
-                dense_time = dense_cpu = None
+                lines, compiled_fns = {}, {}
                 for name, module in variants.items():
                     size = {
                         "tokens": tokens,
@@ -131,29 +142,32 @@ def run_grid(args) -> None:
                             f"ragged_dot on CPU materialises [E, T k, max(d, ff)] = "
                             f"{expansion_mb:.0f} MiB > --ragged-mb {args.ragged_mb}"
                         )
-                        print(json.dumps(line), flush=True)
+                        lines[name] = line
                         continue
                     params = nn.unbox(jax.jit(module.init)(jax.random.key(2), x)["params"])
                     fn = _layer_fns(module, mode, cot)
                     compiled, compile_s, peak = _compile(fn, (params, x))
-                    t, cpu = _time(compiled, (params, x), args.reps)
-                    if name == "dense":
-                        dense_time, dense_cpu = t, cpu
-                    line.update(
-                        compile_s=round(compile_s, 3),
-                        time_s=round(t, 5),
-                        cpu_s=round(cpu, 5),
-                        rate=round(tokens / t, 1),
-                        unit="tokens/s",
-                        ratio_vs_dense=round(t / dense_time, 3),
-                        cpu_ratio_vs_dense=round(cpu / dense_cpu, 3),
-                        peak_bytes=peak,
-                    )
+                    compiled_fns[name] = (compiled, (params, x))
+                    line.update(compile_s=round(compile_s, 3), peak_bytes=peak)
+                    lines[name] = line
+                times = _time_interleaved(compiled_fns, args.reps)
+                dense_time, dense_cpu = times["dense"]
+                for name, line in lines.items():
+                    if name in times:
+                        t, cpu = times[name]
+                        line.update(
+                            time_s=round(t, 5),
+                            cpu_s=round(cpu, 5),
+                            rate=round(tokens / t, 1),
+                            unit="tokens/s",
+                            ratio_vs_dense=round(t / dense_time, 3),
+                            cpu_ratio_vs_dense=round(cpu / dense_cpu, 3),
+                        )
                     print(json.dumps(line), flush=True)
 
 
 def run_breakdown(args) -> None:
-    """Times the parts of the dropless forward for each (E, k) separately."""
+    """Times the parts of the dropless forward for each (E, k) separately (calls interleaved)."""
     tokens = args.batch * args.seq
     d, ff = args.d_model, args.expert_ff
     x = jax.random.normal(jax.random.key(0), (tokens, d), jnp.float32)
@@ -169,6 +183,9 @@ def run_breakdown(args) -> None:
                 w2=0.02 * jax.random.normal(keys[3], (e, ff, d)),
             )
             dense_w = (ew.w1[0].repeat(k, 1), ew.w3[0].repeat(k, 1), ew.w2[0].repeat(k, 0))
+            cfg = moe.MoEConfig(
+                num_experts=e, top_k=k, expert_ff=ff, grouped_matmul="tiled", tile_size=args.tile
+            )
 
             def route(x, router, k=k):
                 r = moe.route(x @ router, top_k=k)
@@ -181,32 +198,25 @@ def run_breakdown(args) -> None:
 
             r, _ = jax.jit(route)(x, router)
             n = tokens * k
-            order = jnp.argsort(r.experts.reshape(-1), stable=True)
-            gs = jnp.bincount(r.experts.reshape(-1), length=e)
-            xs = x[order // k]
-            ys = jnp.ones((n, d), jnp.float32)
-            tile = moe.effective_tile(n, e, args.tile)
 
             def permute(x, experts, k=k, e=e):
-                order = jnp.argsort(experts.reshape(-1), stable=True)
-                return x[order // k], jnp.bincount(experts.reshape(-1), length=e)
+                flat = experts.reshape(-1)
+                order = jnp.argsort(flat, stable=True).astype(jnp.int32)
+                slots = moe._inverse_permutation(order).reshape(-1, k)
+                xs = moe._sort_rows(x, order // k, slots)
+                return xs, jnp.bincount(flat, length=e), order, slots
+
+            xs, gs, order, slots = jax.jit(permute)(x, r.experts)
+            ys = jnp.ones((n, d), jnp.float32)
 
             def experts_fn(xs, gs, ew):
-                gmm = functools.partial(
-                    moe.grouped_matmul, group_sizes=gs, impl="tiled", tile_size=args.tile
-                )
-                return gmm(jax.nn.silu(gmm(xs, ew.w1)) * gmm(xs, ew.w3), ew.w2)
+                return moe._swiglu_grouped(xs, ew, gs, impl="tiled", tile_size=args.tile)
 
-            def unpermute(ys, order, weights, k=k):
-                inv = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0]))
-                return jnp.einsum("tkd,tk->td", ys[inv].reshape(-1, k, d), weights)
+            def unpermute(ys, weights, order, slots):
+                return moe._unsort_combine(ys, weights, order, slots)
 
-            def full(x, router, ew, k=k):
-                r, aux = route(x, router)
-                y = moe.dropless_experts(
-                    x, r.experts, r.weights, ew, impl="tiled", tile_size=args.tile
-                )
-                return y, aux
+            def full(x, router, ew, cfg=cfg):
+                return moe.moe_ffn(x, router, ew, config=cfg)
 
             def dense(x, w):
                 return (jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2]
@@ -214,16 +224,15 @@ def run_breakdown(args) -> None:
             parts = {
                 "router+losses+stats": (route, (x, router)),
                 "sort+gather": (permute, (x, r.experts)),
-                "grouped_matmuls": (experts_fn, (xs, gs, ew)),
-                "unsort+combine": (unpermute, (ys, order, r.weights)),
+                "grouped_swiglu": (experts_fn, (xs, gs, ew)),
+                "unsort+combine": (unpermute, (ys, r.weights, order, slots)),
                 "moe_total": (full, (x, router, ew)),
                 "dense_total": (dense, (x, dense_w)),
             }
-            times, cpus = {}, {}
-            for name, (fn, fargs) in parts.items():
-                compiled, compile_s, _ = _compile(fn, fargs)
-                times[name], cpus[name] = _time(compiled, fargs, args.reps)
-            for name, t in times.items():
+            compiled = {name: (_compile(fn, fa)[0], fa) for name, (fn, fa) in parts.items()}
+            times = _time_interleaved(compiled, args.reps)
+            cpus = {name: c for name, (_, c) in times.items()}
+            for name, (t, cpu) in times.items():
                 line = {
                     "what": f"moe_breakdown/fwd/{name}",
                     "size": {
@@ -232,14 +241,14 @@ def run_breakdown(args) -> None:
                         "expert_ff": ff,
                         "E": e,
                         "k": k,
-                        "tile": tile,
+                        "tiles": list(moe.tile_levels(n, args.tile)),
                     },
                     "device": _device(),
                     "time_s": round(t, 5),
-                    "cpu_s": round(cpus[name], 5),
+                    "cpu_s": round(cpu, 5),
                     "rate": round(tokens / t, 1),
                     "unit": "tokens/s",
-                    "cpu_fraction_of_dense": round(cpus[name] / cpus["dense_total"], 3),
+                    "cpu_fraction_of_dense": round(cpu / cpus["dense_total"], 3),
                 }
                 print(json.dumps(line), flush=True)
 

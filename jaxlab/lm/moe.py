@@ -35,9 +35,12 @@ to one device), so the result is exact; XLA:CPU has no ``ragged_all_to_all``, wh
 bytes moved on GPU/TPU.
 
 Grouped matmul backends: ``jax.lax.ragged_dot`` (native on GPU/TPU; XLA:CPU lowers it to a dense
-matmul over *all* groups, ``E`` times the useful work) and ``tiled`` (a row-tiled loop over
-(tile, expert) pairs with a custom VJP, which does only the useful work plus at most one partial
-tile per expert; the default on CPU).
+matmul over *all* groups, ``E`` times the useful work) and ``tiled`` (the default on CPU): a loop
+over experts and, inside, over row tiles of that expert's rows (tiles of ``tile_size`` rows, then
+8-row tiles for the rest, so at most 7 wasted rows per expert), each expert's weights sliced once.
+For the expert SwiGLU the three matmuls are fused per tile, the forward overwrites the sorted
+activations in place (one ``[T k, d]`` buffer) and a custom VJP computes all gradients in one
+tiled pass. Sorting and un-sorting are gathers whose transposes are gathers too (no scatters).
 """
 
 from __future__ import annotations
@@ -218,113 +221,238 @@ def _sum_to_vma(ct: Array, primal: Any) -> Array:
     return jax.lax.psum(ct, tuple(sorted(extra))) if extra else ct
 
 
-def _tile_schedule(group_sizes: Int[Array, " groups"], num_tiles: int, tile: int):
-    """The (group, row tile) pairs a row-tiled grouped matmul must visit.
+def tile_levels(rows: int, tile_size: int, small: int = 8) -> tuple[int, ...]:
+    """Row tiles of the tiled grouped kernels: ``(tile_size, small)`` clipped to ``rows``.
 
-    Groups occupy consecutive row ranges ``[start_g, end_g)``. Group ``g`` touches row tiles
-    ``start_g // tile .. (end_g - 1) // tile``; consecutive groups share at most one tile, so there
-    are at most ``num_tiles + G - 1`` visits. Returns padded visit arrays, the number of valid
-    visits, and the group starts/ends.
+    Each group's rows are covered by ``floor(s_g / tile_size)`` full tiles of ``tile_size`` rows,
+    then ``ceil(rest / small)`` tiles of ``small`` rows, so at most ``small - 1`` rows per group are
+    computed and discarded. The forward uses ``small = 8`` (XLA:CPU runs an 8-row matmul nearly as
+    efficiently per row as a large one); the backward uses 32, because its per-group weight
+    gradients ``x^T dy`` are rank-``t`` updates that are inefficient for small ``t``.
     """
-    num_groups = group_sizes.shape[0]
+    levels = {max(1, min(t, rows)) for t in (tile_size, min(small, tile_size))}
+    return tuple(sorted(levels, reverse=True))
+
+
+#: smallest row tile of the backward pass of the tiled kernels (see :func:`tile_levels`).
+_BACKWARD_SMALL_TILE = 32
+
+
+def _group_tile_loop(group_sizes, rows: int, levels, carry, tile_fn, acc_init=None):
+    """Visits every row tile of every group, groups in order, tiles in increasing row order.
+
+    Group ``g`` owns rows ``[o_g, o_g + s_g)``. Its rows are covered by ``s_g // levels[0]`` tiles
+    of ``levels[0]`` rows, then by tiles of the next level for the rest, the last level rounding
+    up. A tile that would run past ``rows`` is moved back to end at ``rows``.
+    ``tile_fn(g, r0, valid, t, carry, acc) -> (carry, acc)`` handles the tile of ``t`` rows
+    starting at ``r0``; ``valid [t]`` marks the rows of the tile that belong to ``g`` and are not
+    covered by an earlier tile. With ``acc_init`` (a pytree) each group also accumulates ``acc``
+    from ``acc_init``, and the per-group results are returned stacked, ``(carry, accs [G, ...])``
+    (a group without rows gives exactly ``acc_init``).
+    """
     group_sizes = group_sizes.astype(jnp.int32)
     ends = jnp.cumsum(group_sizes)
     starts = ends - group_sizes
-    first = starts // tile
-    counts = jnp.where(group_sizes > 0, (ends - 1) // tile - first + 1, 0)
-    max_visits = num_tiles + num_groups - 1
-    visit_group = jnp.repeat(
-        jnp.arange(num_groups, dtype=jnp.int32), counts, total_repeat_length=max_visits
-    )
-    visit_start = jnp.cumsum(counts) - counts
-    v = jnp.arange(max_visits, dtype=jnp.int32)
-    visit_tile = first[visit_group] + v - visit_start[visit_group]
-    return visit_group, visit_tile, jnp.sum(counts), starts, ends
+
+    def per_group(carry, g):
+        size, end = group_sizes[g], ends[g]
+        acc = acc_init
+        row, rest = starts[g], size
+        for i, t in enumerate(levels):
+            count = (rest + t - 1) // t if i == len(levels) - 1 else rest // t
+            rest = rest - count * t
+
+            def body(_, state, t=t):
+                carry, acc, row = state
+                r0 = jnp.minimum(row, rows - t)
+                r = r0 + jnp.arange(t, dtype=jnp.int32)
+                valid = (r >= row) & (r < end)
+                carry, acc = tile_fn(g, r0, valid, t, carry, acc)
+                return carry, acc, row + t
+
+            carry, acc, row = jax.lax.fori_loop(0, count, body, (carry, acc, row))
+        return carry, acc
+
+    num_groups = group_sizes.shape[0]
+    if acc_init is None:
+        return jax.lax.fori_loop(0, num_groups, lambda g, c: per_group(c, g)[0], carry)
+    return jax.lax.scan(per_group, carry, jnp.arange(num_groups, dtype=jnp.int32))
 
 
-def _row_mask(row0, tile, start, end):
-    rows = row0 + jnp.arange(tile, dtype=jnp.int32)
-    return (rows >= start) & (rows < end)
+def _rows(x, r0, t):
+    return jax.lax.dynamic_slice_in_dim(x, r0, t)
 
 
-def _pad_rows(x: Array, rows: int) -> Array:
-    return x if x.shape[0] == rows else jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+def _put_rows(buf, new, r0, valid):
+    """Writes ``new`` into rows ``r0 .. r0 + t`` of ``buf`` where ``valid``, keeps the rest."""
+    cur = _rows(buf, r0, new.shape[0])
+    return jax.lax.dynamic_update_slice_in_dim(buf, jnp.where(valid[:, None], new, cur), r0, 0)
 
 
-def _tiled_forward(lhs, rhs, group_sizes, tile):
-    """``out[r] = lhs[r] @ rhs[g(r)]`` for rows in a group, 0 elsewhere (loop over visits)."""
-    m, _ = lhs.shape
-    n = rhs.shape[2]
-    mp = -(-m // tile) * tile
-    lhs_p = _pad_rows(lhs, mp)
-    visit_group, visit_tile, num_visits, starts, ends = _tile_schedule(
-        group_sizes, mp // tile, tile
-    )
+def _dot_t(a, b):
+    """``a^T b`` in float32 accumulation."""
+    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _dot_nt(a, b):
+    """``a b^T`` in float32 accumulation."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _tiled_forward(lhs, rhs, group_sizes, levels):
+    """``out[r] = lhs[r] @ rhs[g(r)]`` for rows in a group, 0 elsewhere."""
+    m = lhs.shape[0]
     out_dtype = jnp.result_type(lhs.dtype, rhs.dtype)
 
-    def body(v, out):
-        g, row0 = visit_group[v], visit_tile[v] * tile
-        mask = _row_mask(row0, tile, starts[g], ends[g])
-        xt = jnp.where(mask[:, None], jax.lax.dynamic_slice_in_dim(lhs_p, row0, tile), 0)
-        res = jnp.dot(xt, rhs[g], preferred_element_type=jnp.float32).astype(out_dtype)
-        cur = jax.lax.dynamic_slice_in_dim(out, row0, tile)
-        return jax.lax.dynamic_update_slice_in_dim(out, cur + res, row0, axis=0)
+    def tile_fn(g, r0, valid, t, out, acc):
+        res = jnp.dot(_rows(lhs, r0, t), rhs[g], preferred_element_type=jnp.float32)
+        return _put_rows(out, res.astype(out_dtype), r0, valid), acc
 
-    out0 = _varying_like(jnp.zeros((mp, n), out_dtype), lhs, rhs, group_sizes)
-    return jax.lax.fori_loop(0, num_visits, body, out0)[:m]
+    out0 = _varying_like(jnp.zeros((m, rhs.shape[2]), out_dtype), lhs, rhs, group_sizes)
+    return _group_tile_loop(group_sizes, m, levels, out0, tile_fn)
 
 
-def _tiled_backward(lhs, rhs, group_sizes, dout, tile):
+def _tiled_backward(lhs, rhs, group_sizes, dout, levels):
     """``dlhs[r] = dout[r] @ rhs[g(r)]^T`` and ``drhs[g] = sum_{r in g} lhs[r]^T dout[r]``."""
     m, k = lhs.shape
-    mp = -(-m // tile) * tile
-    lhs_p, dout_p = _pad_rows(lhs, mp), _pad_rows(dout, mp)
-    visit_group, visit_tile, num_visits, starts, ends = _tile_schedule(
-        group_sizes, mp // tile, tile
-    )
+    refs = (lhs, rhs, group_sizes, dout)
 
-    def body(v, carry):
-        dlhs, drhs = carry
-        g, row0 = visit_group[v], visit_tile[v] * tile
-        mask = _row_mask(row0, tile, starts[g], ends[g])[:, None]
-        dt = jnp.where(mask, jax.lax.dynamic_slice_in_dim(dout_p, row0, tile), 0)
-        xt = jax.lax.dynamic_slice_in_dim(lhs_p, row0, tile)
-        w = rhs[g]
-        dx = jax.lax.dot_general(
-            dt, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-        ).astype(dlhs.dtype)
-        dw = jax.lax.dot_general(
-            xt, dt, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
-        ).astype(drhs.dtype)
-        cur = jax.lax.dynamic_slice_in_dim(dlhs, row0, tile)
-        dlhs = jax.lax.dynamic_update_slice_in_dim(dlhs, cur + dx, row0, axis=0)
-        drhs = drhs.at[g].add(dw)
-        return dlhs, drhs
+    def tile_fn(g, r0, valid, t, dlhs, acc):
+        dt = jnp.where(valid[:, None], _rows(dout, r0, t), 0)
+        xt = jnp.where(valid[:, None], _rows(lhs, r0, t), 0)
+        dlhs = _put_rows(dlhs, _dot_nt(dt, rhs[g]).astype(dlhs.dtype), r0, valid)
+        return dlhs, acc + _dot_t(xt, dt)
 
-    init = (
-        _varying_like(jnp.zeros((mp, k), lhs.dtype), lhs, rhs, group_sizes, dout),
-        _varying_like(jnp.zeros(rhs.shape, rhs.dtype), lhs, rhs, group_sizes, dout),
-    )
-    dlhs, drhs = jax.lax.fori_loop(0, num_visits, body, init)
-    return dlhs[:m], drhs
+    dlhs0 = _varying_like(jnp.zeros((m, k), lhs.dtype), *refs)
+    acc0 = _varying_like(jnp.zeros(rhs.shape[1:], jnp.float32), *refs)
+    dlhs, drhs = _group_tile_loop(group_sizes, m, levels, dlhs0, tile_fn, acc0)
+    return dlhs, drhs.astype(rhs.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _tiled_gmm(lhs, rhs, group_sizes, tile):
-    return _tiled_forward(lhs, rhs, group_sizes, tile)
+def _tiled_gmm(lhs, rhs, group_sizes, levels):
+    """Tiled grouped matmul; ``levels = (forward tiles, backward tiles)``."""
+    return _tiled_forward(lhs, rhs, group_sizes, levels[0])
 
 
-def _tiled_gmm_fwd(lhs, rhs, group_sizes, tile):
-    return _tiled_forward(lhs, rhs, group_sizes, tile), (lhs, rhs, group_sizes)
+def _tiled_gmm_fwd(lhs, rhs, group_sizes, levels):
+    return _tiled_forward(lhs, rhs, group_sizes, levels[0]), (lhs, rhs, group_sizes)
 
 
-def _tiled_gmm_bwd(tile, residuals, dout):
+def _tiled_gmm_bwd(levels, residuals, dout):
     lhs, rhs, group_sizes = residuals
-    dlhs, drhs = _tiled_backward(lhs, rhs, group_sizes, dout, tile)
+    dlhs, drhs = _tiled_backward(lhs, rhs, group_sizes, dout, levels[1])
     return _sum_to_vma(dlhs, lhs), _sum_to_vma(drhs, rhs), None
 
 
 _tiled_gmm.defvjp(_tiled_gmm_fwd, _tiled_gmm_bwd)
+
+
+def _swiglu_tiles_forward(xs, w1, w3, w2, group_sizes, levels, *, keep_preact):
+    """Fused grouped SwiGLU: ``ys[r] = (silu(xs[r] W1_g) * (xs[r] W3_g)) W2_g``, ``g = g(r)``.
+
+    Without ``keep_preact`` the result overwrites ``xs`` tile by tile (a tile's rows of its group
+    are always read before any tile writes them), so the layer holds one ``[M, d]`` buffer; rows
+    past ``sum(group_sizes)`` are then set to 0. With ``keep_preact`` it writes a fresh buffer and
+    also returns the pre-activations ``xs[r] W1_g`` and ``xs[r] W3_g``.
+    """
+    m = xs.shape[0]
+    ff, d_out = w2.shape[1], w2.shape[2]
+    dtype = jnp.result_type(xs.dtype, w1.dtype)
+    refs = (xs, w1, w3, w2, group_sizes)
+    in_place = not keep_preact and d_out == xs.shape[1] and dtype == xs.dtype
+
+    def tile_fn(g, r0, valid, t, carry, acc):
+        xt = _rows(carry if in_place else xs, r0, t)
+        a = jnp.dot(xt, w1[g], preferred_element_type=jnp.float32).astype(dtype)
+        b = jnp.dot(xt, w3[g], preferred_element_type=jnp.float32).astype(dtype)
+        y = jnp.dot(jax.nn.silu(a) * b, w2[g], preferred_element_type=jnp.float32)
+        if not keep_preact:
+            return _put_rows(carry, y.astype(dtype), r0, valid), acc
+        ys, pa, pb = carry
+        return (
+            _put_rows(ys, y.astype(dtype), r0, valid),
+            _put_rows(pa, a, r0, valid),
+            _put_rows(pb, b, r0, valid),
+        ), acc
+
+    if in_place:
+        ys = _group_tile_loop(group_sizes, m, levels, _varying_like(xs, *refs), tile_fn)
+        return _zero_rows_from(ys, jnp.sum(group_sizes.astype(jnp.int32)), levels[0])
+    out0 = _varying_like(jnp.zeros((m, d_out), dtype), *refs)
+    if keep_preact:
+        pre0 = _varying_like(jnp.zeros((m, ff), dtype), *refs)
+        out0 = (out0, pre0, pre0)
+    return _group_tile_loop(group_sizes, m, levels, out0, tile_fn)
+
+
+def _zero_rows_from(buf, start, tile):
+    """``buf`` with rows ``start ..`` set to 0, in place, by tiles (no pass when ``start = M``)."""
+    m = buf.shape[0]
+
+    def body(i, buf):
+        row = start + i * tile
+        r0 = jnp.minimum(row, m - tile)
+        valid = r0 + jnp.arange(tile, dtype=jnp.int32) >= row
+        return _put_rows(buf, jnp.zeros((tile, buf.shape[1]), buf.dtype), r0, valid)
+
+    return jax.lax.fori_loop(0, (m - start + tile - 1) // tile, body, buf)
+
+
+def _swiglu_tiles_backward(xs, w1, w3, w2, group_sizes, pre_a, pre_b, dys, levels):
+    """Gradients of the fused grouped SwiGLU w.r.t. ``xs``, ``W1``, ``W3``, ``W2``.
+
+    With ``a = x W1``, ``b = x W3``, ``h = silu(a) b``, ``y = h W2`` and ``dy``:
+    ``dW2 += h^T dy``, ``dh = dy W2^T``, ``db = dh silu(a)``,
+    ``da = dh b sigma(a) (1 + a (1 - sigma(a)))``, ``dW1 += x^T da``, ``dW3 += x^T db``,
+    ``dx = da W1^T + db W3^T``; weight gradients are summed per group.
+    """
+    m = xs.shape[0]
+    refs = (xs, w1, w3, w2, group_sizes, dys)
+    in_place = dys.shape == xs.shape and dys.dtype == xs.dtype  # dx overwrites dy tile by tile
+
+    def tile_fn(g, r0, valid, t, dxs, acc):
+        mask = valid[:, None]
+        xt = jnp.where(mask, _rows(xs, r0, t), 0)
+        dy = jnp.where(mask, _rows(dxs if in_place else dys, r0, t), 0)
+        a = jnp.where(mask, _rows(pre_a, r0, t), 0).astype(jnp.float32)
+        b = jnp.where(mask, _rows(pre_b, r0, t), 0).astype(jnp.float32)
+        sig = jax.nn.sigmoid(a)
+        silu = a * sig
+        dh = _dot_nt(dy, w2[g])
+        db = dh * silu
+        da = dh * b * sig * (1 + a * (1 - sig))
+        dx = _dot_nt(da, w1[g]) + _dot_nt(db, w3[g])
+        acc1, acc3, acc2 = acc
+        acc = (acc1 + _dot_t(xt, da), acc3 + _dot_t(xt, db), acc2 + _dot_t(silu * b, dy))
+        return _put_rows(dxs, dx.astype(dxs.dtype), r0, valid), acc
+
+    dxs0 = _varying_like(dys if in_place else jnp.zeros(xs.shape, xs.dtype), *refs)
+    acc0 = tuple(_varying_like(jnp.zeros(w.shape[1:], jnp.float32), *refs) for w in (w1, w3, w2))
+    dxs, dws = _group_tile_loop(group_sizes, m, levels, dxs0, tile_fn, acc0)
+    if in_place:
+        dxs = _zero_rows_from(dxs, jnp.sum(group_sizes.astype(jnp.int32)), levels[0])
+    return (dxs, *(dw.astype(w.dtype) for dw, w in zip(dws, (w1, w3, w2), strict=True)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _tiled_swiglu(xs, w1, w3, w2, group_sizes, levels):
+    """Fused tiled grouped SwiGLU; ``levels = (forward tiles, backward tiles)``."""
+    return _swiglu_tiles_forward(xs, w1, w3, w2, group_sizes, levels[0], keep_preact=False)
+
+
+def _tiled_swiglu_fwd(xs, w1, w3, w2, group_sizes, levels):
+    ys, pa, pb = _swiglu_tiles_forward(xs, w1, w3, w2, group_sizes, levels[0], keep_preact=True)
+    return ys, (xs, w1, w3, w2, group_sizes, pa, pb)
+
+
+def _tiled_swiglu_bwd(levels, residuals, dys):
+    xs, w1, w3, w2, group_sizes, pa, pb = residuals
+    grads = _swiglu_tiles_backward(xs, w1, w3, w2, group_sizes, pa, pb, dys, levels[1])
+    return (*(_sum_to_vma(g, p) for g, p in zip(grads, (xs, w1, w3, w2), strict=True)), None)
+
+
+_tiled_swiglu.defvjp(_tiled_swiglu_fwd, _tiled_swiglu_bwd)
 
 
 def resolve_grouped_matmul(impl: str) -> Literal["ragged_dot", "tiled"]:
@@ -334,20 +462,6 @@ def resolve_grouped_matmul(impl: str) -> Literal["ragged_dot", "tiled"]:
     if impl not in ("ragged_dot", "tiled"):
         raise ValueError(f"grouped_matmul: got {impl!r}, expected 'auto', 'ragged_dot' or 'tiled'")
     return impl
-
-
-def effective_tile(rows: int, groups: int, tile_size: int) -> int:
-    """Row tile of the tiled grouped matmul: at most ``tile_size`` and about ``rows / (4 G)``.
-
-    Every group boundary costs at most one extra tile visit, so the work is about
-    ``rows + G * tile`` rows; a tile near ``rows / (4 G)`` (rounded down to a power of two, at
-    least 8) bounds that overhead by ~25% for balanced groups while keeping the matmuls large.
-    """
-    target = max(8, rows // (4 * groups))
-    tile = 8
-    while tile * 2 <= target:
-        tile *= 2
-    return max(1, min(tile, tile_size, rows))
 
 
 def grouped_matmul(
@@ -368,7 +482,7 @@ def grouped_matmul(
         rhs: ``[G, K, N]`` one matrix per group.
         group_sizes: ``[G]`` integer sizes, ``sum <= M``.
         impl: ``"ragged_dot"`` (``jax.lax.ragged_dot``), ``"tiled"`` or ``"auto"``.
-        tile_size: largest row tile of the tiled implementation (see :func:`effective_tile`).
+        tile_size: largest row tile of the tiled implementation (see :func:`tile_levels`).
 
     Returns:
         ``[M, N]``.
@@ -376,8 +490,11 @@ def grouped_matmul(
     impl = resolve_grouped_matmul(impl)
     if impl == "ragged_dot":
         return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32))
-    tile = effective_tile(lhs.shape[0], rhs.shape[0], tile_size)
-    return _tiled_gmm(lhs, rhs, group_sizes.astype(jnp.int32), tile)
+    levels = (
+        tile_levels(lhs.shape[0], tile_size),
+        tile_levels(lhs.shape[0], tile_size, _BACKWARD_SMALL_TILE),
+    )
+    return _tiled_gmm(lhs, rhs, group_sizes.astype(jnp.int32), levels)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -395,6 +512,14 @@ class ExpertWeights:
 
 
 def _swiglu_grouped(xs, weights: ExpertWeights, group_sizes, *, impl, tile_size):
+    """``(silu(xs W1_g) * (xs W3_g)) W2_g`` per group: fused row tiles or three grouped matmuls."""
+    if resolve_grouped_matmul(impl) == "tiled":
+        levels = (
+            tile_levels(xs.shape[0], tile_size),
+            tile_levels(xs.shape[0], tile_size, _BACKWARD_SMALL_TILE),
+        )
+        w = (weights.w1, weights.w3, weights.w2)
+        return _tiled_swiglu(xs, *w, group_sizes.astype(jnp.int32), levels)
     gmm = functools.partial(grouped_matmul, group_sizes=group_sizes, impl=impl, tile_size=tile_size)
     h = jax.nn.silu(gmm(xs, weights.w1)) * gmm(xs, weights.w3)
     return gmm(h, weights.w2)
@@ -413,6 +538,64 @@ def _inverse_permutation(order: Int[Array, " n"]) -> Int[Array, " n"]:
 
 def _combine(y_assign: Float[Array, "tokens k embed"], weights: Float[Array, "tokens k"]):
     return jnp.einsum("tkd,tk->td", y_assign, weights.astype(y_assign.dtype))
+
+
+def _gather_sum(rows, slots, weights=None):
+    """``out[t] = sum_j w[t, j] rows[slots[t, j]]`` as ``k`` fused gathers (no ``[T, k, d]``)."""
+    out = None
+    for j in range(slots.shape[1]):
+        r = rows[slots[:, j]]
+        if weights is not None:
+            r = r * weights[:, j, None]
+        out = r if out is None else out + r
+    return out
+
+
+@jax.custom_vjp
+def _sort_rows(x, token_of_row, slots):
+    """``xs[r] = x[token_of_row[r]]``; ``slots[t, j]`` is the sorted row of token ``t``'s slot ``j``.
+
+    The transpose (gradient) is the gather-sum ``dx[t] = sum_j dxs[slots[t, j]]``, not a scatter.
+    """
+    return x[token_of_row]
+
+
+def _sort_rows_fwd(x, token_of_row, slots):
+    return x[token_of_row], (token_of_row, slots)
+
+
+def _sort_rows_bwd(residuals, dxs):
+    token_of_row, slots = residuals
+    return _gather_sum(dxs, slots), None, None
+
+
+_sort_rows.defvjp(_sort_rows_fwd, _sort_rows_bwd)
+
+
+@jax.custom_vjp
+def _unsort_combine(ys, weights, order, slots):
+    """``y[t] = sum_j weights[t, j] ys[slots[t, j]]`` (un-sort and combine, eq. ``y_t`` above).
+
+    ``order[r]`` is the flat assignment ``t k + j`` of sorted row ``r`` (``slots`` inverted).
+    Gradients: ``dys[r] = weights_flat[order[r]] dy[order[r] // k]`` and
+    ``dweights[t, j] = <ys[slots[t, j]], dy[t]>``, both gathers.
+    """
+    return _gather_sum(ys, slots, weights)
+
+
+def _unsort_combine_fwd(ys, weights, order, slots):
+    return _gather_sum(ys, slots, weights), (ys, weights, order, slots)
+
+
+def _unsort_combine_bwd(residuals, dy):
+    ys, weights, order, slots = residuals
+    top_k = slots.shape[1]
+    dys = dy[order // top_k] * weights.reshape(-1)[order][:, None]
+    dw = jnp.stack([jnp.sum(ys[slots[:, j]] * dy, axis=-1) for j in range(top_k)], axis=1)
+    return dys.astype(ys.dtype), dw.astype(weights.dtype), None, None
+
+
+_unsort_combine.defvjp(_unsort_combine_fwd, _unsort_combine_bwd)
 
 
 def dropless_experts(
@@ -438,14 +621,16 @@ def dropless_experts(
     """
     num_tokens, top_k = experts.shape
     num_experts = expert_weights.w1.shape[0]
+    # Materialise the routing before the expert loops: without the barrier XLA:CPU fuses the
+    # router's top-k into consumers inside the loops and recomputes it there (2x slower at E=64).
+    experts, weights = jax.lax.optimization_barrier((experts, weights))
     flat = experts.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
+    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
     group_sizes = expert_counts(experts, num_experts=num_experts)
-    ys = _swiglu_grouped(
-        x[order // top_k], expert_weights, group_sizes, impl=impl, tile_size=tile_size
-    )
-    y_assign = ys[_inverse_permutation(order)].reshape(num_tokens, top_k, x.shape[-1])
-    return _combine(y_assign, weights)
+    slots = _inverse_permutation(order).reshape(num_tokens, top_k)
+    xs = _sort_rows(x, order // top_k, slots)
+    ys = _swiglu_grouped(xs, expert_weights, group_sizes, impl=impl, tile_size=tile_size)
+    return _unsort_combine(ys, weights.astype(ys.dtype), order, slots)
 
 
 def expert_capacity(

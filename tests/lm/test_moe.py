@@ -123,6 +123,110 @@ def test_grouped_matmul_matches_numpy_and_masked_reference(impl, tile):
     assert np.all(np.asarray(grads[0])[offs[-1] :] == 0.0)
 
 
+@pytest.mark.parametrize("rows,tile", [(29, 16), (29, 4), (6, 16)])
+def test_group_tile_loop_covers_each_grouped_row_exactly_once(rows, tile):
+    """Every row of every group is handed to exactly one tile as valid, with its own group;
+    rows past ``sum(sizes)`` never are (incl. the tile moved back to end at ``rows``)."""
+    sizes = {29: [7, 0, 12, 0, 9], 6: [0, 4, 2]}[rows]
+    gs = jnp.asarray(sizes, jnp.int32)
+    levels = moe.tile_levels(rows, tile)
+
+    def tile_fn(g, r0, valid, t, carry, acc):
+        visits, owner = carry
+        r = r0 + jnp.arange(t)
+        visits = visits.at[r].add(valid.astype(jnp.int32))
+        owner = owner.at[r].set(jnp.where(valid, g, owner[r]))
+        return (visits, owner), acc + jnp.sum(valid)
+
+    init = (jnp.zeros(rows, jnp.int32), jnp.full(rows, -1, jnp.int32))
+    (visits, owner), per_group = jax.jit(
+        lambda gs: moe._group_tile_loop(gs, rows, levels, init, tile_fn, jnp.zeros((), jnp.int32))
+    )(gs)
+    want_owner = np.full(rows, -1)
+    want_owner[: sum(sizes)] = np.repeat(np.arange(len(sizes)), sizes)
+    np.testing.assert_array_equal(np.asarray(visits), (want_owner >= 0).astype(np.int32))
+    np.testing.assert_array_equal(np.asarray(owner), want_owner)
+    np.testing.assert_array_equal(np.asarray(per_group), sizes)
+
+
+def test_tile_levels():
+    assert moe.tile_levels(4096, 128) == (128, 8)
+    assert moe.tile_levels(4096, 128, 32) == (128, 32)
+    assert moe.tile_levels(4096, 4) == (4,)
+    assert moe.tile_levels(5, 128) == (5,)
+
+
+@pytest.mark.parametrize("sizes", [[7, 0, 12, 0, 5], [0, 0, 29, 0, 0], [3, 9, 4, 8, 5]])
+def test_fused_tiled_swiglu_matches_masked_reference(sizes):
+    """The fused tiled SwiGLU (in-place forward, fused backward) equals per-group SwiGLUs,
+    values and gradients; rows past ``sum(sizes)`` give 0 and get 0 gradient, empty groups get
+    exactly zero weight gradients."""
+    m, d, ff = 29, 6, 5
+    sizes = np.asarray(sizes, np.int32)
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    group_of_row = np.searchsorted(offs[1:], np.arange(m), side="right")
+    onehot = jax.nn.one_hot(jnp.asarray(group_of_row), sizes.size)  # rows past the sum: all 0
+    ks = jax.random.split(jax.random.key(7), 5)
+    xs = jax.random.normal(ks[0], (m, d))
+    ew = moe.ExpertWeights(
+        w1=jax.random.normal(ks[1], (sizes.size, d, ff)),
+        w3=jax.random.normal(ks[2], (sizes.size, d, ff)),
+        w2=jax.random.normal(ks[3], (sizes.size, ff, d)),
+    )
+    cot = jax.random.normal(ks[4], (m, d))
+
+    def fused(xs, ew):
+        return moe._swiglu_grouped(xs, ew, jnp.asarray(sizes), impl="tiled", tile_size=8)
+
+    def masked(xs, ew):
+        h = jax.nn.silu(jnp.einsum("md,gdf->gmf", xs, ew.w1))
+        h = h * jnp.einsum("md,gdf->gmf", xs, ew.w3)
+        return jnp.einsum("gmf,gfd,mg->md", h, ew.w2, onehot)
+
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(fused)(xs, ew)), np.asarray(masked(xs, ew)), atol=1e-4
+    )
+    assert np.all(np.asarray(jax.jit(fused)(xs, ew))[offs[-1] :] == 0.0)
+
+    def grads(f):
+        return jax.jit(jax.grad(lambda xs, ew: jnp.sum(f(xs, ew) * cot), argnums=(0, 1)))(xs, ew)
+
+    got, want = grads(fused), grads(masked)
+    _assert_tree_close(got, want, atol=1e-4)
+    assert np.all(np.asarray(got[0])[offs[-1] :] == 0.0)
+    for g in jax.tree.leaves(got[1]):
+        assert np.all(np.asarray(g)[sizes == 0] == 0.0)
+
+
+def test_sort_and_unsort_custom_gradients_match_autodiff():
+    """The gather-based transposes of the sort (``_sort_rows``) and of the un-sort + combine
+    (``_unsort_combine``) equal JAX's autodiff of the plain gather / einsum formulation."""
+    experts = jax.random.randint(jax.random.key(1), (T, K), 0, E)
+    x = jax.random.normal(jax.random.key(2), (T, D))
+    w = jax.random.uniform(jax.random.key(3), (T, K))
+    cot = jax.random.normal(jax.random.key(4), (T, D))
+    order = jnp.argsort(experts.reshape(-1), stable=True).astype(jnp.int32)
+    slots = moe._inverse_permutation(order).reshape(T, K)
+    np.testing.assert_array_equal(
+        np.asarray(order)[np.asarray(slots)].reshape(-1), np.arange(T * K)
+    )
+
+    def custom(x, w):
+        xs = moe._sort_rows(x, order // K, slots)
+        return moe._unsort_combine(jnp.tanh(xs), w, order, slots)
+
+    def plain(x, w):
+        xs = x[order // K]
+        return jnp.einsum("tkd,tk->td", jnp.tanh(xs)[slots.reshape(-1)].reshape(T, K, D), w)
+
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(custom)(x, w)), np.asarray(plain(x, w)), atol=ATOL
+    )
+    got = jax.jit(jax.grad(lambda x, w: jnp.sum(custom(x, w) * cot), argnums=(0, 1)))(x, w)
+    want = jax.grad(lambda x, w: jnp.sum(plain(x, w) * cot), argnums=(0, 1))(x, w)
+    _assert_tree_close(got, want)
+
+
 # ---------------------------------------------------------------- dropless layer
 
 
