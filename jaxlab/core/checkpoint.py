@@ -70,6 +70,7 @@ class Checkpointer:
         self, directory: str | Path, config: Any, *, keep: int = 3, async_save: bool = True
     ):
         self.directory = Path(directory).absolute()
+        self.config = config
         self.config_dict = config_lib.to_dict(config)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
@@ -107,10 +108,19 @@ class Checkpointer:
             "meta"
         ]
         saved = meta["config"]
+        flat_saved, flat_now = config_lib.flatten(saved), config_lib.flatten(self.config_dict)
+
+        def added_since(k: str) -> bool:
+            # A field the saved run did not have yet, set to its declared default now: the
+            # saved run behaved as the default, so the checkpoint is compatible.
+            return k not in flat_saved and flat_now.get(k) == config_lib.field_default(
+                self.config, k
+            )
+
         fields = [
             k
             for k in config_lib.diff(saved, self.config_dict)
-            if not k.startswith(RUN_CONTROL_PREFIXES)
+            if not k.startswith(RUN_CONTROL_PREFIXES) and not added_since(k)
         ]
         if fields:
             raise IncompatibleCheckpointError(self.directory, fields, saved, self.config_dict)

@@ -103,6 +103,28 @@ def diff(a: Any, b: Any) -> list[str]:
     )
 
 
+_NO_DEFAULT = object()
+
+
+def field_default(cfg: Any, key: str) -> Any:
+    """The declared default of the dotted field ``key`` of config ``cfg`` as :func:`to_dict`
+    writes it, or a sentinel that equals no value when the key does not exist or has no default
+    (e.g. a field added to a config class after an older run was saved)."""
+    *parents, name = key.split(".")
+    obj = cfg
+    for part in parents:
+        obj = getattr(obj, part, None)
+    if not dataclasses.is_dataclass(obj):
+        return _NO_DEFAULT
+    for f in dataclasses.fields(obj):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return to_dict(f.default)
+            if f.default_factory is not dataclasses.MISSING:
+                return to_dict(f.default_factory())
+    return _NO_DEFAULT
+
+
 def suggest(key: str, choices: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.5)
     return f"did you mean '{close[0]}'?" if close else None

@@ -51,6 +51,33 @@ def test_incompatible_config_names_fields(tmp_path):
     ck2.close()
 
 
+def test_field_added_after_the_save_restores_at_its_default(tmp_path):
+    """A checkpoint saved before a config field existed restores when the field is at its
+    declared default (the old run behaved so), and is refused when it is not."""
+    import json
+
+    cfg = ToyConfig()
+    task = TOY.build(cfg)
+    ck = Checkpointer(tmp_path, cfg, async_save=False)
+    ck.save(1, task.init(jax.random.PRNGKey(0)))
+    ck.close()
+    (meta,) = [
+        p for p in (tmp_path / "1" / "meta").rglob("*") if p.is_file() and "dim" in p.read_text()
+    ]
+    saved = json.loads(meta.read_text())
+    del saved["config"]["dim"]  # as written by a version without the field
+    meta.write_text(json.dumps(saved))
+    abstract = jax.eval_shape(task.init, jax.random.PRNGKey(0))
+    ck = Checkpointer(tmp_path, cfg)
+    assert ck.restore(abstract)[1] == 1
+    ck.close()
+    ck = Checkpointer(tmp_path, C.replace(cfg, dim=8))
+    with pytest.raises(IncompatibleCheckpointError) as e:
+        ck.restore(jax.eval_shape(TOY.build(C.replace(cfg, dim=8)).init, jax.random.PRNGKey(0)))
+    assert e.value.fields == ["dim"]
+    ck.close()
+
+
 def test_keep_last_n_and_latest(tmp_path):
     cfg = ToyConfig()
     ck = Checkpointer(tmp_path, cfg, keep=2, async_save=False)
