@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core import config as C
@@ -107,6 +108,8 @@ def pretrain(args, recipe) -> tuple[kp.KinetixPPOConfig, Path]:
         noop_filter=cfg.env.noop_filter,
     )
     run_dir = Path(args.run_dir) / "pretrain"
+    if args.skip_pretrain:  # reuse the run's latest checkpoint as it is
+        return cfg, run_dir
     per = cfg.ppo.num_envs * cfg.ppo.num_steps
     t0, c0 = time.perf_counter(), time.process_time()
 
@@ -163,11 +166,24 @@ def zero_shot(args, cfg, run_dir) -> None:
     )
 
 
+def _first_crossing(curve: list[tuple[int, float]], bar: float = 0.9) -> int | None:
+    """Env steps of the first evaluation whose solve rate is at least ``bar`` (None: never)."""
+    return next((steps for steps, rate in curve if rate >= bar), None)
+
+
 def finetune(args, recipe, pre_cfg, pre_dir) -> None:
-    """Per level and init, the eval solve-rate curve and the env steps to reach 0.9."""
+    """Per level and init, the eval solve-rate curve of every seed and the env steps to reach 0.9.
+
+    ``--finetune-seeds`` seeds train in one vmapped program (same keys for both inits); the
+    pretrained parameters get a fresh optimiser. A seed that never reaches 0.9 counts as the
+    budget + one evaluation interval in the median, so the median is conservative for the
+    pretrained agent whenever it fails more often than scratch.
+    """
+    seeds = args.finetune_seeds
     for level in args.finetune_levels.split(","):
+        name = ev.level_name(Path(level))
+        evaluator = None
         for init in ("pretrained", "scratch"):
-            reached = None
             over = small_transformer(args)
             over.update(
                 {
@@ -175,37 +191,61 @@ def finetune(args, recipe, pre_cfg, pre_dir) -> None:
                     "env.train_levels": level,
                     "init_from": str(pre_dir) if init == "pretrained" else "",
                     "loop.total_steps": args.finetune_updates,
+                    "eval.num_attempts": args.finetune_attempts,
                 }
             )
             cfg = C.replace(recipe.config("finetune"), **over)
             parts = kp.build_parts(cfg)
-            state = jax.jit(parts.init)(jax.random.PRNGKey(args.seed))
-            step = jax.jit(parts.train_step, donate_argnums=0)
-            evaluator = kp.Evaluator(
-                parts, level, num_attempts=args.attempts, max_steps=cfg.env.max_timesteps
-            )
+            keys = jax.random.split(jax.random.PRNGKey(args.seed), seeds)
+            # Seeds initialised one by one and stacked: vmapping the init (orthogonal
+            # initialisers) compiles far slower on XLA:CPU than the init itself runs.
+            init_fn = jax.jit(parts.init)
+            state = jax.tree.map(lambda *x: jnp.stack(x), *[init_fn(k) for k in keys])
+            step = jax.jit(jax.vmap(parts.train_step), donate_argnums=0)
+            if evaluator is None:  # the evaluation takes parameters as arguments: share it
+                evaluator = kp.Evaluator(
+                    parts,
+                    level,
+                    num_attempts=args.finetune_attempts,
+                    max_steps=cfg.env.max_timesteps,
+                )
             per = cfg.ppo.num_envs * cfg.ppo.num_steps
+            curves: list[list[tuple[int, float]]] = [[] for _ in range(seeds)]
+            t0 = time.perf_counter()
             for u in range(args.finetune_updates + 1):
                 if u % args.eval_every == 0:
-                    _, res, _ = evaluator(state, jax.random.PRNGKey(1000 + u))
-                    if reached is None and float(res.solve_rate[0]) >= 0.9:
-                        reached = u * per
+                    rates = []
+                    for i in range(seeds):
+                        one = jax.tree.map(lambda x, i=i: x[i], state)
+                        _, res, _ = evaluator(one, jax.random.PRNGKey(1000 + u))
+                        curves[i].append((u * per, float(res.solve_rate[0])))
+                        rates.append(round(float(res.solve_rate[0]), 3))
                     emit(
                         what="finetune",
-                        level=ev.level_name(Path(level)),
+                        level=name,
                         init=init,
                         update=u,
                         env_steps=u * per,
-                        solve_rate=round(float(res.solve_rate[0]), 3),
+                        solve_rate=rates,
+                        mean_solve_rate=round(float(np.mean(rates)), 3),
+                        wall_s=round(time.perf_counter() - t0, 1),
                     )
                 if u < args.finetune_updates:
                     state, _ = step(state)
+            reached = [_first_crossing(c) for c in curves]
+            never = (args.finetune_updates + args.eval_every) * per
             emit(
                 what="finetune_summary",
-                level=ev.level_name(Path(level)),
+                level=name,
                 init=init,
+                seeds=seeds,
                 env_steps_to_0_9=reached,
+                median_env_steps_to_0_9=float(
+                    np.median([never if r is None else r for r in reached])
+                ),
+                reached=sum(r is not None for r in reached),
                 budget_env_steps=args.finetune_updates * per,
+                attempts=args.finetune_attempts,
             )
 
 
@@ -232,20 +272,30 @@ def main() -> None:
         default=f"{SHARED / 's' / 'h4_thrust_aim.json'},{SHARED / 's' / 'h2_one_wheel_car.json'}",
     )
     ap.add_argument("--finetune-updates", type=int, default=20)
+    ap.add_argument("--finetune-seeds", type=int, default=1, help="seeds per fine-tuning run")
+    ap.add_argument(
+        "--finetune-attempts", type=int, default=0, help="attempts per evaluation (0: --attempts)"
+    )
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--net", choices=("transformer", "mlp"), default="transformer")
     ap.add_argument("--run-dir", default="runs/kinetix-zero-shot")
     ap.add_argument("--skip-finetune", action="store_true")
+    ap.add_argument(
+        "--skip-pretrain", action="store_true", help="use --run-dir's pretrained checkpoint as is"
+    )
+    ap.add_argument("--skip-zero-shot", action="store_true")
     ap.add_argument("--no-xla-cache", action="store_true", help="disable the compilation cache")
     args = ap.parse_args()
+    args.finetune_attempts = args.finetune_attempts or args.attempts
     if not args.no_xla_cache:
         # The fine-tuning runs share shapes with each other: compile each program once.
         jax.config.update("jax_compilation_cache_dir", str(Path(args.run_dir) / "xla_cache"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     recipe = recipe_lib.get("kinetix-ppo")
     cfg, run_dir = pretrain(args, recipe)
-    zero_shot(args, cfg, run_dir)
+    if not args.skip_zero_shot:
+        zero_shot(args, cfg, run_dir)
     if not args.skip_finetune:
         finetune(args, recipe, cfg, run_dir)
 
