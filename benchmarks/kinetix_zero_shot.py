@@ -9,17 +9,20 @@
 2. **Zero-shot**: solve rate of the pretrained agent on every S human-designed level
    (``--eval-levels``; ``--attempts`` attempts each) next to a random and a no-op policy:
    ``{"what": "zero_shot", "level", "agent", "random", "noop", ...}`` and a summary line.
-3. **Fine-tuning vs tabula rasa** on two levels (``--finetune-levels``): the pretrained
-   parameters (``init_from``, fresh optimiser) against a freshly initialised agent, same
-   hyper-parameters and keys, evaluation solve rate every ``--eval-every`` updates:
+3. **Fine-tuning vs tabula rasa** on ``--finetune-levels``: the pretrained parameters
+   (``init_from``, fresh optimiser) against a freshly initialised agent, same hyper-parameters
+   and keys, ``--finetune-seeds`` seeds in one vmapped program, evaluation solve rate
+   (``--finetune-attempts`` attempts) of every seed every ``--eval-every`` updates:
    ``{"what": "finetune", "level", "init": "pretrained"|"scratch", "update", "env_steps",
-   "solve_rate"}``.
+   "solve_rate": [per seed]}``, then ``finetune_summary`` with each seed's and the median env
+   steps to a 0.9 solve rate.
 
 Budgets: the defaults run in tens of CPU-minutes and only show the pipeline; the paper's effect
 needs ~1B pretraining steps (an accelerator, ``tpu_configs/kinetix-ppo-*.yaml``).
 
 Usage: ``python benchmarks/kinetix_zero_shot.py [--updates 40] [--max-minutes M] [--envs 64]
-[--steps 64] [--net transformer|mlp] [--finetune-updates 20] [--run-dir runs/zero-shot]``.
+[--steps 64] [--net transformer|mlp] [--finetune-updates 20] [--finetune-seeds 3]
+[--run-dir runs/zero-shot] [--skip-pretrain] [--skip-zero-shot] [--skip-finetune]``.
 """
 
 from __future__ import annotations
