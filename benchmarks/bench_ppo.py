@@ -76,7 +76,7 @@ class Clock:
 
 def config(size: str, net: str, envs: int, grad_chunks: int = 0) -> kp.KinetixPPOConfig:
     """``grad_chunks`` 0: 4 for the transformer (minibatch gradients accumulated over chunks of
-    128, ~18% cheaper on the CPU, see ``PPOConfig.grad_chunks``), 1 for the MLP."""
+    128, a few percent faster on the CPU, see ``PPOConfig.grad_chunks``), 1 for the MLP."""
     steps = 64 if envs <= 256 else 8
     chunks = grad_chunks or (4 if net == "transformer" else 1)
     over = {
