@@ -98,15 +98,22 @@ class RunResult:
     run_dir: Path
 
 
-def _multi_step(train_step: Callable, n: int, with_data: bool) -> Callable:
-    """``(state, batches[n]) -> (state, metrics[n])`` as one scan."""
+def _multi_step(
+    train_step: Callable, n: int, with_data: bool, state_shardings: Any = None
+) -> Callable:
+    """``(state, batches[n]) -> (state, metrics[n])`` as one scan.
+
+    ``state_shardings`` (the incoming state's shardings) pin the output state's: otherwise XLA may
+    return an equivalent sharding spelled differently (``P()`` for ``P(None, None)``), which is a
+    new cache key, so the second call would compile the step again."""
 
     def multi(state, batches):
         if with_data:
             return jax.lax.scan(train_step, state, batches)
         return jax.lax.scan(lambda s, _: train_step(s, None), state, None, length=n)
 
-    return jax.jit(multi, donate_argnums=0)
+    out = None if state_shardings is None else (state_shardings, None)
+    return jax.jit(multi, donate_argnums=0, out_shardings=out)
 
 
 class _StopFlag:
@@ -206,7 +213,8 @@ def run(
             while step < loop.total_steps:
                 n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
                 if n not in compiled:
-                    compiled[n] = _multi_step(task.train_step, n, data_it is not None)
+                    shardings = jax.tree.map(lambda x: x.sharding, state)
+                    compiled[n] = _multi_step(task.train_step, n, data_it is not None, shardings)
                 batches = None
                 if data_it is not None:
                     items = [next(data_it) for _ in range(n)]

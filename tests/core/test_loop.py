@@ -112,3 +112,27 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
 def test_loop_config_validation():
     with pytest.raises(C.ConfigError, match="loop.steps_per_call"):
         C.resolve(ToyConfig, overrides=["loop.steps_per_call=0"])
+
+
+def test_step_compiles_once_on_a_mesh():
+    """The chunked step of a recipe with a mesh (lm-tiny) is compiled once: the output state
+    keeps the input state's shardings, so the next call hits the cache."""
+    import jax
+
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core.loop import _multi_step
+    from jaxlab.lm.data import train_iterator
+
+    recipe = recipe_lib.get("lm-tiny")
+    cfg = recipe.config("tiny")
+    task = recipe.build(cfg)
+    key = jax.random.PRNGKey(0)
+    state = jax.jit(task.init, out_shardings=task.state_sharding(jax.eval_shape(task.init, key)))(
+        key
+    )
+    it = train_iterator(cfg.data)
+    step = _multi_step(task.train_step, 2, True, jax.tree.map(lambda x: x.sharding, state))
+    for _ in range(3):
+        batch = task.place_batch(jax.tree.map(lambda *x: np.stack(x), next(it), next(it)))
+        state, _ = step(state, batch)
+    assert step._cache_size() == 1
