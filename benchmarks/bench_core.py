@@ -22,9 +22,12 @@ from jaxlab.lm.data import train_iterator
 def measure(cfg, k: int, calls: int) -> dict:
     recipe = recipe_lib.get("lm-tiny")
     task = recipe.build(cfg)
-    state = jax.jit(task.init)(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(0)
+    # as the loop does: the state starts on the recipe's mesh, so the step compiles once
+    out_sh = task.state_sharding(jax.eval_shape(task.init, key)) if task.state_sharding else None
+    state = jax.jit(task.init, out_shardings=out_sh)(key)
     it = train_iterator(cfg.data)
-    fn = _multi_step(task.train_step, k, True)
+    fn = _multi_step(task.train_step, k, True, jax.tree.map(lambda x: x.sharding, state))
 
     def batches():
         return task.place_batch(jax.tree.map(lambda *x: np.stack(x), *[next(it) for _ in range(k)]))
@@ -44,8 +47,12 @@ def measure(cfg, k: int, calls: int) -> dict:
     tokens = steps * cfg.data.batch_size * cfg.data.seq_len
     return {
         "what": "lm_tiny_train_step",
-        "size": {"d_model": cfg.model.d_model, "layers": cfg.model.n_layers,
-                 "batch": cfg.data.batch_size, "seq": cfg.data.seq_len},
+        "size": {
+            "d_model": cfg.model.d_model,
+            "layers": cfg.model.n_layers,
+            "batch": cfg.data.batch_size,
+            "seq": cfg.data.seq_len,
+        },
         "steps_per_call": k,
         "device": jax.devices()[0].platform,
         "compile_s": round(compile_s, 3),
