@@ -15,8 +15,8 @@ mean CPU time is the unbiased cost measure, see :func:`_time`), tokens/s, the ra
 layer, the cores the process may use and ``XLA_FLAGS`` (pinned vs free runs), and XLA's static
 memory analysis of the compiled executable (``peak_bytes`` = temp + arguments + outputs; CPU has
 no runtime ``memory_stats``). ``--breakdown`` times the parts of the
-dropless forward separately (router + losses + stats, sort + gather, fused grouped SwiGLU,
-un-sort + combine) to show where the overhead over the dense layer goes. All variants of one
+dropless forward separately (router + losses + stats, also in the unfused textbook form with
+``lax.top_k`` for reference, sort + gather, fused grouped SwiGLU, un-sort + combine) to show where the overhead over the dense layer goes. All variants of one
 ``(E, k, mode)`` are timed interleaved (round-robin), so they see the same machine load.
 
 Prints one JSON line per measurement. Usage::
@@ -212,20 +212,34 @@ def run_breakdown(args) -> None:
             )
 
             def route(x, router, k=k):
+                # as in moe.moe_ffn: one exp per logit, the z-loss and entropy from the lse
                 r = moe.route(x @ router, top_k=k)
                 aux = (
                     moe.load_balancing_loss(r.probs, r.experts),
-                    moe.router_z_loss(r.logits),
-                    routing_stats(r.probs, r.experts),
+                    moe._z_loss_from_lse(r.lse),
+                    routing_stats(r.probs, r.experts, token_entropy=moe._token_entropy(r)),
                 )
                 return r, aux
+
+            def route_unfused(x, router, k=k):
+                # the textbook formulation: softmax, lax.top_k (a per-row sort on XLA:CPU), a
+                # separate logsumexp for the z-loss and p log p for the entropy
+                logits = (x @ router).astype(jnp.float32)
+                probs = jax.nn.softmax(logits, axis=-1)
+                weights, experts = jax.lax.top_k(probs, k)
+                aux = (
+                    moe.load_balancing_loss(probs, experts),
+                    moe.router_z_loss(logits),
+                    routing_stats(probs, experts),
+                )
+                return (weights, experts), aux
 
             r, _ = jax.jit(route)(x, router)
             n = tokens * k
 
             def permute(x, experts, k=k, e=e):
                 flat = experts.reshape(-1)
-                order = jnp.argsort(flat, stable=True).astype(jnp.int32)
+                order = moe.sort_by_expert(flat, e)
                 slots = moe._inverse_permutation(order).reshape(-1, k)
                 xs = moe._sort_rows(x, order // k, slots)
                 return xs, jnp.bincount(flat, length=e), order, slots
@@ -247,6 +261,7 @@ def run_breakdown(args) -> None:
 
             parts = {
                 "router+losses+stats": (route, (x, router)),
+                "router+losses+stats(unfused)": (route_unfused, (x, router)),
                 "sort+gather": (permute, (x, r.experts)),
                 "grouped_swiglu": (experts_fn, (xs, gs, ew)),
                 "unsort+combine": (unpermute, (ys, r.weights, order, slots)),
@@ -265,7 +280,7 @@ def run_breakdown(args) -> None:
                         "expert_ff": ff,
                         "E": e,
                         "k": k,
-                        "tiles": list(moe.tile_levels(n, args.tile)),
+                        "tiles": list(moe.tile_levels(n, args.tile, num_groups=e)),
                     },
                     "device": _device(),
                     "time_s": round(t, 5),

@@ -64,6 +64,7 @@ def routing_stats(
     experts: Int[Array, "tokens k"],
     *,
     dropped: Int[Array, ""] | int = 0,
+    token_entropy: Float[Array, " tokens"] | None = None,
 ) -> RoutingStats:
     """Statistics of one routing decision (see the module docstring for the definitions).
 
@@ -71,6 +72,8 @@ def routing_stats(
         probs: ``[T, E]`` router softmax probabilities.
         experts: ``[T, k]`` chosen expert ids.
         dropped: number of assignments dropped by a capacity limit (0 for dropless).
+        token_entropy: ``[T]`` ``H(p_t)`` if the caller has it (the MoE layer computes it from the
+            softmax normaliser, :class:`jaxlab.lm.moe.Routing`); default: from ``probs``.
 
     Returns:
         A :class:`RoutingStats` of scalars and the ``[E]`` load vector.
@@ -86,7 +89,9 @@ def routing_stats(
         load=load,
         dropped=dropped,
         dropped_fraction=dropped.astype(jnp.float32) / total,
-        router_entropy=jnp.mean(_entropy(probs.astype(jnp.float32))),
+        router_entropy=jnp.mean(
+            _entropy(probs.astype(jnp.float32)) if token_entropy is None else token_entropy
+        ),
         usage_entropy=usage_entropy,
         usage_entropy_ratio=usage_entropy / log_e if num_experts > 1 else jnp.ones(()),
         max_load_ratio=num_experts * jnp.max(load),

@@ -123,13 +123,17 @@ def test_grouped_matmul_matches_numpy_and_masked_reference(impl, tile):
     assert np.all(np.asarray(grads[0])[offs[-1] :] == 0.0)
 
 
-@pytest.mark.parametrize("rows,tile", [(29, 16), (29, 4), (6, 16)])
+@pytest.mark.parametrize(
+    "rows,tile", [(29, 16), (29, 4), (6, 16), (29, (12, 4, 2)), (1500, (512, 16, 8))]
+)
 def test_group_tile_loop_covers_each_grouped_row_exactly_once(rows, tile):
     """Every row of every group is handed to exactly one tile as valid, with its own group;
-    rows past ``sum(sizes)`` never are (incl. the tile moved back to end at ``rows``)."""
-    sizes = {29: [7, 0, 12, 0, 9], 6: [0, 4, 2]}[rows]
+    rows past ``sum(sizes)`` never are (incl. the tile moved back to end at ``rows``), also with
+    three tile levels and with a big level that rounds half up (300 rows: one 512-row tile; 700:
+    512 + 16s + 8s; 260: one 512-row tile moved back to end at ``rows``)."""
+    sizes = {29: [7, 0, 12, 0, 9], 6: [0, 4, 2], 1500: [300, 0, 700, 200, 260]}[rows]
     gs = jnp.asarray(sizes, jnp.int32)
-    levels = moe.tile_levels(rows, tile)
+    levels = tile if isinstance(tile, tuple) else moe.tile_levels(rows, tile)
 
     def tile_fn(g, r0, valid, t, carry, acc):
         visits, owner = carry
@@ -154,10 +158,44 @@ def test_tile_levels():
     assert moe.tile_levels(4096, 128, 32) == (128, 32)
     assert moe.tile_levels(4096, 4) == (4,)
     assert moe.tile_levels(5, 128) == (5,)
+    # a big level (>= 512 rows: the mean group's power of two) only when groups are large
+    assert moe.tile_levels(32768, 128, num_groups=8) == (4096, 128, 8)
+    assert moe.tile_levels(131072, 128, 32, num_groups=64) == (2048, 128, 32)
+    assert moe.tile_levels(4096, 128, num_groups=8) == (512, 128, 8)
+    assert moe.tile_levels(16384, 128, num_groups=64) == (128, 8)  # 256 rows per group
+    assert moe.tile_levels(2048, 128, num_groups=8) == (128, 8)
+    assert moe.tile_levels(8192, 512, num_groups=4) == (2048, 512, 8)  # >= 2 tile_size
+    assert moe.tile_levels(2048, 512, num_groups=4) == (512, 8)
 
 
+def test_top_k_by_max_equals_lax_top_k():
+    """Values, indices, order, tie-breaking and gradient of ``lax.top_k``."""
+    p = jax.nn.softmax(jax.random.normal(jax.random.key(3), (64, 16)), axis=-1)
+    ties = jnp.asarray([[0.1, 0.3, 0.3, 0.2, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    cot = jax.random.normal(jax.random.key(4), (64, 16))
+    for x in (p, ties):
+        for k in (1, 2, 3, x.shape[1]):
+            got, want = moe.top_k_by_max(x, k), jax.lax.top_k(x, k)
+            np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+            np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(moe.top_k_by_max(ties, 3)[1]), [[1, 2, 3], [0, 1, 2]])
+    for k in (1, 3):
+
+        def loss(x, f, k=k):
+            v = f(x, k)[0]
+            return jnp.sum(v * cot[:, :k])
+
+        np.testing.assert_array_equal(
+            np.asarray(jax.grad(loss)(p, moe.top_k_by_max)),
+            np.asarray(jax.grad(loss)(p, jax.lax.top_k)),
+        )
+    tied_grad = jax.grad(lambda x: jnp.sum(moe.top_k_by_max(x, 1)[0]))(ties)
+    np.testing.assert_array_equal(np.asarray(tied_grad), [[0, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("levels", [None, ((12, 4, 2), (12, 4))], ids=["default", "3-levels"])
 @pytest.mark.parametrize("sizes", [[7, 0, 12, 0, 5], [0, 0, 29, 0, 0], [3, 9, 4, 8, 5]])
-def test_fused_tiled_swiglu_matches_masked_reference(sizes):
+def test_fused_tiled_swiglu_matches_masked_reference(sizes, levels):
     """The fused tiled SwiGLU (in-place forward, fused backward) equals per-group SwiGLUs,
     values and gradients; rows past ``sum(sizes)`` give 0 and get 0 gradient, empty groups get
     exactly zero weight gradients."""
@@ -176,6 +214,8 @@ def test_fused_tiled_swiglu_matches_masked_reference(sizes):
     cot = jax.random.normal(ks[4], (m, d))
 
     def fused(xs, ew):
+        if levels is not None:  # a big-tile ladder as tile_levels builds for large groups
+            return moe._tiled_swiglu(xs, ew.w1, ew.w3, ew.w2, jnp.asarray(sizes), levels)
         return moe._swiglu_grouped(xs, ew, jnp.asarray(sizes), impl="tiled", tile_size=8)
 
     def masked(xs, ew):
@@ -196,6 +236,38 @@ def test_fused_tiled_swiglu_matches_masked_reference(sizes):
     assert np.all(np.asarray(got[0])[offs[-1] :] == 0.0)
     for g in jax.tree.leaves(got[1]):
         assert np.all(np.asarray(g)[sizes == 0] == 0.0)
+
+
+def test_fused_tiled_swiglu_with_big_rounded_tiles():
+    """The fused kernel with a big level that rounds half up (tiles reaching into the next group
+    and past ``rows``) equals per-group SwiGLUs, values and gradients."""
+    sizes = np.asarray([300, 0, 700, 37, 500], np.int32)  # 1537 of 1600 rows
+    m, d, ff = 1600, 4, 3
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    group_of_row = np.searchsorted(offs[1:], np.arange(m), side="right")
+    onehot = jax.nn.one_hot(jnp.asarray(group_of_row), sizes.size)
+    ks = jax.random.split(jax.random.key(8), 5)
+    xs = jax.random.normal(ks[0], (m, d))
+    w = [jax.random.normal(ks[i], (sizes.size, *s)) for i, s in ((1, (d, ff)), (2, (d, ff)))]
+    w.append(jax.random.normal(ks[3], (sizes.size, ff, d)))
+    cot = jax.random.normal(ks[4], (m, d))
+    levels = ((512, 128, 8), (512, 128, 32))
+
+    def fused(xs, w):
+        return moe._tiled_swiglu(xs, *w, jnp.asarray(sizes), levels)
+
+    def masked(xs, w):
+        h = jax.nn.silu(jnp.einsum("md,gdf->gmf", xs, w[0])) * jnp.einsum("md,gdf->gmf", xs, w[1])
+        return jnp.einsum("gmf,gfd,mg->md", h, w[2], onehot)
+
+    def grads(f):
+        return jax.jit(jax.grad(lambda xs, w: jnp.sum(f(xs, w) * cot), argnums=(0, 1)))(xs, w)
+
+    np.testing.assert_allclose(np.asarray(jax.jit(fused)(xs, w)), masked(xs, w), atol=1e-4)
+    for got, want in zip(
+        jax.tree.leaves(grads(fused)), jax.tree.leaves(grads(masked)), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)
 
 
 def test_sort_and_unsort_custom_gradients_match_autodiff():
@@ -349,6 +421,34 @@ def test_route_top_k_and_renormalisation():
     np.testing.assert_allclose(np.asarray(r.weights), np.take_along_axis(p, idx, 1), rtol=1e-6)
     rn = route(logits, top_k=3, normalize=True)
     np.testing.assert_allclose(np.asarray(rn.weights).sum(1), 1.0, rtol=1e-6)
+    # one softmax pass gives p, lse (for L_RZ) and the token entropies, values and gradients
+    big = 30.0 * logits  # large logits: the max shift must be right
+    rb = route(big, top_k=2)
+    np.testing.assert_allclose(np.asarray(rb.probs), jax.nn.softmax(big, -1), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(rb.lse), jax.nn.logsumexp(big, -1), rtol=1e-6)
+    want_h = jnp.sum(jax.scipy.special.entr(jax.nn.softmax(big, -1)), -1)
+    np.testing.assert_allclose(np.asarray(moe._token_entropy(rb)), want_h, rtol=1e-4, atol=1e-5)
+
+    def z_grad(f):
+        return jax.jit(jax.grad(f))(logits)
+
+    np.testing.assert_allclose(
+        z_grad(lambda z: moe._z_loss_from_lse(moe.route(z, top_k=2).lse)),
+        z_grad(moe.router_z_loss),
+        rtol=1e-5,
+        atol=1e-8,
+    )
+
+
+def test_sort_by_expert_is_the_stable_argsort():
+    """The packed-key sort and its int32-overflow fallback equal ``argsort(stable=True)``."""
+    flat = jax.random.randint(jax.random.key(5), (3000,), 0, 7)
+    want = np.argsort(np.asarray(flat), kind="stable")
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(moe.sort_by_expert, static_argnums=1)(flat, 7)), want
+    )
+    # 2^20 "experts" x 3000 rows > 2^31: the stable argsort path
+    np.testing.assert_array_equal(np.asarray(moe.sort_by_expert(flat, 2**20)), want)
 
 
 def test_routing_stats_values():
@@ -491,6 +591,12 @@ def test_module_sows_losses_and_aux_loss_averages_layers(params_x):
     z = float(moe.router_z_loss(routing.logits))
     np.testing.assert_allclose(float(aux["lb_loss"][0]), lb, rtol=1e-5)
     np.testing.assert_allclose(float(aux["z_loss"][0]), z, rtol=1e-5)
+    st = sown[moe.STATS_COLLECTION]["routing"][0]
+    np.testing.assert_allclose(
+        float(st.router_entropy),
+        float(routing_stats(routing.probs, routing.experts).router_entropy),
+        rtol=1e-5,
+    )
     # two layers (and a scanned [L] stack) are averaged, then weighted (OLMoE 0.01 / 0.001)
     layers = {"l0": aux, "l1": {"lb_loss": (jnp.array(3.0),), "z_loss": (jnp.array(5.0),)}}
     total, metrics = moe.aux_loss(layers, lb_loss_weight=0.01, z_loss_weight=0.001)
