@@ -9,21 +9,28 @@ For each ``E`` (experts) and ``k`` (active experts) the dense reference is a Swi
   all ``E`` groups; skipped where its ``[E, T k, max(d, ff)]`` expansion exceeds ``--ragged-mb``),
 - ``capacity``: capacity-factor dispatch (``cf = 1.25``) with batched expert einsums.
 
+Token counts (``--tokens``, default both): ``T = 2048``, where each expert gets ``T k / E = 32-256``
+rows (E >= 32, k <= 2) and the layer is bound by one small matmul per expert, and ``T = 16384``
+(4 sequences of OLMoE's 4096 tokens), 256-16384 rows per expert, closer to MoE training, where
+OLMoE's 4M-token batches give every expert thousands of rows per device.
+
 Modes: ``fwd`` (forward) and ``train`` (forward + backward w.r.t. input and parameters). Reported:
 compile seconds (lower + compile), best-of-``--reps`` and mean wall and CPU seconds per call (the
 mean CPU time is the unbiased cost measure, see :func:`_time`), tokens/s, the ratios to the dense
 layer, the cores the process may use and ``XLA_FLAGS`` (pinned vs free runs), and XLA's static
 memory analysis of the compiled executable (``peak_bytes`` = temp + arguments + outputs; CPU has
-no runtime ``memory_stats``). ``--breakdown`` times the parts of the
-dropless forward separately (router + losses + stats, also in the unfused textbook form with
-``lax.top_k`` for reference, sort + gather, fused grouped SwiGLU, un-sort + combine) to show where the overhead over the dense layer goes. All variants of one
-``(E, k, mode)`` are timed interleaved (round-robin), so they see the same machine load.
+no runtime ``memory_stats``). ``--breakdown`` times the parts of the dropless forward separately
+(router + losses + stats, also in the unfused textbook form with ``lax.top_k`` for reference,
+sort + gather, fused grouped SwiGLU, un-sort + combine) to show where the overhead over the dense
+layer goes. All variants of one ``(T, E, k, mode)`` are timed interleaved (round-robin), so they
+see the same machine load.
 
 Prints one JSON line per measurement. Usage::
 
-    python benchmarks/bench_moe.py                       # full grid E in {8,32,64}, k in {1,2,8}
+    python benchmarks/bench_moe.py                # full grid T in {2048, 16384}, E in {8,32,64},
+                                                  # k in {1,2,8}
     python benchmarks/bench_moe.py --experts 64 --topk 8 --breakdown
-    python benchmarks/bench_moe.py --tokens 8192         # T = 8192 tokens per call
+    python benchmarks/bench_moe.py --tokens 8192  # T = 8192 tokens per call
     XLA_FLAGS=--xla_cpu_multi_thread_eigen=false taskset -c 0 python benchmarks/bench_moe.py
                                                          # everything on one core
 """
@@ -219,7 +226,7 @@ def run_breakdown(args) -> None:
                     moe._z_loss_from_lse(r.lse),
                     routing_stats(r.probs, r.experts, token_entropy=moe._token_entropy(r)),
                 )
-                return r, aux
+                return (r.weights, r.experts), aux
 
             def route_unfused(x, router, k=k):
                 # the textbook formulation: softmax, lax.top_k (a per-row sort on XLA:CPU), a
@@ -234,7 +241,7 @@ def run_breakdown(args) -> None:
                 )
                 return (weights, experts), aux
 
-            r, _ = jax.jit(route)(x, router)
+            (_, experts), _ = jax.jit(route)(x, router)
             n = tokens * k
 
             def permute(x, experts, k=k, e=e):
@@ -244,7 +251,7 @@ def run_breakdown(args) -> None:
                 xs = moe._sort_rows(x, order // k, slots)
                 return xs, jnp.bincount(flat, length=e), order, slots
 
-            xs, gs, order, slots = jax.jit(permute)(x, r.experts)
+            xs, gs, order, slots = jax.jit(permute)(x, experts)
             ys = jnp.ones((n, d), jnp.float32)
 
             def experts_fn(xs, gs, ew):
@@ -262,9 +269,9 @@ def run_breakdown(args) -> None:
             parts = {
                 "router+losses+stats": (route, (x, router)),
                 "router+losses+stats(unfused)": (route_unfused, (x, router)),
-                "sort+gather": (permute, (x, r.experts)),
+                "sort+gather": (permute, (x, experts)),
                 "grouped_swiglu": (experts_fn, (xs, gs, ew)),
-                "unsort+combine": (unpermute, (ys, r.weights, order, slots)),
+                "unsort+combine": (unpermute, (ys, jnp.ones((tokens, k)), order, slots)),
                 "moe_total": (full, (x, router, ew)),
                 "dense_total": (dense, (x, dense_w)),
             }
@@ -294,13 +301,12 @@ def run_breakdown(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument(
         "--tokens",
-        type=int,
-        default=None,
-        help="tokens per call T (sets --batch to T / --seq; default: --batch * --seq = 2048)",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=[2048, 16384],
+        help="tokens per call T, comma-separated (multiples of --seq; each runs the whole grid)",
     )
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--expert-ff", type=int, default=128)
@@ -318,17 +324,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--breakdown", action="store_true", help="only the forward breakdown")
     args = ap.parse_args()
-    if args.tokens is not None:
-        if args.tokens < args.seq or args.tokens % args.seq:
-            ap.error(
-                f"--tokens: got {args.tokens}, expected a positive multiple of --seq={args.seq}"
-            )
-        args.batch = args.tokens // args.seq
+    for t in args.tokens:
+        if t < args.seq or t % args.seq:
+            ap.error(f"--tokens: got {t}, expected a positive multiple of --seq={args.seq}")
     np.set_printoptions(precision=3)
-    if args.breakdown:
-        run_breakdown(args)
-    else:
-        run_grid(args)
+    for t in args.tokens:
+        args.batch = t // args.seq
+        if args.breakdown:
+            run_breakdown(args)
+        else:
+            run_grid(args)
 
 
 if __name__ == "__main__":
