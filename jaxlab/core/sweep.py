@@ -64,7 +64,12 @@ def parse_axes(recipe: Recipe, base: Any, items: Sequence[str]) -> dict[str, lis
             node: Any = parsed
             for part in key.split("."):
                 node = node[part]
-            config_lib.replace(base, **{key: node})  # validates type and range, names the key
+            try:  # validates type and range
+                config_lib.replace(base, **{key: node})
+            except (ConfigError, TypeError, ValueError) as e:
+                if isinstance(e, ConfigError) and f"'{key}'" in str(e):
+                    raise
+                raise ConfigError(key, text.strip(), f"a valid value ({e})") from None
             values.append(node)
         if key in axes:
             raise ConfigError(key, raw, "each key swept once")
