@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.commands import decode_methods
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import CausalLM
 from jaxlab.decoding.sampling import SamplingParams
@@ -103,6 +104,17 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--method", choices=decode_methods.METHODS, default="sample")
+    ap.add_argument("--draft-run-dir", default=None, help="drafter run (speculative, cascade)")
+    ap.add_argument("--gamma", type=int, default=4, help="draft tokens per verification")
+    ap.add_argument(
+        "--rule", choices=sorted(decode_methods.RULES), default="chow", help="cascade deferral rule"
+    )
+    ap.add_argument("--alpha", type=float, default=0.1, help="the deferral rule's parameter")
+    ap.add_argument("--regex", default=None, help="smc: the continuation must match PATTERN")
+    ap.add_argument("--grammar", default=None, help="smc: a JSON grammar file (start, rules)")
+    ap.add_argument("--particles", type=int, default=16, help="smc particles")
+    ap.add_argument("--max-stack", type=int, default=16, help="smc grammar stack bound")
     args = ap.parse_args(list(argv))
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
@@ -117,6 +129,9 @@ def main(argv: Sequence[str]) -> int:
     state, cfg = run.state, run.cfg
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    key = jax.random.PRNGKey(args.seed)
+    if args.method != "sample":
+        return _other_method(args, r, model, state.params, cfg, sp, key)
     max_new = min(args.max_new_tokens, cfg.model.max_len - 2 - max(len(p) for p in args.prompt))
     texts = generate_text(
         jax.random.PRNGKey(args.seed),
@@ -128,4 +143,61 @@ def main(argv: Sequence[str]) -> int:
     )
     for p, t in zip(args.prompt, texts, strict=True):
         sys.stdout.write(f"{p}{t}\n")
+    return 0
+
+
+def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
+    """``--method speculative|cascade|smc`` (:mod:`jaxlab.commands.decode_methods`)."""
+    import json
+
+    from jaxlab.core.errors import UserError
+    from jaxlab.core.run import open_run
+
+    longest = max(len(p) for p in args.prompt) + 1
+    if args.method == "smc":
+        if len(args.prompt) != 1:
+            raise UserError("--method smc takes one --prompt")
+        max_tokens = min(args.max_new_tokens, cfg.model.max_len - longest - 2)
+        grammar = decode_methods.load_grammar(args.grammar) if args.grammar else None
+        posterior, stats = decode_methods.constrained_smc(
+            key,
+            decoder_lm(model),
+            params,
+            args.prompt[0],
+            regex=args.regex,
+            grammar=grammar,
+            max_stack=args.max_stack,
+            particles=args.particles,
+            max_tokens=max(1, max_tokens),
+        )
+        for text, w in posterior:
+            sys.stdout.write(f"{w:.3f}\t{args.prompt[0]}{text}\n")
+        print(json.dumps({"method": "smc", **stats}))
+        return 0
+    if not args.draft_run_dir:
+        raise UserError(f"--method {args.method} needs --draft-run-dir (the drafter's run)")
+    draft_run = open_run(args.draft_run_dir)
+    draft_model = Decoder(draft_run.cfg.model)
+    if draft_model.cfg.vocab_size != model.cfg.vocab_size:
+        raise UserError(
+            f"--draft-run-dir {args.draft_run_dir}: vocabulary {draft_model.cfg.vocab_size} "
+            f"differs from the run's {model.cfg.vocab_size}"
+        )
+    room = min(cfg.model.max_len, draft_model.cfg.max_len) - longest - args.gamma - 2
+    texts, stats = decode_methods.speculative(
+        key,
+        decoder_lm(model),
+        params,
+        decoder_lm(draft_model),
+        draft_run.state.params,
+        args.prompt,
+        max_new_tokens=max(1, min(args.max_new_tokens, room)),
+        sampling_params=sp,
+        gamma=args.gamma,
+        rule="speed" if args.method == "speculative" else args.rule,
+        alpha=args.alpha,
+    )
+    for p, t in zip(args.prompt, texts, strict=True):
+        sys.stdout.write(f"{p}{t}\n")
+    print(json.dumps({"method": args.method, **stats}))
     return 0
