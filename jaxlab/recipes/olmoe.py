@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from jaxlab import media
 from jaxlab.core import loop as loop_lib
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
@@ -370,49 +371,38 @@ def analyse_routing(
 
 
 def _plots(result: dict[str, Any], out: Path, early_step: int, final_step: int) -> list[Path]:
-    try:
-        import matplotlib
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(
-            "the routing analysis plots need matplotlib: pip install 'jaxlab[viz]'"
-        ) from err
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
     load = result["load"]
     n_layers, e = load.shape
-    fig, ax = plt.subplots(figsize=(1 + 0.4 * e, 1 + 0.5 * n_layers))
-    im = ax.imshow(load * e, aspect="auto", cmap="viridis")
-    ax.set(xlabel="expert", ylabel="MoE layer", title="expert load / mean load (validation)")
-    fig.colorbar(im, ax=ax)
-    paths.append(out / "expert_load.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(4, 3))
-    ax.bar(np.arange(n_layers), result["saturation"])
-    ax.set(
-        xlabel="MoE layer",
-        ylabel="saturation",
-        ylim=(0, 1),
-        title=f"router saturation: step {early_step} vs {final_step}",
-    )
-    paths.append(out / "router_saturation.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, axes = plt.subplots(
-        1, n_layers, figsize=(3.6 * n_layers, 3), squeeze=False, constrained_layout=True
-    )
-    for layer, ax in enumerate(axes[0]):
-        im = ax.imshow(result["coactivation"][layer], vmin=0, vmax=1, cmap="magma")
-        ax.set(title=f"layer {layer} co-activation", xlabel="expert j", ylabel="expert i")
-    fig.colorbar(im, ax=axes[0].tolist())
-    paths.append(out / "coactivation.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths = [
+        media.plot_heatmap(
+            out / "expert_load.png",
+            load * e,
+            xlabel="expert",
+            ylabel="MoE layer",
+            title="expert load / mean load (validation)",
+        ),
+        media.plot_bars(
+            out / "router_saturation.png",
+            result["saturation"],
+            xlabel="MoE layer",
+            ylabel="saturation",
+            ylim=(0, 1),
+            title=f"router saturation: step {early_step} vs {final_step}",
+        ),
+    ]
+    for layer in range(n_layers):
+        paths.append(
+            media.plot_heatmap(
+                out / f"coactivation_layer{layer}.png",
+                result["coactivation"][layer],
+                vmin=0,
+                vmax=1,
+                cmap="magma",
+                xlabel="expert j",
+                ylabel="expert i",
+                title=f"layer {layer} co-activation",
+            )
+        )
     return paths
 
 
