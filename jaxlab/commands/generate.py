@@ -82,7 +82,9 @@ def generate_text(
     out = run(key, params, jnp.asarray(prompt), jnp.asarray(lengths))
     texts = []
     for r in range(len(ids)):
-        row = np.asarray(out.tokens[r, lengths[r] : int(out.lengths[r])])
+        # rows with shorter prompts run on to the batch's max_len: keep max_new_tokens each
+        end = min(int(out.lengths[r]), int(lengths[r]) + max_new_tokens)
+        row = np.asarray(out.tokens[r, lengths[r] : end])
         texts.append(tok.decode(row, stop_at_eos=True))
     return texts
 
