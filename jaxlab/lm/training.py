@@ -60,15 +60,13 @@ class LmState:
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
 
 
-def make_optimizer(
-    cfg: OptimConfig,
-    total_steps: int,
-    lr: float | jax.Array | None = None,
-    weight_decay: float | jax.Array | None = None,
-) -> optax.GradientTransformation:
-    """The LM optimizer; ``lr``/``weight_decay`` (traced values allowed) default to ``cfg``'s."""
+def lr_schedule(
+    cfg: OptimConfig, total_steps: int, lr: float | jax.Array | None = None
+) -> optax.Schedule:
+    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to
+    ``min_lr_ratio * lr`` at ``total_steps`` (held after). Linear in ``lr``, so ``lr`` may be a
+    traced value."""
     lr = cfg.lr if lr is None else lr
-    weight_decay = cfg.weight_decay if weight_decay is None else weight_decay
     unit = optax.warmup_cosine_decay_schedule(
         init_value=0.0,
         peak_value=1.0,
@@ -76,13 +74,26 @@ def make_optimizer(
         decay_steps=max(total_steps, cfg.warmup_steps + 1),
         end_value=cfg.min_lr_ratio,
     )
+    return lambda count: lr * unit(count)
 
-    def schedule(count: jax.Array) -> jax.Array:  # linear in the peak, so lr may be traced
-        return lr * unit(count)
 
+def make_optimizer(
+    cfg: OptimConfig,
+    total_steps: int,
+    lr: float | jax.Array | None = None,
+    weight_decay: float | jax.Array | None = None,
+) -> optax.GradientTransformation:
+    """The LM optimizer; ``lr``/``weight_decay`` (traced values allowed) default to ``cfg``'s."""
+    weight_decay = cfg.weight_decay if weight_decay is None else weight_decay
     return optax.chain(
         optax.clip_by_global_norm(cfg.clip_norm),
-        optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=weight_decay),
+        optax.adamw(
+            lr_schedule(cfg, total_steps, lr),
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=weight_decay,
+        ),
     )
 
 
