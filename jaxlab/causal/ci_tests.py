@@ -34,10 +34,10 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from jaxlab.causal.graphs import AugmentedGraph, d_separated
 
 
-def _bucket(n: int, minimum: int) -> int:
+def _bucket(n: int, minimum: int, factor: int = 2) -> int:
     b = minimum
     while b < n:
-        b *= 2
+        b *= factor
     return b
 
 
@@ -72,7 +72,7 @@ class CITest:
                 for v in (k[0], k[1], *k[2]):
                     if not 0 <= v < self.num_vars:
                         raise ValueError(f"variable index {v} out of range [0, {self.num_vars})")
-            q = _bucket(len(todo), 16)
+            q = _bucket(len(todo), 64, 4)  # few distinct shapes: few compiles
             m = 0 if m_needed == 0 else _bucket(m_needed, 1)
             xa = np.zeros(q, np.int32)
             ya = np.zeros(q, np.int32)
@@ -159,26 +159,28 @@ class FisherZ(CITest):
 # ---------------------------------------------------------------------------------------------
 
 
-def _median_distance(v: Float[Array, "k p"]) -> Float[Array, ""]:
-    diff = v[:, None, :] - v[None, :, :]
-    dist = jnp.sqrt(jnp.sum(diff * diff, -1) + 1e-12)
-    iu = jnp.triu_indices(v.shape[0], k=1)
-    med = jnp.median(dist[iu])
-    return jnp.where(med > 1e-6, med, 1.0)
+def median_distances(data: np.ndarray, rows: int = 200) -> np.ndarray:
+    """Per-column median pairwise distance over the first ``rows`` rows (the RCIT bandwidth)."""
+    v = np.asarray(data[:rows], np.float64)
+    diff = np.abs(v[:, None, :] - v[None, :, :])
+    iu = np.triu_indices(v.shape[0], k=1)
+    med = np.median(diff[iu], axis=0)
+    return np.where(med > 1e-6, med, 1.0)
 
 
 def _rff(key, v, num, sigma):
     kw, kb = jax.random.split(key)
     w = jax.random.normal(kw, (v.shape[1], num))
     b = jax.random.uniform(kb, (num,), maxval=2 * jnp.pi)
-    f = jnp.sqrt(2.0 / num) * jnp.cos(v @ w / sigma + b)
-    return f - f.mean(0)
+    f = jnp.sqrt(2.0 / num) * jnp.cos(v @ w / sigma + b[None, :])
+    return f - f.mean(0)[None, :]
 
 
-@partial(jax.jit, static_argnames=("num_xy", "num_z", "median_rows", "chunk"))
+@partial(jax.jit, static_argnames=("num_xy", "num_z", "chunk"))
 def rcit_pvalues(
     key: PRNGKeyArray,
     data: Float[Array, "n d"],
+    bandwidth: Float[Array, " d"],
     x: Int[Array, " q"],
     y: Int[Array, " q"],
     cond: Int[Array, "q m"],
@@ -187,14 +189,13 @@ def rcit_pvalues(
     num_xy: int = 5,
     num_z: int = 50,
     ridge: float = 1e-3,
-    median_rows: int = 200,
     chunk: int = 16,
 ) -> Float[Array, " q"]:
     """RCIT p-values for a batch of triples on standardized ``data``.
 
     For one triple: ``f_x``, ``f_y`` (``num_xy`` random Fourier features each, bandwidth the
-    median distance of the first ``median_rows`` rows) and ``f_S`` (``num_z`` features of the
-    masked conditioning vector); ``r_x = f_x - f_S beta_x`` with ridge ``beta``; ``C = r_x^T r_y
+    per-column median distance ``bandwidth``) and ``f_S`` (``num_z`` features of the masked
+    conditioning vector, bandwidth ``sqrt(sum_{s in S} bandwidth_s^2)``); ``r_x = f_x - f_S beta_x`` with ridge ``beta``; ``C = r_x^T r_y
     / n``; statistic ``n ||C||_F^2``; null ``Gamma(k, theta)`` with ``k theta = tr Sigma``,
     ``k theta^2 = 2 ||Sigma||_F^2`` where ``Sigma`` is the covariance of ``vec(r_x,i r_y,i^T)``.
     Processed ``chunk`` triples at a time (``lax.map``) to bound memory at large n.
@@ -207,17 +208,19 @@ def rcit_pvalues(
         xv = data[:, xi][:, None]
         yv = data[:, yi][:, None]
         zv = data[:, ci] * mi[None, :]
-        rows = min(median_rows, n)
-        fx = _rff(kx, xv, num_xy, _median_distance(xv[:rows]))
-        fy = _rff(ky, yv, num_xy, _median_distance(yv[:rows]))
-        fz = _rff(kz, zv, num_z, _median_distance(zv[:rows])) * jnp.any(mi)
+        sz = jnp.sqrt(jnp.maximum(jnp.sum(jnp.where(mi, bandwidth[ci] ** 2, 0.0)), 1e-12))
+        fx = _rff(kx, xv, num_xy, bandwidth[xi])
+        fy = _rff(ky, yv, num_xy, bandwidth[yi])
+        fz = _rff(kz, zv, num_z, sz) * jnp.any(mi)
         gram = fz.T @ fz / n + ridge * jnp.eye(num_z)
-        rx = fx - fz @ jnp.linalg.solve(gram, fz.T @ fx / n)
-        ry = fy - fz @ jnp.linalg.solve(gram, fz.T @ fy / n)
+        fxy = jnp.concatenate([fx, fy], axis=1)
+        beta = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(gram), fz.T @ fxy / n)
+        rxy = fxy - fz @ beta
+        rx, ry = rxy[:, :num_xy], rxy[:, num_xy:]
         c = rx.T @ ry / n
         stat = n * jnp.sum(c * c)
         prod = (rx[:, :, None] * ry[:, None, :]).reshape(n, -1)
-        prod = prod - prod.mean(0)
+        prod = prod - prod.mean(0)[None, :]
         sigma = prod.T @ prod / n
         mean = jnp.trace(sigma)
         var = 2.0 * jnp.sum(sigma * sigma)
@@ -241,13 +244,15 @@ class RandomFeatureCI(CITest):
         self.max_cond = max(0, min(d - 2, 16))
         std = data.std(0)
         std[std == 0] = 1.0
-        self.data = jnp.asarray((data - data.mean(0)) / std, jnp.float32)
+        z = (data - data.mean(0)) / std
+        self.data = jnp.asarray(z, jnp.float32)
+        self.bandwidth = jnp.asarray(median_distances(z), jnp.float32)
         self.key = key
         self.num_xy, self.num_z = num_xy, num_z
 
     def _batch(self, x, y, cond, mask):
         return rcit_pvalues(
-            self.key, self.data, x, y, cond, mask, num_xy=self.num_xy, num_z=self.num_z
+            self.key, self.data, self.bandwidth, x, y, cond, mask, num_xy=self.num_xy, num_z=self.num_z
         )
 
 
@@ -269,9 +274,12 @@ class OracleCI(CITest):
         self.graph = graph
         self.num_vars = len(graph.observed)
         self.max_cond = max(0, self.num_vars - 2)
-        self._adj = jnp.asarray(graph.adj, bool)
+        v = _bucket(graph.adj.shape[0], 16)  # isolated padding nodes change no d-separation
+        adj = np.zeros((v, v), bool)
+        adj[: graph.adj.shape[0], : graph.adj.shape[0]] = graph.adj
+        self._adj = jnp.asarray(adj)
         self._obs = jnp.asarray(np.asarray(graph.observed, np.int32))
-        sel = np.zeros(graph.adj.shape[0], bool)
+        sel = np.zeros(v, bool)
         sel[list(graph.selection)] = True
         self._sel = jnp.asarray(sel)
 
@@ -281,7 +289,7 @@ class OracleCI(CITest):
         co = self._obs[cond]
         xm = jax.nn.one_hot(xo, v, dtype=bool)
         ym = jax.nn.one_hot(yo, v, dtype=bool)
-        zm = jnp.any(jax.nn.one_hot(co, v, dtype=bool) & mask[:, :, None], axis=1) | self._sel
+        zm = jnp.any(jax.nn.one_hot(co, v, dtype=bool) & mask[:, :, None], axis=1) | self._sel[None, :]
         return d_separated(self._adj, xm, ym, zm).astype(jnp.float32)
 
 

@@ -130,7 +130,7 @@ def d_separated(
         moral = (sub + sub.T + (sub @ sub.T)) > 0
         keep = (anc & ~zq).astype(jnp.float32)
         m = moral.astype(jnp.float32) * keep[:, None] * keep[None, :]
-        m = jnp.minimum(m + jnp.diag(keep), 1.0)
+        m = jnp.maximum(m, jnp.diag(keep))
         conn = jax.lax.fori_loop(0, steps, square, m)
         start = (xq & ~zq).astype(jnp.float32)
         reached = (start @ conn) > 0

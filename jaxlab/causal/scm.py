@@ -21,7 +21,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 NONLINEARITIES = ("linear", "tanh", "sin")
 
@@ -183,7 +183,7 @@ def sample_dataset(
                 ks, (chunk, d), minval=intervention.shift_low, maxval=intervention.shift_high
             )
             x = np.asarray(
-                solve_mechanisms(e, w, delta * mask, nonlinearity=scm.nonlinearity)
+                solve_mechanisms(e, w, delta * mask[None, :], nonlinearity=scm.nonlinearity)
             )
         out.append(x[keep])
         have += int(keep.sum())
@@ -216,9 +216,3 @@ def pool_with_indicator(
     z0 = np.zeros((observational.shape[0], 1))
     z1 = np.ones((interventional.shape[0], 1))
     return np.vstack([np.hstack([observational, z0]), np.hstack([interventional, z1])])
-
-
-def targets_mask(d: int, targets) -> Bool[Array, " d"]:
-    m = np.zeros(d, bool)
-    m[list(targets)] = True
-    return jnp.asarray(m)
