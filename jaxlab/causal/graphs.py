@@ -290,17 +290,17 @@ def pag_edges(marks: np.ndarray) -> dict[str, set[tuple[int, int]]]:
     return out
 
 
-def edge_meaning(mark_i: int, mark_j: int) -> str:
+def edge_meaning(mark_i: int, mark_j: int, i: str = "i", j: str = "j") -> str:
     """What an edge ``i ?-? j`` says under CDIS's semantics (Sec. 5 of the paper)."""
     if (mark_i, mark_j) == (TAIL, ARROW):
-        return "cause: i is a direct cause of j, and j is not involved in selection"
+        return f"cause: {i} is a direct cause of {j}, and {j} is not involved in selection"
     if (mark_i, mark_j) == (ARROW, TAIL):
-        return "cause: j is a direct cause of i, and i is not involved in selection"
+        return f"cause: {j} is a direct cause of {i}, and {i} is not involved in selection"
     if (mark_i, mark_j) == (TAIL, TAIL):
-        return "selection: i and j are jointly involved in a selection mechanism"
+        return f"selection: {i} and {j} are jointly involved in a selection mechanism"
     if (mark_i, mark_j) == (ARROW, ARROW):
         return "confounded: a latent common cause (not expected under causal sufficiency)"
-    return "unknown: circle marks could be either a tail or an arrowhead"
+    return "unknown: a circle mark could be either a tail or an arrowhead"
 
 
 def dag_to_marks(adj: np.ndarray) -> np.ndarray:
