@@ -89,7 +89,9 @@ def cdis_core(
         sure = np.zeros((d + 1, d + 1), bool)
         sure[:d, :d] = sk0.adj
         deps = set(sk0.dependencies) | {(i, j, s | {zeta}) for i, j, s in sk0.dependencies}
-        sk = skeleton_search(t, alpha=alpha, sure_adjacent=sure, sure_dependent=deps, max_cond=max_cond)
+        sk = skeleton_search(
+            t, alpha=alpha, sure_adjacent=sure, sure_dependent=deps, max_cond=max_cond
+        )
         if refine:
             sk = possible_dsep_refine(sk, t, alpha=alpha, sure_adjacent=sure, max_cond=max_cond)
         sks.append(sk)

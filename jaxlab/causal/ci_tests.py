@@ -59,7 +59,10 @@ class CITest:
 
     def pvalues(self, x: Sequence[int], y: Sequence[int], conds: Sequence[Sequence[int]]):
         """p-values of ``x[i] _||_ y[i] | conds[i]`` for every i, as a (q,) numpy array."""
-        keys = [(min(a, b), max(a, b), frozenset(int(s) for s in c)) for a, b, c in zip(x, y, conds, strict=True)]
+        keys = [
+            (min(a, b), max(a, b), frozenset(int(s) for s in c))
+            for a, b, c in zip(x, y, conds, strict=True)
+        ]
         todo = [k for k in dict.fromkeys(keys) if k not in self._cache]
         if todo:
             m_needed = max(len(k[2]) for k in todo)
@@ -73,7 +76,7 @@ class CITest:
                     if not 0 <= v < self.num_vars:
                         raise ValueError(f"variable index {v} out of range [0, {self.num_vars})")
             q = _bucket(len(todo), 64, 4)  # few distinct shapes: few compiles
-            m = 0 if m_needed == 0 else _bucket(m_needed, 1)
+            m = 0 if m_needed == 0 else _bucket(m_needed, 1, 4)
             xa = np.zeros(q, np.int32)
             ya = np.zeros(q, np.int32)
             ya[:] = 1 if self.num_vars > 1 else 0
@@ -84,7 +87,9 @@ class CITest:
                 s = sorted(s)
                 ca[i, : len(s)] = s
                 ma[i, : len(s)] = True
-            p = np.asarray(self._batch(jnp.asarray(xa), jnp.asarray(ya), jnp.asarray(ca), jnp.asarray(ma)))
+            p = np.asarray(
+                self._batch(jnp.asarray(xa), jnp.asarray(ya), jnp.asarray(ca), jnp.asarray(ma))
+            )
             self.calls += 1
             self.tests += len(todo)
             for k, v in zip(todo, p[: len(todo)], strict=True):
@@ -148,7 +153,12 @@ class FisherZ(CITest):
         # |S| <= n - 4 keeps sqrt(n - |S| - 3) positive; a CI test needs at least one dof.
         self.max_cond = max(0, min(d - 2, n - 4))
         dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
-        self.corr = jnp.asarray(np.corrcoef(data.T), dtype)
+        # padded to a multiple of 16 with identity rows (never indexed): datasets with d and
+        # d + 1 (pooled, with zeta) columns share compiled programs
+        v = -(-d // 16) * 16
+        corr = np.eye(v)
+        corr[:d, :d] = np.corrcoef(data.T)
+        self.corr = jnp.asarray(corr, dtype)
 
     def _batch(self, x, y, cond, mask):
         return fisher_z_pvalues(self.corr, float(self.n), x, y, cond, mask)
@@ -252,7 +262,15 @@ class RandomFeatureCI(CITest):
 
     def _batch(self, x, y, cond, mask):
         return rcit_pvalues(
-            self.key, self.data, self.bandwidth, x, y, cond, mask, num_xy=self.num_xy, num_z=self.num_z
+            self.key,
+            self.data,
+            self.bandwidth,
+            x,
+            y,
+            cond,
+            mask,
+            num_xy=self.num_xy,
+            num_z=self.num_z,
         )
 
 
@@ -289,7 +307,10 @@ class OracleCI(CITest):
         co = self._obs[cond]
         xm = jax.nn.one_hot(xo, v, dtype=bool)
         ym = jax.nn.one_hot(yo, v, dtype=bool)
-        zm = jnp.any(jax.nn.one_hot(co, v, dtype=bool) & mask[:, :, None], axis=1) | self._sel[None, :]
+        zm = (
+            jnp.any(jax.nn.one_hot(co, v, dtype=bool) & mask[:, :, None], axis=1)
+            | self._sel[None, :]
+        )
         return d_separated(self._adj, xm, ym, zm).astype(jnp.float32)
 
 

@@ -147,7 +147,9 @@ def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
             for end, mark, direction in ((pb, marks[i, j], u), (pa, marks[j, i], -u)):
                 if mark == ARROW:
                     ax.annotate(
-                        "", xy=end, xytext=end - 0.08 * direction,
+                        "",
+                        xy=end,
+                        xytext=end - 0.08 * direction,
                         arrowprops=dict(arrowstyle="-|>", color=color, lw=1.5),
                     )
                 elif mark == CIRCLE:
@@ -174,17 +176,24 @@ def discover(args: argparse.Namespace) -> int:
         raise CausalInputError(f"--test {args.test!r}: expected 'fisherz' or 'kci'")
     path = Path(args.csv)
     header, table = read_table(path)
-    names, datasets, order = split_by_context(header, table, args.context_column, args.observational)
+    names, datasets, order = split_by_context(
+        header, table, args.context_column, args.observational
+    )
     check_capacity(names, datasets, args.max_vars)
     out = Path(args.out) if args.out else path.with_name(path.stem + "_pag.png")
     res = cdis_from_data(datasets, test=args.test, alpha=args.alpha)
     print(
         f"CDIS on {len(names)} variables; observational: {args.context_column}={order[0]:g} "
         f"({datasets[0].shape[0]} rows); interventional: "
-        + ", ".join(f"{args.context_column}={v:g} ({x.shape[0]} rows)" for v, x in zip(order[1:], datasets[1:], strict=True))
+        + ", ".join(
+            f"{args.context_column}={v:g} ({x.shape[0]} rows)"
+            for v, x in zip(order[1:], datasets[1:], strict=True)
+        )
     )
     for k, ch in enumerate(res.changed, 1):
-        print(f"  dataset {args.context_column}={order[k]:g} changes: {[names[i] for i in sorted(ch)] or 'nothing'}")
+        print(
+            f"  dataset {args.context_column}={order[k]:g} changes: {[names[i] for i in sorted(ch)] or 'nothing'}"
+        )
     lines = describe(res.final, names)
     print(f"PAG ({len(lines)} edges, {res.rounds} rounds):")
     for line in lines:

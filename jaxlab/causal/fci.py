@@ -233,7 +233,12 @@ def orient(
     if background is not None:
         for i, j in zip(*np.nonzero(adj), strict=True):
             bi, bj = int(background[j, i]), int(background[i, j])
-            s(int(i), int(j), bi if bi in (TAIL, ARROW) else None, bj if bj in (TAIL, ARROW) else None)
+            s(
+                int(i),
+                int(j),
+                bi if bi in (TAIL, ARROW) else None,
+                bj if bj in (TAIL, ARROW) else None,
+            )
 
     # R0: unshielded colliders
     for b in range(d):

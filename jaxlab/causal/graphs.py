@@ -94,7 +94,7 @@ def _closure_steps(v: int) -> int:
     return max(1, int(np.ceil(np.log2(max(v, 2)))))
 
 
-@partial(jax.jit, static_argnames=())
+@jax.jit
 def d_separated(
     adj: Bool[Array, "v v"],
     x: Bool[Array, "q v"],

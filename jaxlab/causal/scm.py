@@ -42,7 +42,9 @@ class SCM:
 
     def __post_init__(self):
         if self.nonlinearity not in NONLINEARITIES:
-            raise ValueError(f"nonlinearity={self.nonlinearity!r}: expected one of {NONLINEARITIES}")
+            raise ValueError(
+                f"nonlinearity={self.nonlinearity!r}: expected one of {NONLINEARITIES}"
+            )
         if self.noise not in ("gaussian", "uniform"):
             raise ValueError(f"noise={self.noise!r}: expected 'gaussian' or 'uniform'")
 

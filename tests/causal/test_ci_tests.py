@@ -27,7 +27,9 @@ def test_fisher_z_equals_numpy_reference_per_test():
     triples = []
     for _ in range(120):
         perm = rng.permutation(7)
-        triples.append((int(perm[0]), int(perm[1]), tuple(int(v) for v in perm[2 : 2 + rng.integers(0, 6)])))
+        triples.append(
+            (int(perm[0]), int(perm[1]), tuple(int(v) for v in perm[2 : 2 + rng.integers(0, 6)]))
+        )
     p = FisherZ(data).pvalues(*zip(*triples, strict=True))
     ref = np.array([_fisher_z_reference(data, *t) for t in triples])
     assert ref.min() < 0.05 and ref.max() > 0.5
@@ -38,7 +40,14 @@ def test_fisher_z_uniform_under_null():
     rng = np.random.default_rng(1)
     data = rng.normal(size=(300, 12))  # all independent: every test is a null
     triples = [
-        (i, j, tuple(int(v) for v in rng.choice([k for k in range(12) if k not in (i, j)], 2, replace=False)))
+        (
+            i,
+            j,
+            tuple(
+                int(v)
+                for v in rng.choice([k for k in range(12) if k not in (i, j)], 2, replace=False)
+            ),
+        )
         for i in range(12)
         for j in range(i + 1, 12)
     ]
@@ -61,7 +70,10 @@ def test_random_feature_test_level_and_power_on_nonlinear_data():
     p = t.pvalues([0, 0, 0], [1, 1, 3], [(), (2,), ()])
     assert p[0] < 0.01 and p[2] < 0.01 and p[1] > 0.01
     assert FisherZ(data).pvalue(0, 3) > 0.01  # the linear test misses the x -> x^2 relation
-    nulls = [(4 + a, 4 + b, (4 + c,)) for a, b, c in [(0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 5), (0, 5, 1)]]
+    nulls = [
+        (4 + a, 4 + b, (4 + c,))
+        for a, b, c in [(0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 5), (0, 5, 1)]
+    ]
     nulls += [(4 + a, 4 + b, ()) for a in range(6) for b in range(a + 1, 6)]
     pn = t.pvalues(*zip(*nulls, strict=True))
     assert (pn < 0.05).mean() <= 0.2

@@ -35,7 +35,9 @@ def selection_csv(tmp_path):
 
 def test_discover_prints_selection_edge_and_writes_png(selection_csv, capsys):
     out = selection_csv.with_name("g.png")
-    rc = jaxlab_main(["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)])
+    rc = jaxlab_main(
+        ["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)]
+    )
     text = capsys.readouterr().out
     assert rc == 0
     assert "gene_a --- gene_b" in text and "selection: gene_a and gene_b" in text

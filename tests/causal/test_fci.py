@@ -49,7 +49,9 @@ def test_adjacency_search_on_data_equals_causallearn_fas(seed):
     key = jax.random.PRNGKey(100 + seed)
     d = 8
     adj = np.asarray(random_dag_er(key, d, 2.0))
-    x = sample_dataset(jax.random.fold_in(key, 2), random_scm(jax.random.fold_in(key, 1), adj), 2000)
+    x = sample_dataset(
+        jax.random.fold_in(key, 2), random_scm(jax.random.fold_in(key, 1), adj), 2000
+    )
     ours = skeleton_search(FisherZ(x), alpha=0.05, sepset_rule="union")
     nodes = [GraphNode(f"X{i + 1}") for i in range(d)]
     g, sepsets, _ = cl_fas(x, nodes, CIT(x, "fisherz"), 0.05, show_progress=False)

@@ -49,7 +49,14 @@ def test_twin_graph_matches_definition():
     # descendants of the target 1 get counterfactual copies and shared noises; 0 does not
     assert {"X*1", "X*2", "E1", "E2"} <= set(idx) and "X*0" not in idx
     edges = {(tg.names[i], tg.names[j]) for i, j in zip(*np.nonzero(tg.adj), strict=True)}
-    assert {("0", "1"), ("1", "2"), ("0", "X*1"), ("X*1", "X*2"), ("E1", "1"), ("E1", "X*1")} <= edges
+    assert {
+        ("0", "1"),
+        ("1", "2"),
+        ("0", "X*1"),
+        ("X*1", "X*2"),
+        ("E1", "1"),
+        ("E1", "X*1"),
+    } <= edges
     assert ("zeta", "1") in edges and ("0", "S*0") in edges and ("X*2", "S*0") in edges
     assert ("2", "S*0") not in edges  # selection acts on the pre-treatment copy
     assert tg.observed == (0, 1, 2, idx["zeta"])
@@ -102,3 +109,13 @@ def test_pag_edges_format():
     e = pag_edges(m)
     assert e["->"] == {(0, 1)} and e["--"] == {(1, 2), (2, 1)}
     assert m[0, 1] == ARROW
+
+
+def test_nonlinear_sampler_follows_its_mechanism():
+    adj = np.zeros((2, 2), bool)
+    adj[0, 1] = True
+    scm = random_scm(jax.random.PRNGKey(4), adj, nonlinearity="tanh")
+    x = sample_dataset(jax.random.PRNGKey(5), scm, 4000)
+    resid = x[:, 1] - scm.weights[0, 1] * np.tanh(x[:, 0])
+    assert abs(resid.mean()) < 0.05 and abs(resid.std() - 1.0) < 0.05
+    assert abs(np.corrcoef(resid, np.tanh(x[:, 0]))[0, 1]) < 0.05  # noise independent of cause
