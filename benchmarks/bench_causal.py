@@ -4,12 +4,13 @@
   whole batch) vs a Python loop over causal-learn's ``CIT`` on the same data and triples
   (Fisher-z; and the random-feature kernel test vs causal-learn's KCI on fewer triples).
 * ``cdis``: end-to-end CDIS wall time vs the number of variables (10, 20, 50) and samples.
+* ``fci``: our FCI vs causal-learn's FCI on seeded data: how many PAGs and skeletons are equal.
 * ``accuracy``: directed-edge precision, recall, F1 and SHD of CDIS and of the selection-ignoring
   interventional baseline against the true DAG, over seeds, n = 1000 and 10000 (ER DAGs, degree
   1.5, linear-Gaussian, 2 selection mechanisms, one single-target soft intervention per dataset).
 
 Timings on a shared 2-core CPU are noisy. Usage:
-``python benchmarks/bench_causal.py [--only ci|cdis|accuracy] [--quick]``.
+``python benchmarks/bench_causal.py [--only ci|cdis|accuracy|fci] [--quick]``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import jax
 import numpy as np
 
 from jaxlab.causal.cdis import cdis_core, interventional_fci_baseline
-from jaxlab.causal.ci_tests import FisherZ, RandomFeatureCI
-from jaxlab.causal.graphs import ARROW, TAIL, random_dag_er
+from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI, make_test
+from jaxlab.causal.graphs import ARROW, TAIL, random_dag_er, selection_graph, twin_graph
 from jaxlab.causal.scm import (
     SoftIntervention,
     pool_with_indicator,
@@ -135,13 +136,20 @@ def bench_ci(quick: bool):
     )
 
 
-def _problem(seed, d, n, num_sel=2, num_iv=2, degree=1.5):
+def _problem(seed, d, n, num_sel=2, num_iv=2, degree=1.5, test="fisherz"):
+    """Random ER DAG, SCM, selection and single-target soft interventions; the CI tests of CDIS
+    (observational, then pooled per intervention) from data (``fisherz``/``kci``) or from the
+    graphs (``oracle``)."""
     key = jax.random.PRNGKey(seed)
     adj = np.asarray(random_dag_er(key, d, degree))
     scm = random_scm(jax.random.fold_in(key, 1), adj)
     sel = random_selection(jax.random.fold_in(key, 2), d, num_sel)
     rng = np.random.default_rng(seed)
     targets = [int(v) for v in rng.choice(d, num_iv, replace=False)]
+    if test == "oracle":
+        tests = [OracleCI(selection_graph(adj, sel.parents))]
+        tests += [OracleCI(twin_graph(adj, (t,), sel.parents)) for t in targets]
+        return adj, tests
     data = sample_datasets(
         jax.random.fold_in(key, 3),
         scm,
@@ -149,7 +157,8 @@ def _problem(seed, d, n, num_sel=2, num_iv=2, degree=1.5):
         selection=sel,
         interventions=tuple(SoftIntervention((t,)) for t in targets),
     )
-    tests = [FisherZ(data[0])] + [FisherZ(pool_with_indicator(data[0], x)) for x in data[1:]]
+    pooled = [pool_with_indicator(data[0], x) for x in data[1:]]
+    tests = [make_test(test, data[0])] + [make_test(test, x) for x in pooled]
     return adj, tests
 
 
@@ -188,9 +197,9 @@ def _scores(marks, adj):
     tp = int((out & adj).sum())
     fp = int(out.sum() - tp)
     fn = int(adj.sum() - tp)
-    prec = tp / max(tp + fp, 1)
+    prec = tp / (tp + fp) if tp + fp else float("nan")  # no claims: undefined
     rec = tp / max(tp + fn, 1)
-    f1 = 2 * prec * rec / max(prec + rec, 1e-12)
+    f1 = 2 * prec * rec / (prec + rec) if tp else 0.0
     shd = 0
     for i in range(d):
         for j in range(i + 1, d):
@@ -207,15 +216,21 @@ def _scores(marks, adj):
     return prec, rec, f1, shd
 
 
-def bench_accuracy(quick: bool):
+def bench_accuracy(quick: bool, tests_kind: tuple[str, ...]):
     seeds = range(3 if quick else 10)
-    for n in [1000] if quick else [1000, 10000]:
+    for kind, n in [(k, n) for k in tests_kind for n in ([1000] if quick else [1000, 10000])]:
+        if kind == "oracle" and n != 1000:
+            continue
         rows = {"cdis": [], "baseline": []}
         t0 = time.perf_counter()
         for seed in seeds:
-            adj, tests = _problem(seed, 10, n)
-            rows["cdis"].append(_scores(cdis_core(tests, alpha=0.05).final, adj))
-            rows["baseline"].append(_scores(interventional_fci_baseline(tests, alpha=0.05), adj))
+            adj, tests = _problem(seed, 10, n, test=kind)
+            a = 0.5 if kind == "oracle" else 0.05
+            mc = None if kind == "oracle" else 3
+            rows["cdis"].append(_scores(cdis_core(tests, alpha=a, max_cond=mc).final, adj))
+            rows["baseline"].append(
+                _scores(interventional_fci_baseline(tests, alpha=a, max_cond=mc), adj)
+            )
         el = time.perf_counter() - t0
         for method, vals in rows.items():
             v = np.array(vals)
@@ -224,18 +239,22 @@ def bench_accuracy(quick: bool):
                     dict(
                         what="directed_edge_accuracy",
                         method=method,
+                        test=kind,
                         size={
                             "d": 10,
-                            "n": n,
+                            "n": n if kind != "oracle" else None,
                             "seeds": len(seeds),
                             "selection": 2,
                             "interventions": 2,
                         },
-                        precision=round(float(v[:, 0].mean()), 3),
+                        precision=round(float(np.nanmean(v[:, 0])), 3),
+                        seeds_with_directed_edges=int(np.isfinite(v[:, 0]).sum()),
                         recall=round(float(v[:, 1].mean()), 3),
                         f1=round(float(v[:, 2].mean()), 3),
                         shd=round(float(v[:, 3].mean()), 2),
-                        precision_se=round(float(v[:, 0].std() / np.sqrt(len(v))), 3),
+                        precision_se=round(
+                            float(np.nanstd(v[:, 0]) / np.sqrt(np.isfinite(v[:, 0]).sum())), 3
+                        ),
                         time_s=round(el, 1),
                     )
                 ),
@@ -243,17 +262,63 @@ def bench_accuracy(quick: bool):
             )
 
 
+def bench_fci_parity(quick: bool):
+    """FCI on seeded linear-Gaussian data vs causal-learn's FCI on the same data."""
+    import contextlib
+    import io
+
+    from causallearn.search.ConstraintBased.FCI import fci as cl_fci
+
+    from jaxlab.causal.fci import fci
+    from jaxlab.causal.scm import sample_dataset
+
+    lut = {0: 0, -1: 1, 1: 2, 2: 3}
+    for n in [2000] if quick else [2000, 10000]:
+        same_skel = same_pag = 0
+        diff_marks = []
+        seeds = range(5 if quick else 20)
+        for seed in seeds:
+            key = jax.random.PRNGKey(1000 + seed)
+            adj = np.asarray(random_dag_er(key, 8, 2.0))
+            scm = random_scm(jax.random.fold_in(key, 1), adj)
+            x = sample_dataset(jax.random.fold_in(key, 2), scm, n)
+            ours = fci(FisherZ(x), alpha=0.05, sepset_rule="union").marks
+            with contextlib.redirect_stdout(io.StringIO()):
+                g, _ = cl_fci(x, "fisherz", 0.05, show_progress=False)
+            ref = np.vectorize(lut.get)(g.graph.T)
+            same_skel += np.array_equal(ours != 0, ref != 0)
+            same_pag += np.array_equal(ours, ref)
+            diff_marks.append(int((ours != ref).sum()))
+        print(
+            json.dumps(
+                dict(
+                    what="fci_vs_causallearn",
+                    size={"d": 8, "n": n, "seeds": len(seeds)},
+                    same_skeleton=same_skel,
+                    same_pag=same_pag,
+                    mean_differing_marks=round(float(np.mean(diff_marks)), 2),
+                )
+            ),
+            flush=True,
+        )
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["ci", "cdis", "accuracy"], default=None)
+    p.add_argument("--only", choices=["ci", "cdis", "accuracy", "fci"], default=None)
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--tests", default="oracle,fisherz", help="CI tests for accuracy: oracle,fisherz,kci"
+    )
     a = p.parse_args()
     if a.only in (None, "ci"):
         bench_ci(a.quick)
     if a.only in (None, "cdis"):
         bench_cdis(a.quick)
     if a.only in (None, "accuracy"):
-        bench_accuracy(a.quick)
+        bench_accuracy(a.quick, tuple(a.tests.split(",")))
+    if a.only in (None, "fci"):
+        bench_fci_parity(a.quick)
 
 
 if __name__ == "__main__":
