@@ -7,7 +7,8 @@
 * ``fci``: our FCI vs causal-learn's FCI on seeded data: how many PAGs and skeletons are equal.
 * ``accuracy``: directed-edge precision, recall, F1 and SHD of CDIS and of the selection-ignoring
   interventional baseline against the true DAG, over seeds, n = 1000 and 10000 (ER DAGs, degree
-  1.5, linear-Gaussian, 2 selection mechanisms, one single-target soft intervention per dataset).
+  1.5, linear-Gaussian, 2 selection mechanisms on standardized parents, 2 datasets with one
+  single-target soft intervention each), and in oracle mode (d-separation in the twin graphs).
 
 Timings on a shared 2-core CPU are noisy. Usage:
 ``python benchmarks/bench_causal.py [--only ci|cdis|accuracy|fci] [--quick]``.
@@ -31,6 +32,7 @@ from jaxlab.causal.scm import (
     random_scm,
     random_selection,
     sample_datasets,
+    standardize_selection,
 )
 
 
@@ -144,6 +146,7 @@ def _problem(seed, d, n, num_sel=2, num_iv=2, degree=1.5, test="fisherz"):
     adj = np.asarray(random_dag_er(key, d, degree))
     scm = random_scm(jax.random.fold_in(key, 1), adj)
     sel = random_selection(jax.random.fold_in(key, 2), d, num_sel)
+    sel = standardize_selection(jax.random.fold_in(key, 4), sel, scm)
     rng = np.random.default_rng(seed)
     targets = [int(v) for v in rng.choice(d, num_iv, replace=False)]
     if test == "oracle":
@@ -216,9 +219,10 @@ def _scores(marks, adj):
     return prec, rec, f1, shd
 
 
-def bench_accuracy(quick: bool, tests_kind: tuple[str, ...]):
-    seeds = range(3 if quick else 10)
-    for kind, n in [(k, n) for k in tests_kind for n in ([1000] if quick else [1000, 10000])]:
+def bench_accuracy(quick: bool, tests_kind: tuple[str, ...], num_seeds: int):
+    seeds = range(3 if quick else num_seeds)
+    sizes = [1000] if quick else [1000, 3000, 10000]
+    for kind, n in [(k, n) for k in tests_kind for n in sizes]:
         if kind == "oracle" and n != 1000:
             continue
         rows = {"cdis": [], "baseline": []}
@@ -307,6 +311,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--only", choices=["ci", "cdis", "accuracy", "fci"], default=None)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--seeds", type=int, default=20, help="seeds for the accuracy comparison")
     p.add_argument(
         "--tests", default="oracle,fisherz", help="CI tests for accuracy: oracle,fisherz,kci"
     )
@@ -316,7 +321,7 @@ def main():
     if a.only in (None, "cdis"):
         bench_cdis(a.quick)
     if a.only in (None, "accuracy"):
-        bench_accuracy(a.quick, tuple(a.tests.split(",")))
+        bench_accuracy(a.quick, tuple(a.tests.split(",")), a.seeds)
     if a.only in (None, "fci"):
         bench_fci_parity(a.quick)
 

@@ -18,6 +18,12 @@ interventions on unknown targets; every dataset's units were selected before bei
      (selection); ``i -> j`` in ``P_k`` with i changed by intervention k => ``i -> j``;
      ``i -> j`` in one ``P_k`` and ``j -> i`` in another => ``i -- j``.
 
+Differences from the original code (github.com/MarkDana/CDIS): the adjacency searches are the
+stable PC variant, batched per depth (the original removes edges as it goes, so its data-mode
+result depends on the variable order; oracle results agree); and the original's transfer has a
+fourth condition, ``p0_type1 == CIRC and p0_type1 == DASH``, that can never hold, so it is left
+out here.
+
 Edge semantics of the result: ``i -> j``: i is a direct cause of j and j is not involved in
 selection; ``i -- j``: i and j are jointly involved in a selection mechanism; a circle: not
 identifiable. Oracle mode replaces every CI test by d-separation in the interventional twin

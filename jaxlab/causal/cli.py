@@ -170,6 +170,12 @@ def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
 def discover(args: argparse.Namespace) -> int:
     from jaxlab.causal.cdis import cdis_from_data
 
+    try:
+        import matplotlib  # noqa: F401  (checked before anything runs: the PNG needs it)
+    except ImportError:
+        raise CausalInputError(
+            "writing the PNG needs matplotlib: pip install 'jaxlab[viz]'"
+        ) from None
     if not 0.0 < args.alpha < 1.0:
         raise CausalInputError(f"--alpha {args.alpha}: expected a value in (0, 1)")
     if args.test not in ("fisherz", "kci"):

@@ -133,6 +133,27 @@ def random_selection(key: PRNGKeyArray, d: int, num: int, *, parents_per: int = 
     return Selection(tuple(pars), tuple(coefs), tuple(0.0 for _ in range(num)))
 
 
+def standardize_selection(
+    key: PRNGKeyArray, selection: Selection, scm: SCM, n: int = 20000
+) -> Selection:
+    """The same mechanisms with each coefficient divided by its parent's standard deviation
+    (from an unselected pilot sample), so every parent weighs in on a comparable scale instead of
+    the highest-variance one deciding alone (downstream variables of a random linear SCM can have
+    variances tens of times larger than roots')."""
+    e = _noise(key, n, scm.d, scm.noise)
+    x = np.asarray(
+        solve_mechanisms(
+            e, jnp.asarray(scm.weights), jnp.zeros_like(e), nonlinearity=scm.nonlinearity
+        )
+    )
+    sd = x.std(0)
+    coefs = tuple(
+        tuple(float(c / sd[p]) for c, p in zip(co, par, strict=True))
+        for co, par in zip(selection.coefficients, selection.parents, strict=True)
+    )
+    return Selection(selection.parents, coefs, selection.thresholds)
+
+
 @dataclass(frozen=True)
 class SoftIntervention:
     """A soft intervention on ``targets``: each treated unit's target mechanism gets an extra
