@@ -75,8 +75,8 @@ class CITest:
                 for v in (k[0], k[1], *k[2]):
                     if not 0 <= v < self.num_vars:
                         raise ValueError(f"variable index {v} out of range [0, {self.num_vars})")
-            q = _bucket(len(todo), 64, 4)  # few distinct shapes: few compiles
-            m = 0 if m_needed == 0 else _bucket(m_needed, 1, 4)
+            q = _bucket(len(todo), self.min_batch, 4)  # few distinct shapes: few compiles
+            m = self._width(m_needed)
             xa = np.zeros(q, np.int32)
             ya = np.zeros(q, np.int32)
             ya[:] = 1 if self.num_vars > 1 else 0
@@ -95,6 +95,12 @@ class CITest:
             for k, v in zip(todo, p[: len(todo)], strict=True):
                 self._cache[k] = float(v)
         return np.array([self._cache[k] for k in keys], np.float64)
+
+    min_batch = 64
+
+    def _width(self, m_needed: int) -> int:
+        """Padded conditioning width (powers of 4: one compiled program per bucket)."""
+        return 0 if m_needed == 0 else _bucket(m_needed, 1, 4)
 
     def pvalue(self, x: int, y: int, cond: Sequence[int] = ()) -> float:
         return float(self.pvalues([x], [y], [tuple(cond)])[0])
@@ -292,7 +298,7 @@ class OracleCI(CITest):
         self.graph = graph
         self.num_vars = len(graph.observed)
         self.max_cond = max(0, self.num_vars - 2)
-        v = _bucket(graph.adj.shape[0], 16)  # isolated padding nodes change no d-separation
+        v = -(-graph.adj.shape[0] // 32) * 32  # isolated padding nodes change no d-separation
         adj = np.zeros((v, v), bool)
         adj[: graph.adj.shape[0], : graph.adj.shape[0]] = graph.adj
         self._adj = jnp.asarray(adj)
@@ -300,6 +306,12 @@ class OracleCI(CITest):
         sel = np.zeros(v, bool)
         sel[list(graph.selection)] = True
         self._sel = jnp.asarray(sel)
+
+    min_batch = 256
+
+    def _width(self, m_needed: int) -> int:
+        # one width per graph size: the width costs only a one-hot, compiles cost seconds
+        return _bucket(max(self.max_cond, 1), 4, 4)
 
     def _batch(self, x, y, cond, mask):
         v = self._adj.shape[0]

@@ -188,7 +188,7 @@ def sample_dataset(
     d = scm.d
     w = jnp.asarray(scm.weights, jnp.float32)
     out, have = [], 0
-    chunk = max(2 * n, 256)
+    chunk = 1 << max(10, (2 * n - 1).bit_length())  # powers of two: few compiled shapes
     for r in range(max_rounds):
         kr = jax.random.fold_in(key, r)
         ke, ks = jax.random.split(kr)

@@ -127,6 +127,8 @@ def test_standardized_selection_weighs_parents_by_their_scale():
     adj = np.zeros((2, 2), bool)
     adj[0, 1] = True
     scm = random_scm(jax.random.PRNGKey(0), adj, low=3.0, high=4.0)  # var(X1) >> var(X0)
-    sel = standardize_selection(jax.random.PRNGKey(1), Selection(((0, 1),), ((1.0, 1.0),), (0.0,)), scm)
+    sel = standardize_selection(
+        jax.random.PRNGKey(1), Selection(((0, 1),), ((1.0, 1.0),), (0.0,)), scm
+    )
     sd1 = np.sqrt(1 + scm.weights[0, 1] ** 2)
     np.testing.assert_allclose(sel.coefficients[0], (1.0, 1 / sd1), rtol=0.03)
