@@ -17,6 +17,7 @@ from pathlib import Path
 #: Extra sub-commands contributed by families: name -> ("module:function", help). The function
 #: takes the remaining argv and returns an exit status.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "causal": ("jaxlab.causal.cli:main", "causal discovery under selection bias (CDIS) from a CSV"),
     "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
     "levels": ("jaxlab.envs.kinetix.cli:main", "Kinetix level files: show, rollout, render"),
 }

@@ -1,0 +1,242 @@
+"""``jaxlab causal discover data.csv --context-column k [--alpha 0.05] [--test fisherz|kci]``.
+
+The CSV has a header row; every column but the context column is a variable. Rows whose context
+value is ``--observational`` (default: the smallest value) form the observational dataset, every
+other value one interventional dataset (soft interventions, unknown targets). CDIS runs on them;
+the PAG's edges are printed with their meaning and a PNG of the graph is written (``--out``,
+default ``<csv stem>_pag.png``). The input is validated before anything runs or is written; an
+error prints ``error: ...`` naming the column or option, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, edge_meaning, edge_string
+
+MAX_VARIABLES = 50
+
+
+class CausalInputError(ValueError):
+    """Bad input to ``jaxlab causal``: the message names the column or option."""
+
+
+def read_table(path: Path) -> tuple[list[str], np.ndarray]:
+    """Header and (rows, columns) float array; non-numeric or missing cells are errors."""
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or not rows[0]:
+        raise CausalInputError(f"{path}: empty file (expected a header row and data rows)")
+    header = [h.strip() for h in rows[0]]
+    if len(set(header)) != len(header):
+        raise CausalInputError(f"{path}: duplicate column names in the header {header}")
+    body = [r for r in rows[1:] if any(c.strip() for c in r)]
+    if not body:
+        raise CausalInputError(f"{path}: no data rows")
+    out = np.empty((len(body), len(header)))
+    for r, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise CausalInputError(f"{path}: row {r} has {len(row)} fields, expected {len(header)}")
+        for c, cell in enumerate(row):
+            cell = cell.strip()
+            if cell == "" or cell.lower() in ("na", "nan", "null", "none"):
+                raise CausalInputError(f"column '{header[c]}', row {r}: missing value")
+            try:
+                v = float(cell)
+            except ValueError:
+                raise CausalInputError(
+                    f"column '{header[c]}', row {r}: non-numeric value {cell!r}"
+                ) from None
+            if not math.isfinite(v):
+                raise CausalInputError(f"column '{header[c]}', row {r}: non-finite value {cell!r}")
+            out[r - 2, c] = v
+    return header, out
+
+
+def split_by_context(
+    header: list[str], table: np.ndarray, context: str, observational: float | None
+) -> tuple[list[str], list[np.ndarray], list[float]]:
+    """Variables, datasets (observational first) and their context values; validates."""
+    if context not in header:
+        raise CausalInputError(f"--context-column '{context}' is not a column (columns: {header})")
+    k = header.index(context)
+    names = [h for i, h in enumerate(header) if i != k]
+    if not names:
+        raise CausalInputError("no variable columns besides the context column")
+    values = sorted(set(table[:, k].tolist()))
+    if len(values) < 2:
+        raise CausalInputError(
+            f"context column '{context}' has a single value ({values[0]:g}); CDIS needs an "
+            "observational and at least one interventional dataset"
+        )
+    obs = values[0] if observational is None else observational
+    if obs not in values:
+        raise CausalInputError(f"--observational {obs:g} is not a value of column '{context}'")
+    order = [obs] + [v for v in values if v != obs]
+    x = np.delete(table, k, axis=1)
+    datasets = [x[table[:, k] == v] for v in order]
+    for j, name in enumerate(names):
+        if np.ptp(x[:, j]) == 0:
+            raise CausalInputError(f"column '{name}' is constant ({x[0, j]:g})")
+    return names, datasets, order
+
+
+def check_capacity(names: list[str], datasets: list[np.ndarray], max_vars: int) -> None:
+    d = len(names)
+    if d > max_vars:
+        raise CausalInputError(f"{d} variables exceed --max-vars={max_vars}")
+    for v, data in enumerate(datasets):
+        if data.shape[0] < d + 5:
+            raise CausalInputError(
+                f"context value #{v} has {data.shape[0]} rows: the CI tests need at least "
+                f"{d + 5} rows per dataset for {d} variables"
+            )
+
+
+def describe(marks: np.ndarray, names: list[str]) -> list[str]:
+    """One line per PAG edge: ``a --> b   cause: ...``."""
+    lines = []
+    d = marks.shape[0]
+    for i in range(d):
+        for j in range(i + 1, d):
+            if marks[i, j] == 0:
+                continue
+            mi, mj = int(marks[j, i]), int(marks[i, j])
+            if (mi, mj) == (ARROW, TAIL):  # print causes left to right
+                i2, j2, mi, mj = j, i, mj, mi
+            else:
+                i2, j2 = i, j
+            s = edge_string(marks, i2, j2).split(" ")[1]
+            meaning = edge_meaning(mi, mj, names[i2], names[j2])
+            lines.append(f"{names[i2]} {s} {names[j2]}\t{meaning}")
+    return lines
+
+
+def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
+    """PNG of the PAG: nodes on a circle, arrowheads, circles and tails at the edge ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = len(names)
+    ang = np.linspace(0, 2 * np.pi, d, endpoint=False) + np.pi / 2
+    pos = np.stack([np.cos(ang), np.sin(ang)], 1)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    r = 0.09
+    for i in range(d):
+        for j in range(i + 1, d):
+            if marks[i, j] == 0:
+                continue
+            a, b = pos[i], pos[j]
+            u = (b - a) / np.linalg.norm(b - a)
+            pa, pb = a + r * u, b - r * u
+            color = {(TAIL, ARROW): "C0", (ARROW, TAIL): "C0", (TAIL, TAIL): "C3"}.get(
+                (int(marks[j, i]), int(marks[i, j])), "0.4"
+            )
+            ax.plot(*zip(pa, pb, strict=True), color=color, lw=1.5, zorder=1)
+            for end, mark, direction in ((pb, marks[i, j], u), (pa, marks[j, i], -u)):
+                if mark == ARROW:
+                    ax.annotate(
+                        "",
+                        xy=end,
+                        xytext=end - 0.08 * direction,
+                        arrowprops=dict(arrowstyle="-|>", color=color, lw=1.5),
+                    )
+                elif mark == CIRCLE:
+                    c = end - 0.025 * direction
+                    ax.add_patch(plt.Circle(c, 0.022, fill=True, fc="white", ec=color, zorder=3))
+    for i, name in enumerate(names):
+        ax.add_patch(plt.Circle(pos[i], r, fc="#f4f1de", ec="k", zorder=2))
+        ax.text(*pos[i], name, ha="center", va="center", fontsize=9, zorder=4)
+    ax.set_xlim(-1.3, 1.3)
+    ax.set_ylim(-1.3, 1.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("CDIS PAG  (blue ->: cause, red --: selection, o: unknown)", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def discover(args: argparse.Namespace) -> int:
+    from jaxlab.causal.cdis import cdis_from_data
+
+    try:
+        import matplotlib  # noqa: F401  (checked before anything runs: the PNG needs it)
+    except ImportError:
+        raise CausalInputError(
+            "writing the PNG needs matplotlib: pip install 'jaxlab[viz]'"
+        ) from None
+    if not 0.0 < args.alpha < 1.0:
+        raise CausalInputError(f"--alpha {args.alpha}: expected a value in (0, 1)")
+    if args.test not in ("fisherz", "kci"):
+        raise CausalInputError(f"--test {args.test!r}: expected 'fisherz' or 'kci'")
+    path = Path(args.csv)
+    header, table = read_table(path)
+    names, datasets, order = split_by_context(
+        header, table, args.context_column, args.observational
+    )
+    check_capacity(names, datasets, args.max_vars)
+    out = Path(args.out) if args.out else path.with_name(path.stem + "_pag.png")
+    res = cdis_from_data(datasets, test=args.test, alpha=args.alpha)
+    print(
+        f"CDIS on {len(names)} variables; observational: {args.context_column}={order[0]:g} "
+        f"({datasets[0].shape[0]} rows); interventional: "
+        + ", ".join(
+            f"{args.context_column}={v:g} ({x.shape[0]} rows)"
+            for v, x in zip(order[1:], datasets[1:], strict=True)
+        )
+    )
+    for k, ch in enumerate(res.changed, 1):
+        print(
+            f"  dataset {args.context_column}={order[k]:g} changes: {[names[i] for i in sorted(ch)] or 'nothing'}"
+        )
+    lines = describe(res.final, names)
+    print(f"PAG ({len(lines)} edges, {res.rounds} rounds):")
+    for line in lines:
+        print("  " + line)
+    draw_pag(res.final, names, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxlab causal", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("discover", help="CDIS on a CSV with a context (dataset) column")
+    s.add_argument("csv")
+    s.add_argument("--context-column", required=True)
+    s.add_argument("--alpha", type=float, default=0.05)
+    s.add_argument("--test", default="fisherz", help="fisherz | kci")
+    s.add_argument("--observational", type=float, default=None, help="observational context value")
+    s.add_argument("--max-vars", type=int, default=MAX_VARIABLES)
+    s.add_argument("--out", default=None, help="PNG path (default <csv stem>_pag.png)")
+    s.set_defaults(fn=discover)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``jaxlab causal`` with ``argv`` (without the program name); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        return args.fn(args)
+    except (CausalInputError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

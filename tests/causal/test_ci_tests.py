@@ -1,0 +1,93 @@
+"""Batched CI tests: Fisher-z against a per-test NumPy/SciPy reference, null uniformity (KS),
+the random-feature kernel test's level and power, the oracle, capacity errors."""
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI
+from jaxlab.causal.graphs import selection_graph
+
+
+def _fisher_z_reference(data, x, y, s):
+    corr = np.corrcoef(data.T)
+    idx = [x, y, *s]
+    prec = np.linalg.inv(corr[np.ix_(idx, idx)])
+    r = -prec[0, 1] / np.sqrt(prec[0, 0] * prec[1, 1])
+    z = np.sqrt(data.shape[0] - len(s) - 3) * abs(np.arctanh(r))
+    return 2 * (1 - stats.norm.cdf(z))
+
+
+def test_fisher_z_equals_numpy_reference_per_test():
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(500, 7))
+    data[:, 1] += 0.3 * data[:, 0]
+    data[:, 2] += 0.2 * data[:, 1] - 0.1 * data[:, 3]
+    triples = []
+    for _ in range(120):
+        perm = rng.permutation(7)
+        triples.append(
+            (int(perm[0]), int(perm[1]), tuple(int(v) for v in perm[2 : 2 + rng.integers(0, 6)]))
+        )
+    p = FisherZ(data).pvalues(*zip(*triples, strict=True))
+    ref = np.array([_fisher_z_reference(data, *t) for t in triples])
+    assert ref.min() < 0.05 and ref.max() > 0.5
+    np.testing.assert_allclose(p, ref, atol=2e-5)  # float32 round-off
+
+
+def test_fisher_z_uniform_under_null():
+    rng = np.random.default_rng(1)
+    data = rng.normal(size=(300, 12))  # all independent: every test is a null
+    triples = [
+        (
+            i,
+            j,
+            tuple(
+                int(v)
+                for v in rng.choice([k for k in range(12) if k not in (i, j)], 2, replace=False)
+            ),
+        )
+        for i in range(12)
+        for j in range(i + 1, 12)
+    ]
+    triples += [(i, j, ()) for i in range(12) for j in range(i + 1, 12)]
+    p = FisherZ(data).pvalues(*zip(*triples, strict=True))
+    # overlapping triples are weakly dependent; the KS level is loose accordingly
+    assert stats.kstest(p, "uniform").pvalue > 0.01
+
+
+def test_random_feature_test_level_and_power_on_nonlinear_data():
+    rng = np.random.default_rng(2)
+    n = 600
+    z = rng.normal(size=n)
+    x = np.tanh(z) + 0.3 * rng.normal(size=n)
+    y = z**2 + 0.3 * rng.normal(size=n)  # x _||_ y | z, dependent marginally
+    w = x**2 + 0.3 * rng.normal(size=n)  # non-monotone: uncorrelated with x, but dependent
+    noise = rng.normal(size=(n, 6))
+    data = np.column_stack([x, y, z, w, noise])
+    t = RandomFeatureCI(jax.random.PRNGKey(0), data)
+    p = t.pvalues([0, 0, 0], [1, 1, 3], [(), (2,), ()])
+    assert p[0] < 0.01 and p[2] < 0.01 and p[1] > 0.01
+    assert FisherZ(data).pvalue(0, 3) > 0.01  # the linear test misses the x -> x^2 relation
+    nulls = [
+        (4 + a, 4 + b, (4 + c,))
+        for a, b, c in [(0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 5), (0, 5, 1)]
+    ]
+    nulls += [(4 + a, 4 + b, ()) for a in range(6) for b in range(a + 1, 6)]
+    pn = t.pvalues(*zip(*nulls, strict=True))
+    assert (pn < 0.05).mean() <= 0.2
+
+
+def test_oracle_and_capacity_errors():
+    adj = np.zeros((3, 3), bool)
+    adj[0, 1] = adj[1, 2] = True
+    t = OracleCI(selection_graph(adj, []))
+    np.testing.assert_array_equal(t.pvalues([0, 0], [2, 2], [(), (1,)]), [0.0, 1.0])
+    t_sel = OracleCI(selection_graph(np.zeros((2, 2), bool), [(0, 1)]))
+    assert t_sel.pvalue(0, 1) == 0.0  # selection on a common child makes them dependent
+    small = FisherZ(np.random.default_rng(0).normal(size=(6, 5)))
+    with pytest.raises(ValueError, match="capacity"):
+        small.pvalue(0, 1, (2, 3, 4))
+    with pytest.raises(ValueError, match="out of range"):
+        small.pvalue(0, 7)
