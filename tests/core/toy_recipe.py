@@ -22,6 +22,7 @@ class ToyConfig:
     dim: int = 4
     batch: int = 8
     nan_at_step: int = -1  # inject a NaN loss at this step (for tests)
+    nan_state_at_step: int = -1  # make the parameters NaN after this step, loss finite (tests)
     loop: LoopConfig = LoopConfig(total_steps=20, log_every=5, progress=False)
 
 
@@ -61,6 +62,7 @@ def build(cfg: ToyConfig) -> Task:
         loss = jnp.where(state.step + 1 == cfg.nan_at_step, jnp.nan, loss)
         upd, opt_state = opt.update(g, state.opt_state)
         w = optax.apply_updates(state.w, upd)
+        w = jnp.where(state.step + 1 == cfg.nan_state_at_step, jnp.nan, w)
         return ToyState(w, opt_state, state.step + 1, key), {"loss": loss}
 
     def data():
