@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import runpy
 import sys
 from collections.abc import Callable, Sequence
@@ -42,6 +43,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         IncompatibleCheckpointError,
         NonFiniteLossError,
         FileNotFoundError,
+        # Every other ValueError reaching the command line comes from a check of the
+        # configuration or of an input (a batch the mesh does not divide, a level file, a damaged
+        # checkpoint, a locked run directory): one line, not a traceback (JAXLAB_TRACEBACK=1
+        # shows where it was raised).
+        ValueError,
     )
 
 
@@ -50,16 +56,29 @@ def _hint_for(e: BaseException) -> str:
     from jaxlab.core.config import ConfigError
     from jaxlab.core.loop import NonFiniteLossError
 
-    if isinstance(e, UserError) and e.hint:
+    if getattr(e, "hint", None) and not isinstance(e, ConfigError):
         return e.hint
     if isinstance(e, ConfigError):
         return "see `jaxlab config RECIPE` for every key and its current value"
     if isinstance(e, IncompatibleCheckpointError):
-        return "pass --run-dir NEW_DIR to start a separate run"
-    if isinstance(e, NonFiniteLossError):
         return (
-            "lower the learning rate or check the data; rerunning resumes from the last good step"
+            "pass --run-dir NEW_DIR to start a separate run; a float hyper-parameter such as a "
+            "learning rate may change on resume with --allow-change KEY"
         )
+    if isinstance(e, NonFiniteLossError):
+        key = e.lr_keys[0] if e.lr_keys else "KEY"
+        if e.last_checkpoint is None:
+            return (
+                f"lower the learning rate ({key}=...) or check the data; no checkpoint exists, "
+                "so rerunning starts from step 0"
+            )
+        return (
+            f"to resume from step {e.last_checkpoint} with a lower learning rate, rerun with "
+            f"{key}=SMALLER --allow-change {key}; or check the data, or start over with "
+            "--run-dir NEW_DIR"
+        )
+    if isinstance(e, ValueError):
+        return "set JAXLAB_TRACEBACK=1 to see where it was raised"
     return "see `jaxlab --help`"
 
 
@@ -115,7 +134,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"in {run_dir}",
         file=sys.stderr,
     )
-    result = loop.run(r, cfg, run_dir)
+    result = loop.run(r, cfg, run_dir, allow_change=tuple(args.allow_change))
     summary = {"step": result.step, "interrupted": result.interrupted}
     summary.update({k: float(v) for k, v in result.metrics.items()})
     summary.update(
@@ -210,6 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", default=None, help="a preset name (see `jaxlab list`)")
     s.add_argument("--run-dir", default=None, help="run directory (default runs/RECIPE-PRESET)")
     s.add_argument("--tpu-config", default=None, help="a tpu_configs/*.yaml file (mesh, batch)")
+    s.add_argument(
+        "--allow-change",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="on resume, accept a changed float hyper-parameter KEY (e.g. optim.lr); repeatable",
+    )
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_train)
 
@@ -255,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except _user_errors() as e:
+        if os.environ.get("JAXLAB_TRACEBACK"):
+            raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         print(f"hint: {_hint_for(e)}", file=sys.stderr)

@@ -18,6 +18,8 @@ mesh restores onto another.
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,33 @@ class CorruptCheckpointError(ValueError):
             )
         else:
             self.hint = "no older complete checkpoint exists; pass --run-dir NEW_DIR to start over"
+
+
+_QUIET_UNTIL = [0.0]
+
+
+def _quiet_closed_loop_callbacks(seconds: float = 30.0) -> None:
+    """After a failed orbax restore, TensorStore completes the reads still in flight and calls
+    back into the event loop that ``asyncio.run`` has already closed; each callback prints an
+    "Exception ignored ... RuntimeError: Event loop is closed" (dozens per failed restore). For
+    ``seconds`` after a failure those messages, and only those, are dropped: the real error is
+    the :class:`CorruptCheckpointError` raised."""
+    _QUIET_UNTIL[0] = time.monotonic() + seconds
+    if getattr(sys.unraisablehook, "_jaxlab_closed_loop_filter", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if (
+            time.monotonic() < _QUIET_UNTIL[0]
+            and isinstance(u.exc_value, RuntimeError)
+            and str(u.exc_value) == "Event loop is closed"
+        ):
+            return
+        previous(u)
+
+    hook._jaxlab_closed_loop_filter = True
+    sys.unraisablehook = hook
 
 
 def check_allow_change(config: Any, keys: Sequence[str]) -> tuple[str, ...]:
@@ -169,6 +198,7 @@ class Checkpointer:
                 step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
             )["meta"]
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            _quiet_closed_loop_callbacks()
             raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e
         saved = meta["config"]
         flat_saved, flat_now = config_lib.flatten(saved), config_lib.flatten(self.config_dict)
@@ -210,6 +240,7 @@ class Checkpointer:
         try:
             restored = self._mngr.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore/grain raise many types
+            _quiet_closed_loop_callbacks()
             older = self._older(step, abstract_state, data_iterator is not None)
             raise CorruptCheckpointError(self.directory, step, e, older) from e
         return restored["state"], int(step)

@@ -116,6 +116,18 @@ def main(argv: Sequence[str]) -> int:
     cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(run_dir / "config.yaml"))
     if not hasattr(cfg, "model") or not hasattr(r.build(cfg), "init"):
         raise UserError(f"recipe {r.name} is not a decoder language model")
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
+    tok = ByteTokenizer()
+    width = max(len(tok.encode(p, add_bos=True, add_eos=False)) for p in args.prompt)
+    room = cfg.model.max_len - 1 - width  # tokens left after the prompt (and one spare slot)
+    if room < 1:
+        raise UserError(
+            f"--prompt is {width} tokens long (with BOS); the model's context is "
+            f"model.max_len={cfg.model.max_len}, so at most {cfg.model.max_len - 2} prompt tokens "
+            "leave room for one new token",
+            f"shorten the prompt to at most {cfg.model.max_len - 3} bytes",
+        )
     task = r.build(cfg)
     ck = Checkpointer(run_dir / "checkpoints", cfg)
     try:
@@ -124,13 +136,13 @@ def main(argv: Sequence[str]) -> int:
         ck.close()
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    max_new = min(args.max_new_tokens, cfg.model.max_len - 2 - max(len(p) for p in args.prompt))
+    max_new = min(args.max_new_tokens, room)
     texts = generate_text(
         jax.random.PRNGKey(args.seed),
         model,
         state.params,
         args.prompt,
-        max_new_tokens=max(1, max_new),
+        max_new_tokens=max_new,
         sampling_params=sp,
     )
     for p, t in zip(args.prompt, texts, strict=True):

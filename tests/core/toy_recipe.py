@@ -23,6 +23,7 @@ class ToyConfig:
     batch: int = 8
     nan_at_step: int = -1  # inject a NaN loss at this step (for tests)
     nan_state_at_step: int = -1  # make the parameters NaN after this step, loss finite (tests)
+    nan_state_min_lr: float = 0.0  # ... but only when lr >= this (a divergence a lower lr avoids)
     loop: LoopConfig = LoopConfig(total_steps=20, log_every=5, progress=False)
 
 
@@ -62,7 +63,8 @@ def build(cfg: ToyConfig) -> Task:
         loss = jnp.where(state.step + 1 == cfg.nan_at_step, jnp.nan, loss)
         upd, opt_state = opt.update(g, state.opt_state)
         w = optax.apply_updates(state.w, upd)
-        w = jnp.where(state.step + 1 == cfg.nan_state_at_step, jnp.nan, w)
+        if cfg.lr >= cfg.nan_state_min_lr:
+            w = jnp.where(state.step + 1 == cfg.nan_state_at_step, jnp.nan, w)
         return ToyState(w, opt_state, state.step + 1, key), {"loss": loss}
 
     def data():
