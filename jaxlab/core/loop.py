@@ -230,6 +230,7 @@ def run(
 
     step = 0
     with ckpt.closed_on_error():  # nothing in run_dir changes before these checks pass
+        resume_lib.check_batch_placement(task.place_batch, data_it)
         start = resume_lib.check_resume(ckpt, resume)
         if start is not None:
             state, step = ckpt.restore(abstract_state(task, key), data_it, step=start)

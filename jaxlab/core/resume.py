@@ -3,7 +3,8 @@
 Order (``jaxlab.core.loop.run``): :func:`check_run_dir` (a usable, writable directory), then the
 run lock (:mod:`jaxlab.core.run_lock`), then :func:`check_resume` (the latest checkpoint's config
 against the current one, :meth:`Checkpointer.check_config`), and only then are ``config.yaml`` and
-``metrics.jsonl`` written: a refused resume leaves the directory as it was. On resume
+``metrics.jsonl`` written: a refused resume leaves the directory as it was; so does a batch that
+the recipe's ``place_batch`` refuses (:func:`check_batch_placement`). On resume
 :func:`truncate_metrics` drops the metric rows written after the restored checkpoint (a run killed
 between logging and checkpointing), so a resumed run's ``metrics.jsonl`` holds every step once.
 """
@@ -14,6 +15,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from jaxlab.core.checkpoint import Checkpointer
 
@@ -65,6 +67,26 @@ def check_resume(ckpt: Checkpointer, resume: bool) -> int | None:
     if step is not None:
         ckpt.check_config(step)
     return step
+
+
+def check_batch_placement(place_batch: Any, data_iterator: Any) -> None:
+    """Places one batch the way the first step will (``place_batch`` of a ``[1, ...]`` stack) and
+    rewinds the iterator, so a batch the mesh cannot take (a batch size the data-parallel axes do
+    not divide) is refused before anything is written. Needs a grain iterator (``get_state`` /
+    ``set_state``); does nothing otherwise."""
+    if place_batch is None or data_iterator is None:
+        return
+    if not (hasattr(data_iterator, "get_state") and hasattr(data_iterator, "set_state")):
+        return
+    import jax
+    import numpy as np
+
+    position = data_iterator.get_state()
+    try:
+        first = next(data_iterator)
+        place_batch(jax.tree.map(lambda x: np.asarray(x)[None], first))
+    finally:
+        data_iterator.set_state(position)
 
 
 def truncate_metrics(run_dir: str | Path, step: int) -> int:

@@ -125,19 +125,17 @@ class RunLock:
         self._remove_created()
 
     def _remove_created(self) -> None:
-        """Removes the folders :meth:`acquire` created if they are still empty (a run refused
-        before writing anything leaves no trace)."""
-        if self._created is None:
+        """Removes the folders :meth:`acquire` created if the run left no file in them (a run
+        refused before writing anything leaves no trace)."""
+        root = self._created
+        if root is None or not root.is_dir():
             return
-        p = self.path.parent
-        while True:
-            try:
-                p.rmdir()
-            except OSError:
-                return
-            if p == self._created:
-                return
-            p = p.parent
+        if any(p.is_file() or p.is_symlink() for p in root.rglob("*")):
+            return
+        for p in sorted(root.rglob("*"), key=lambda q: len(q.parts), reverse=True):
+            p.rmdir()
+        root.rmdir()
+        self._created = None
 
     def __enter__(self) -> RunLock:
         return self.acquire()
