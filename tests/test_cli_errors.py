@@ -23,8 +23,15 @@ def one_error(capsys, *argv):
 def test_batch_the_mesh_does_not_divide_is_an_error_and_writes_nothing(capsys, tmp_path):
     run_dir = tmp_path / "run"
     error = one_error(
-        capsys, "train", "lm-tiny", "--preset", "tiny", "--run-dir", str(run_dir),
-        "mesh.data=8", "data.batch_size=3",
+        capsys,
+        "train",
+        "lm-tiny",
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        "mesh.data=8",
+        "data.batch_size=3",
     )
     assert "batch" in error and "3" in error
     assert not run_dir.exists()
@@ -45,8 +52,9 @@ def test_bad_tpu_config_files(capsys, tmp_path, edit, fragment):
     assert edit[0] in text
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace(edit[0], edit[1], 1))
-    error = one_error(capsys, "train", "lm-tiny", "--tpu-config", str(bad),
-                      "--run-dir", str(tmp_path / "run"))
+    error = one_error(
+        capsys, "train", "lm-tiny", "--tpu-config", str(bad), "--run-dir", str(tmp_path / "run")
+    )
     assert fragment in error
     assert "'preset'" not in error
     assert not (tmp_path / "run").exists()
@@ -55,8 +63,9 @@ def test_bad_tpu_config_files(capsys, tmp_path, edit, fragment):
 def test_generate_prompt_longer_than_the_context(capsys, tmp_path):
     assert cli.main(["config", "lm-tiny", "--preset", "tiny"]) == 0
     (tmp_path / "config.yaml").write_text(capsys.readouterr().out)
-    error = one_error(capsys, "generate", "lm-tiny", "--run-dir", str(tmp_path),
-                      "--prompt", "x" * 500)
+    error = one_error(
+        capsys, "generate", "lm-tiny", "--run-dir", str(tmp_path), "--prompt", "x" * 500
+    )
     assert "--prompt is 501 tokens" in error and "model.max_len=" in error
 
 

@@ -194,9 +194,9 @@ class Checkpointer:
     def check_config(self, step: int) -> dict:
         """Reads the saved meta of ``step`` and refuses an incompatible config."""
         try:
-            meta = self._mngr.restore(
-                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-            )["meta"]
+            meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
+                "meta"
+            ]
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
             _quiet_closed_loop_callbacks()
             raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e

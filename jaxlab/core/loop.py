@@ -98,8 +98,14 @@ class NonFiniteLossError(FloatingPointError):
     ``last_checkpoint`` (the newest checkpoint, all finite, or None when none was written) and
     ``lr_keys`` (the config's learning-rate fields, for the hint)."""
 
-    def __init__(self, message: str, step: int = -1, what: str = "loss",
-                 last_checkpoint: int | None = None, lr_keys: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        message: str,
+        step: int = -1,
+        what: str = "loss",
+        last_checkpoint: int | None = None,
+        lr_keys: tuple[str, ...] = (),
+    ):
         super().__init__(message)
         self.step, self.what = step, what
         self.last_checkpoint, self.lr_keys = last_checkpoint, lr_keys

@@ -54,8 +54,12 @@ def load(path: str | Path, extra_overrides: tuple[str, ...] = ()) -> TpuRun:
     unknown = set(raw) - _KEYS
     if unknown:
         k = sorted(unknown)[0]
-        raise ConfigError(f"{path.name}:{k}", raw[k], "one of " + ", ".join(sorted(_KEYS)),
-                          config_lib.suggest(k, _KEYS))
+        raise ConfigError(
+            f"{path.name}:{k}",
+            raw[k],
+            "one of " + ", ".join(sorted(_KEYS)),
+            config_lib.suggest(k, _KEYS),
+        )
     for k in ("recipe", "tpu", "mesh", "per_device_batch"):
         if k not in raw:
             raise ConfigError(f"{path.name}:{k}", None, "a required key")
@@ -77,7 +81,9 @@ def load(path: str | Path, extra_overrides: tuple[str, ...] = ()) -> TpuRun:
         _positive_int(f"{path.name}:mesh.{k}", v)
     _positive_int(f"{path.name}:per_device_batch", raw["per_device_batch"])
     if math.prod(mesh.values()) != sl.chips:
-        raise ConfigError(f"{path.name}:mesh", mesh, f"axis sizes whose product is chips={sl.chips}")
+        raise ConfigError(
+            f"{path.name}:mesh", mesh, f"axis sizes whose product is chips={sl.chips}"
+        )
     recipe = recipe_lib.get(raw["recipe"])
     overrides = list(raw.get("overrides") or [])
     overrides += [f"mesh.{k}={int(v)}" for k, v in mesh.items()]

@@ -112,8 +112,9 @@ def test_damaged_checkpoint_is_named_with_an_older_complete_one(
     assert snapshot(run_dir) == before
     if damage is _truncate_arrays:
         # Eval names it too; following the hint resumes from step 10.
-        error, _ = one_error(cli.main(["eval", "toy", "--run-dir", str(run_dir)]),
-                             capsys.readouterr().err)
+        error, _ = one_error(
+            cli.main(["eval", "toy", "--run-dir", str(run_dir)]), capsys.readouterr().err
+        )
         assert "checkpoint step 20" in error
         ck = run_dir / "checkpoints"
         (ck / "20").rename(ck / "20.damaged")

@@ -30,9 +30,7 @@ def base_json():
 
 
 def _first_active_polygon(data):
-    return next(
-        i for i, p in enumerate(data["env_state"]["polygon"]) if p["active"] and i >= 4
-    )
+    return next(i for i, p in enumerate(data["env_state"]["polygon"]) if p["active"] and i >= 4)
 
 
 def _load(tmp_path, data, name="level.json"):
@@ -55,9 +53,7 @@ def test_counter_clockwise_and_non_convex_polygons_are_refused(tmp_path, base_js
     _refused(tmp_path, ccw, rf"polygon\[{i}\]\.vertices.*counter-clockwise")
     bowtie = copy.deepcopy(base_json)  # swap two vertices: a self-crossing outline
     order = (0, 2, 1, 3)
-    bowtie["env_state"]["polygon"][i]["vertices"] = {
-        str(k): verts[str(order[k])] for k in range(4)
-    }
+    bowtie["env_state"]["polygon"][i]["vertices"] = {str(k): verts[str(order[k])] for k in range(4)}
     _refused(tmp_path, bowtie, rf"polygon\[{i}\]\.vertices")
     dent = copy.deepcopy(base_json)  # pull one vertex inside: non-convex
     v = dent["env_state"]["polygon"][i]["vertices"]
@@ -145,8 +141,31 @@ def _leaf_paths(x, prefix=()):
 
 # Extreme numbers: beyond float32 or the level bounds (refused), and large but in-bound ones
 # (accepted where the field's sign allows, so they must simulate finitely).
-_EXTREME = [1e39, -1e39, 1e30, -1e9, 1e7, 2**31, 2**63, math.nan, math.inf, -math.inf,
-            1e6, -1e6, 1e5, -1e4, 1e3, -100.0, 0.5, -0.5, 0, 1e-30, -1e-30, 1, 3]
+_EXTREME = [
+    1e39,
+    -1e39,
+    1e30,
+    -1e9,
+    1e7,
+    2**31,
+    2**63,
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e6,
+    -1e6,
+    1e5,
+    -1e4,
+    1e3,
+    -100.0,
+    0.5,
+    -0.5,
+    0,
+    1e-30,
+    -1e-30,
+    1,
+    3,
+]
 _TYPES = ["x", None, [], {}, True, False, {"0": 1}]
 
 
@@ -160,8 +179,11 @@ def mutations(draw, data):
             ops.append(("reorder", draw(st.integers(0, 200)), draw(st.permutations(range(4)))))
         else:
             path = paths[draw(st.integers(0, len(paths) - 1))]
-            value = {"delete": None, "type": draw(st.sampled_from(_TYPES)),
-                     "number": draw(st.sampled_from(_EXTREME))}[kind]
+            value = {
+                "delete": None,
+                "type": draw(st.sampled_from(_TYPES)),
+                "number": draw(st.sampled_from(_EXTREME)),
+            }[kind]
             ops.append((kind, path, value))
     return ops
 
@@ -199,8 +221,12 @@ def _apply(data, ops):
     return data
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.data())
 def test_mutated_level_files_simulate_finitely_or_are_refused(
     tmp_path_factory, base_json, rollout, data

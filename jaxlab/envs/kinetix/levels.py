@@ -54,7 +54,6 @@ from jaxlab.envs.kinetix.state import (
     StaticEnvParams,
     from_sim_state,
 )
-from jaxlab.physics.geometry import validate_polygon_vertices
 from jaxlab.physics import (
     CollisionManifold,
     Joint,
@@ -63,6 +62,7 @@ from jaxlab.physics import (
     Thruster,
     pair_counts,
 )
+from jaxlab.physics.geometry import validate_polygon_vertices
 
 
 class LevelFormatError(ValueError):
@@ -175,15 +175,32 @@ _LIMITS = {"inverse_mass": 1e9, "inverse_inertia": 1e9}
 #: Fields that must be >= 0 (slot values; a negative friction or inverse mass is unphysical).
 _NON_NEGATIVE = ("friction", "restitution", "inverse_mass", "inverse_inertia", "density", "radius")
 #: Env params that must be > 0 (a time step, clipping bounds, the render scale) and >= 0.
-_PARAMS_POSITIVE = ("dt", "pixels_per_unit", "clip_position", "clip_velocity",
-                    "clip_angular_velocity")
-_PARAMS_NON_NEGATIVE = ("slop", "base_friction", "base_motor_speed", "base_motor_power",
-                        "base_thruster_power", "motor_decay_coefficient", "motor_joint_limit",
-                        "joint_stiffness", *(k for k in SIM_PARAM_FIELDS if "baumgarte" in k))
+_PARAMS_POSITIVE = (
+    "dt",
+    "pixels_per_unit",
+    "clip_position",
+    "clip_velocity",
+    "clip_angular_velocity",
+)
+_PARAMS_NON_NEGATIVE = (
+    "slop",
+    "base_friction",
+    "base_motor_speed",
+    "base_motor_power",
+    "base_thruster_power",
+    "motor_decay_coefficient",
+    "motor_joint_limit",
+    "joint_stiffness",
+    *(k for k in SIM_PARAM_FIELDS if "baumgarte" in k),
+)
 #: Upper bounds of the solver's dimensionless factors and of the time step (defaults 0.01-5 and
 #: 1/60 s); beyond them the position and joint corrections diverge within a few steps.
-_PARAMS_MAX = {"dt": 1.0, "slop": 1.0, "joint_stiffness": 10.0,
-               **{k: 100.0 for k in SIM_PARAM_FIELDS if "baumgarte" in k}}
+_PARAMS_MAX = {
+    "dt": 1.0,
+    "slop": 1.0,
+    "joint_stiffness": 10.0,
+    **{k: 100.0 for k in SIM_PARAM_FIELDS if "baumgarte" in k},
+}
 
 
 # ---------------------------------------------------------------------------------------------
