@@ -74,8 +74,9 @@ def _hint_for(e: BaseException) -> str:
             )
         return (
             f"to resume from step {e.last_checkpoint} with a lower learning rate, rerun with "
-            f"{key}=SMALLER --allow-change {key}; or check the data, or start over with "
-            "--run-dir NEW_DIR"
+            f"{key}=SMALLER --allow-change {key}; if the loss was already rising by step "
+            f"{e.last_checkpoint} (finite is not healthy), start over with --run-dir NEW_DIR; "
+            "or check the data"
         )
     if isinstance(e, ValueError):
         return "set JAXLAB_TRACEBACK=1 to see where it was raised"
