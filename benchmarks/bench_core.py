@@ -15,22 +15,22 @@ import numpy as np
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import run as run_lib
 from jaxlab.core.loop import _multi_step
 from jaxlab.lm.data import train_iterator
 
 
 def measure(cfg, k: int, calls: int) -> dict:
     recipe = recipe_lib.get("lm-tiny")
-    task = recipe.build(cfg)
-    key = jax.random.PRNGKey(0)
+    task = run_lib.build(recipe, cfg)
     # as the loop does: the state starts on the recipe's mesh, so the step compiles once
-    out_sh = task.state_sharding(jax.eval_shape(task.init, key)) if task.state_sharding else None
-    state = jax.jit(task.init, out_shardings=out_sh)(key)
+    state = run_lib.init_state(task, jax.random.PRNGKey(0))
     it = train_iterator(cfg.data)
     fn = _multi_step(task.train_step, k, True, jax.tree.map(lambda x: x.sharding, state))
 
     def batches():
-        return task.place_batch(jax.tree.map(lambda *x: np.stack(x), *[next(it) for _ in range(k)]))
+        stacked = jax.tree.map(lambda *x: np.stack(x), *[next(it) for _ in range(k)])
+        return run_lib.place_batches(stacked, task.abstract_batch)
 
     b = batches()
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import runpy
 import sys
 from collections.abc import Callable, Sequence
@@ -37,6 +38,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         IncompatibleCheckpointError,
         NonFiniteLossError,
         FileNotFoundError,
+        # Every other ValueError reaching the command line comes from a check of the
+        # configuration or of an input (a batch the mesh does not divide, a level file, a damaged
+        # checkpoint, a locked run directory): one line, not a traceback (JAXLAB_TRACEBACK=1
+        # shows where it was raised).
+        ValueError,
     )
 
 
@@ -45,20 +51,34 @@ def _hint_for(e: BaseException) -> str:
     from jaxlab.core.config import ConfigError
     from jaxlab.core.loop import NonFiniteLossError
 
-    if isinstance(e, UserError) and e.hint:
+    if getattr(e, "hint", None) and not isinstance(e, ConfigError):
         return e.hint
     if isinstance(e, ConfigError):
         return "see `jaxlab config RECIPE` for every key and its current value"
     if isinstance(e, IncompatibleCheckpointError):
-        return "pass --run-dir NEW_DIR to start a separate run"
+        return (
+            "pass --run-dir NEW_DIR to start a separate run; a float hyper-parameter such as a "
+            "learning rate may change on resume with --allow-change KEY"
+        )
     from jaxlab.core.run import RunNotFoundError
 
     if isinstance(e, RunNotFoundError):
         return "train first (jaxlab train RECIPE --run-dir DIR) or pass the directory of a run"
     if isinstance(e, NonFiniteLossError):
+        key = e.lr_keys[0] if e.lr_keys else "KEY"
+        if e.last_checkpoint is None:
+            return (
+                f"lower the learning rate ({key}=...) or check the data; no checkpoint exists, "
+                "so rerunning starts from step 0"
+            )
         return (
-            "lower the learning rate or check the data; rerunning resumes from the last good step"
+            f"to resume from step {e.last_checkpoint} with a lower learning rate, rerun with "
+            f"{key}=SMALLER --allow-change {key}; if the loss was already rising by step "
+            f"{e.last_checkpoint} (finite is not healthy), start over with --run-dir NEW_DIR; "
+            "or check the data"
         )
+    if isinstance(e, ValueError):
+        return "set JAXLAB_TRACEBACK=1 to see where it was raised"
     return "see `jaxlab --help`"
 
 
@@ -114,7 +134,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"in {run_dir}",
         file=sys.stderr,
     )
-    result = loop.run(r, cfg, run_dir)
+    result = loop.run(r, cfg, run_dir, allow_change=tuple(args.allow_change))
     summary = {"step": result.step, "interrupted": result.interrupted}
     summary.update({k: float(v) for k, v in result.metrics.items()})
     summary.update(
@@ -166,8 +186,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     result = sweep_lib.sweep(r, base, axes, seeds=args.seeds, out_dir=out)
     print(sweep_lib.format_table(result.summary, list(axes)), end="")
-    print(f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
-          f"table in {out / 'table.txt'}, rows in {out / 'sweep.jsonl'}", file=sys.stderr)
+    print(
+        f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
+        f"table in {out / 'table.txt'}, rows in {out / 'sweep.jsonl'}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -216,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", default=None, help="a preset name (see `jaxlab list`)")
     s.add_argument("--run-dir", default=None, help="run directory (default runs/RECIPE-PRESET)")
     s.add_argument("--tpu-config", default=None, help="a tpu_configs/*.yaml file (mesh, batch)")
+    s.add_argument(
+        "--allow-change",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="on resume, accept a changed float hyper-parameter KEY (e.g. optim.lr); repeatable",
+    )
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_train)
 
@@ -275,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except _user_errors() as e:
+        if os.environ.get("JAXLAB_TRACEBACK"):
+            raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         print(f"hint: {_hint_for(e)}", file=sys.stderr)

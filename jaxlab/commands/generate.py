@@ -129,18 +129,30 @@ def main(argv: Sequence[str]) -> int:
         raise UserError(f"recipe {r.name} is not a decoder language model")
     run = open_run(run_dir, recipe=r)
     state, cfg = run.state, run.cfg
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
+    tok = ByteTokenizer()
+    width = max(len(tok.encode(p, add_bos=True, add_eos=False)) for p in args.prompt)
+    room = cfg.model.max_len - 1 - width  # tokens left after the prompt (and one spare slot)
+    if room < 1:
+        raise UserError(
+            f"--prompt is {width} tokens long (with BOS); the model's context is "
+            f"model.max_len={cfg.model.max_len}, so at most {cfg.model.max_len - 2} prompt tokens "
+            "leave room for one new token",
+            f"shorten the prompt to at most {cfg.model.max_len - 3} bytes",
+        )
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     key = jax.random.PRNGKey(args.seed)
     if args.method != "sample":
         return _other_method(args, r, model, state.params, cfg, sp, key)
-    max_new = min(args.max_new_tokens, cfg.model.max_len - 2 - max(len(p) for p in args.prompt))
+    max_new = min(args.max_new_tokens, room)
     texts = generate_text(
         jax.random.PRNGKey(args.seed),
         model,
         state.params,
         args.prompt,
-        max_new_tokens=max(1, max_new),
+        max_new_tokens=max_new,
         sampling_params=sp,
     )
     for p, t in zip(args.prompt, texts, strict=True):

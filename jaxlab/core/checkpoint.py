@@ -5,15 +5,22 @@ Orbax writes each step to a temporary folder and renames it when complete, so a 
 checkpoint never replaces the last good one; the newest *finalised* step is what restores.
 
 Restoring checks the saved config against the current one: fields that only steer the run
-(``loop.*`` and ``mesh.*``, listed in :data:`RUN_CONTROL_PREFIXES`) may differ; any other difference is an
-:class:`IncompatibleCheckpointError` naming the fields. The state is restored into an abstract tree
+(``loop.*`` and ``mesh.*``, listed in :data:`RUN_CONTROL_PREFIXES`) may differ, and so may the float
+hyper-parameters named in ``allow_change`` (learning rates, loss weights: values the recipe reads
+when it builds the step, which shape nothing in the state); any other difference is an
+:class:`IncompatibleCheckpointError` naming the fields. A checkpoint that cannot be read (a
+truncated or missing array file, manifest or data-iterator state) is a
+:class:`CorruptCheckpointError` naming the step and the newest older step that does restore. The state is restored into an abstract tree
 (``jax.eval_shape`` of the recipe's init, optionally with shardings), so a checkpoint written on one
 mesh restores onto another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,80 @@ class IncompatibleCheckpointError(ValueError):
             + "; ".join(parts)
             + " (use a new --run-dir, or the same config to resume)"
         )
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint step whose files cannot be read; ``older`` is the newest older step that
+    restores (None if there is none)."""
+
+    def __init__(self, directory: Path, step: int, cause: BaseException, older: int | None):
+        self.directory, self.step, self.older = directory, step, older
+        reason = " ".join(str(cause).split())
+        reason = reason[:240] + ("..." if len(reason) > 240 else "")
+        super().__init__(
+            f"checkpoint step {step} in {directory} is damaged and cannot be restored "
+            f"({type(cause).__name__}: {reason})"
+        )
+        if older is not None:
+            self.hint = (
+                f"step {older} is complete: move the damaged step aside "
+                f"(mv {directory / str(step)} {directory / str(step)}.damaged) and rerun to "
+                f"resume from step {older}"
+            )
+        else:
+            self.hint = "no older complete checkpoint exists; pass --run-dir NEW_DIR to start over"
+
+
+_QUIET_UNTIL = [0.0]
+
+
+def _quiet_closed_loop_callbacks(seconds: float = 30.0) -> None:
+    """After a failed orbax restore, TensorStore completes the reads still in flight and calls
+    back into the event loop that ``asyncio.run`` has already closed; each callback prints an
+    "Exception ignored ... RuntimeError: Event loop is closed" (dozens per failed restore). For
+    ``seconds`` after a failure those messages, and only those, are dropped: the real error is
+    the :class:`CorruptCheckpointError` raised."""
+    _QUIET_UNTIL[0] = time.monotonic() + seconds
+    if getattr(sys.unraisablehook, "_jaxlab_closed_loop_filter", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if (
+            time.monotonic() < _QUIET_UNTIL[0]
+            and isinstance(u.exc_value, RuntimeError)
+            and str(u.exc_value) == "Event loop is closed"
+        ):
+            return
+        previous(u)
+
+    hook._jaxlab_closed_loop_filter = True
+    sys.unraisablehook = hook
+
+
+def check_allow_change(config: Any, keys: Sequence[str]) -> tuple[str, ...]:
+    """Validates the ``allow_change`` keys: existing float fields of ``config`` (dotted).
+
+    Raises:
+      ConfigError: an unknown key (with the closest one) or a field that is not a float (ints,
+        strings and nested configs define shapes, data or the method: a resume cannot change them).
+    """
+    flat = config_lib.flatten(config_lib.to_dict(config))
+    for k in keys:
+        if k not in flat:
+            raise config_lib.ConfigError(
+                "allow_change", k, "a dotted config key", config_lib.suggest(k, flat)
+            )
+        if k.startswith(RUN_CONTROL_PREFIXES):
+            continue
+        if not isinstance(flat[k], float):
+            raise config_lib.ConfigError(
+                "allow_change",
+                k,
+                "a float hyper-parameter (e.g. a learning rate); "
+                f"{k}={flat[k]!r} may not change on resume",
+            )
+    return tuple(keys)
 
 
 def _with_default_sharding(abstract: Any) -> Any:
@@ -65,6 +146,7 @@ class Checkpointer:
       keep: number of most recent checkpoints to keep.
       async_save: write in a background thread; :meth:`wait` (called by :meth:`close`) joins it.
       create: create ``directory`` if missing (False for read-only use: nothing is written).
+      allow_change: float fields (dotted keys) that may differ from the checkpoint's config.
     """
 
     def __init__(
@@ -75,9 +157,11 @@ class Checkpointer:
         keep: int = 3,
         async_save: bool = True,
         create: bool = True,
+        allow_change: Sequence[str] = (),
     ):
         self.directory = Path(directory).absolute()
         self.config = config
+        self.allow_change = check_allow_change(config, allow_change)
         self.config_dict = config_lib.to_dict(config)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
@@ -111,9 +195,13 @@ class Checkpointer:
 
     def check_config(self, step: int) -> dict:
         """Reads the saved meta of ``step`` and refuses an incompatible config."""
-        meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
-            "meta"
-        ]
+        try:
+            meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
+                "meta"
+            ]
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            _quiet_closed_loop_callbacks()
+            raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e
         saved = meta["config"]
         flat_saved, flat_now = config_lib.flatten(saved), config_lib.flatten(self.config_dict)
 
@@ -127,7 +215,9 @@ class Checkpointer:
         fields = [
             k
             for k in config_lib.diff(saved, self.config_dict)
-            if not k.startswith(RUN_CONTROL_PREFIXES) and not added_since(k)
+            if not k.startswith(RUN_CONTROL_PREFIXES)
+            and k not in self.allow_change
+            and not added_since(k)
         ]
         if fields:
             raise IncompatibleCheckpointError(self.directory, fields, saved, self.config_dict)
@@ -149,8 +239,38 @@ class Checkpointer:
         }
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-        restored = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        try:
+            restored = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore/grain raise many types
+            _quiet_closed_loop_callbacks()
+            older = self._older(step, abstract_state, data_iterator is not None)
+            raise CorruptCheckpointError(self.directory, step, e, older) from e
         return restored["state"], int(step)
+
+    def _older(self, step: int, abstract_state: Any = None, with_data: bool = False) -> int | None:
+        """The newest step before ``step`` whose meta (and state, given ``abstract_state``, and
+        data-iterator file, given ``with_data``) restores; None if none does."""
+        for s in sorted((s for s in self.all_steps() if s < step), reverse=True):
+            try:
+                self._mngr.restore(s, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+                if abstract_state is not None:
+                    target = ocp.args.StandardRestore(_with_default_sharding(abstract_state))
+                    self._mngr.restore(s, args=ocp.args.Composite(state=target))
+                if with_data and not any((self.directory / str(s) / "data").glob("*.json")):
+                    continue
+            except Exception:  # noqa: BLE001
+                continue
+            return s
+        return None
+
+    @contextlib.contextmanager
+    def closed_on_error(self) -> Iterator[Checkpointer]:
+        """Closes the manager (joining its threads) if the block raises, then re-raises."""
+        try:
+            yield self
+        except BaseException:
+            self.close()
+            raise
 
     def wait(self) -> None:
         """Blocks until any asynchronous save has finished."""

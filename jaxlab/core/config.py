@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -170,29 +171,87 @@ def _field_type(cls: type, dotted: str) -> Any:
     return tp
 
 
+def allow_nonfinite(default: float, **kwargs: Any) -> Any:
+    """A float field that may be ``inf``/``-inf``/``nan`` (every other float field rejects them):
+    ``bound: float = allow_nonfinite(math.inf)``."""
+    return dataclasses.field(default=default, metadata={"allow_nonfinite": True, **kwargs})
+
+
+def _is_float_type(tp: Any) -> bool:
+    """``float`` or ``float | None``."""
+    if tp is float:
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args == [float]
+    return False
+
+
+def _check_float(path: str, v: Any, allow_nonfinite_: bool) -> Any:
+    """A float field's value: a real number (or a string YAML left unparsed, such as ``1e-3``),
+    finite unless the field allows otherwise; bools and other strings name the key."""
+    if v is None or (isinstance(v, float) and math.isfinite(v)):
+        return v
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ConfigError(path, v, "a float")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(path, v, "a float") from None
+    if not math.isfinite(f) and not allow_nonfinite_:
+        raise ConfigError(path, v, "a finite float")
+    return f
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    """Builds ``cls`` bottom-up so every error carries the full dotted key: float fields are
+    checked here (type and finiteness), nested configs are built first, and an error a nested
+    dataclass raises about its own field (``top_k``) is re-raised under its path
+    (``model.moe.top_k``)."""
+    hints = _hints(cls)
+    data = dict(data)
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        tp, path = hints[f.name], prefix + f.name
+        v = data[f.name]
+        sub = _nested_config_type(tp)
+        if sub is not None and isinstance(v, Mapping):
+            data[f.name] = _build(sub, v, path + ".")
+        elif _is_float_type(tp):
+            data[f.name] = _check_float(path, v, bool(f.metadata.get("allow_nonfinite")))
+    try:
+        return dacite.from_dict(
+            cls,
+            data,
+            config=dacite.Config(strict=True, cast=[tuple], type_hooks={float: _coerce_float}),
+        )
+    except dacite.WrongTypeError as e:
+        path = prefix + (e.field_path or "?")
+        raise ConfigError(path, e.value, _expected(e.field_type)) from None
+    except ConfigError as e:
+        if prefix and not e.key.startswith(prefix) and e.key not in ("?", ""):
+            raise ConfigError(prefix + e.key, e.value, e.expected, e.hint) from None
+        raise
+    except (TypeError, ValueError) as e:
+        # A dataclass's own validation (e.g. "DecoderConfig.head_dim=3: expected ..."): name it.
+        where = prefix.rstrip(".") or cls.__name__
+        raise ConfigError(
+            where, None, "", message=f"config key '{where}': invalid {cls.__name__}: {e}"
+        ) from None
+
+
 def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
     """Builds config ``cls`` from a (partial) nested mapping, strictly.
 
     Raises:
-      ConfigError: unknown key (with the closest valid key), wrong type, or a value rejected by a
-        dataclass's ``__post_init__``.
+      ConfigError: unknown key (with the closest valid key), wrong type, a non-finite value for a
+        float field (unless declared with :func:`allow_nonfinite`), or a value rejected by a
+        dataclass's ``__post_init__``; always naming the full dotted key.
     """
     _check_keys(cls, data, "")
     merged = _deep_merge(to_dict(cls()), data)
-    try:
-        return dacite.from_dict(
-            cls,
-            merged,
-            config=dacite.Config(strict=True, cast=[tuple], type_hooks={float: _coerce_float}),
-        )
-    except dacite.WrongTypeError as e:
-        path = e.field_path or "?"
-        raise ConfigError(path, e.value, _expected(e.field_type)) from None
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        # A nested dataclass's own validation (e.g. "DecoderConfig.head_dim=3: expected ...").
-        raise ConfigError("?", None, "", message=f"invalid {cls.__name__}: {e}") from None
+    return _build(cls, merged, "")
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,14 +302,23 @@ def parse_overrides(cls: type, overrides: Sequence[str]) -> dict[str, Any]:
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Reads a preset: a YAML mapping (empty file = no overrides)."""
     path = Path(path)
+
+    def bad(expected: str, detail: str = "") -> ConfigError:
+        msg = f"config file {path}: expected {expected}" + (f" ({detail})" if detail else "")
+        return ConfigError(str(path), str(path), expected, message=msg)
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
-        raise ConfigError("preset", str(path), "an existing YAML file") from None
+        raise bad("an existing YAML file") from None
+    except IsADirectoryError:
+        raise bad("a YAML file, not a directory") from None
+    except UnicodeDecodeError as e:
+        raise bad("UTF-8 text", str(e)) from None
     except yaml.YAMLError as e:
-        raise ConfigError("preset", str(path), "valid YAML", str(e)) from None
+        raise bad("valid YAML", " ".join(str(e).split())) from None
     if not isinstance(data, Mapping):
-        raise ConfigError("preset", str(path), "a YAML mapping at the top level")
+        raise bad("a YAML mapping at the top level", f"got {type(data).__name__}")
     return dict(data)
 
 

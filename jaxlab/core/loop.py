@@ -12,8 +12,13 @@
   the end; on start the latest checkpoint is restored, so an interrupted run continues and ends
   bit-identical (on the CPU) to an uninterrupted one;
 * SIGTERM/SIGINT: finish the current chunk, save, and return with ``interrupted=True``;
-* a non-finite ``loss`` stops the run with :class:`NonFiniteLossError`; the bad state is never
-  saved, so the last good checkpoint stays the latest;
+* a non-finite ``loss`` or train state stops the run with :class:`NonFiniteLossError`: every step
+  also computes one on-device flag, "every floating leaf of the new state is finite"
+  (:mod:`jaxlab.core.finite`), so a non-finite state is never saved and the last finite checkpoint
+  stays the latest (the error names it, or says that none was written);
+* the run directory is locked for the run (:mod:`jaxlab.core.run_lock`: a second run on it is
+  refused) and nothing in it changes before the resume checks pass (:mod:`jaxlab.core.resume`:
+  config compatibility with ``allow_change``, then ``metrics.jsonl`` cut back to the restored step);
 * a tqdm progress bar with steps/s and the recipe's own unit per second.
 
 Chunks end on every log/eval/checkpoint/hook boundary, so events happen at exact steps whatever K is.
@@ -34,7 +39,9 @@ import jax
 import numpy as np
 
 from jaxlab.core import config as config_lib
+from jaxlab.core import finite, run_lock
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import resume as resume_lib
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
@@ -89,7 +96,23 @@ class Hook:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN/Inf loss; the last good checkpoint is kept."""
+    """Training produced a NaN/Inf loss or train state; nothing non-finite was saved.
+
+    Attributes: ``step`` (the first bad step), ``what`` (``"loss"`` or ``"state"``),
+    ``last_checkpoint`` (the newest checkpoint, all finite, or None when none was written) and
+    ``lr_keys`` (the config's learning-rate fields, for the hint)."""
+
+    def __init__(
+        self,
+        message: str,
+        step: int = -1,
+        what: str = "loss",
+        last_checkpoint: int | None = None,
+        lr_keys: tuple[str, ...] = (),
+    ):
+        super().__init__(message)
+        self.step, self.what = step, what
+        self.last_checkpoint, self.lr_keys = last_checkpoint, lr_keys
 
 
 @dataclasses.dataclass
@@ -110,6 +133,8 @@ def _multi_step(
     ``state_shardings`` (the incoming state's shardings) pin the output state's: otherwise XLA may
     return an equivalent sharding spelled differently (``P()`` for ``P(None, None)``), which is a
     new cache key, so the second call would compile the step again."""
+
+    train_step = finite.with_state_flag(train_step)
 
     def multi(state, batches):
         if with_data:
@@ -141,6 +166,30 @@ class _StopFlag:
             signal.signal(s, h)
 
 
+def _non_finite(cfg: Any, step: int, what: str, ckpt: Checkpointer) -> NonFiniteLossError:
+    """The error for a non-finite ``what`` (loss/state) first seen at ``step``."""
+    good = ckpt.latest_step()
+    head = (
+        f"non-finite loss at step {step}"
+        if what == "loss"
+        else f"non-finite train state (parameters or optimizer state) after step {step}, "
+        "while the loss was finite"
+    )
+    if good is None:
+        tail = "no checkpoint was written (the run stopped before its first checkpoint)."
+    else:
+        tail = (
+            f"last finite checkpoint: step {good} in {ckpt.directory} (nothing non-finite was "
+            "saved)."
+        )
+    lr_keys = tuple(
+        k
+        for k, v in config_lib.flatten(config_lib.to_dict(cfg)).items()
+        if k.rsplit(".", 1)[-1] in ("lr", "learning_rate") and isinstance(v, float)
+    )
+    return NonFiniteLossError(f"{head}; training stopped; {tail}", step, what, good, lr_keys)
+
+
 def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
     b = total
     for e in everies:
@@ -149,6 +198,7 @@ def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
     return b
 
 
+@run_lock.exclusive_run_dir
 def run(
     recipe: Recipe,
     cfg: Any,
@@ -158,6 +208,7 @@ def run(
     parts: Parts | None = None,
     resume: bool = True,
     devices: Sequence[jax.Device] | None = None,
+    allow_change: Sequence[str] = (),
 ) -> RunResult:
     """Trains ``recipe`` with config ``cfg`` in ``run_dir`` (see the module docstring).
 
@@ -165,28 +216,44 @@ def run(
       parts: the recipe's parts if already built (default: built for ``cfg.mesh`` over
         ``devices``, all devices when None).
       resume: restore the newest checkpoint of ``run_dir`` if there is one.
+      allow_change: float fields (dotted keys, e.g. ``("optim.lr",)``) that may differ from the
+        config of the checkpoint being resumed; ``loop.*`` and ``mesh.*`` may always differ.
     """
     loop: LoopConfig = cfg.loop
     run_dir = Path(run_dir)
     task = parts if parts is not None else run_lib.build(recipe, cfg, devices)
-    tracker = Tracker(run_dir, tensorboard=loop.tensorboard)
-    if tracker.active:
-        (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
-        (run_dir / "recipe.txt").write_text(recipe.name + "\n")
     ckpt = Checkpointer(
-        run_dir / "checkpoints", cfg, keep=loop.keep_checkpoints, async_save=loop.async_checkpoint
+        run_dir / "checkpoints",
+        cfg,
+        keep=loop.keep_checkpoints,
+        async_save=loop.async_checkpoint,
+        allow_change=allow_change,
     )
     key = jax.random.PRNGKey(cfg.seed)
     data_it = task.data() if task.data is not None else None
 
     step = 0
-    if resume and ckpt.latest_step() is not None:
-        state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it)
-        state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
-    else:
-        state = run_lib.init_state(task, key)
-        if recipe.finetune is not None:
-            state = recipe.finetune(cfg, state)
+    place = (
+        None
+        if task.abstract_batch is None
+        else lambda b: run_lib.place_batches(b, task.abstract_batch)
+    )
+    with ckpt.closed_on_error():  # nothing in run_dir changes before these checks pass
+        resume_lib.check_batch_placement(place, data_it)
+        start = resume_lib.check_resume(ckpt, resume)
+        if start is not None:
+            state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it, step=start)
+            state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
+        else:
+            state = run_lib.init_state(task, key)
+            if recipe.finetune is not None:
+                state = recipe.finetune(cfg, state)
+    if jax.process_index() == 0:
+        resume_lib.truncate_metrics(run_dir, step)
+    tracker = Tracker(run_dir, tensorboard=loop.tensorboard)
+    if tracker.active:
+        (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
+        (run_dir / "recipe.txt").write_text(recipe.name + "\n")
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
     compiled: dict[int, Callable] = {}
@@ -223,17 +290,11 @@ def run(
                 state, metrics = compiled[n](state, batches)
                 metrics = jax.device_get(metrics)
                 dt = time.perf_counter() - t0
-                if "loss" in metrics:
-                    losses = np.asarray(metrics["loss"]).reshape(n, -1)
-                    bad = ~np.all(np.isfinite(losses), axis=1)
-                    if bad.any():
-                        first = step + int(np.argmax(bad)) + 1
-                        ckpt.wait()
-                        good = ckpt.latest_step()
-                        raise NonFiniteLossError(
-                            f"non-finite loss at step {first}; training stopped. Last good "
-                            f"checkpoint: step {good} in {ckpt.directory} (kept untouched)."
-                        )
+                bad, what = finite.first_bad_step(metrics, n)
+                if bad is not None:
+                    ckpt.wait()
+                    raise _non_finite(cfg, step + bad + 1, what, ckpt)
+                metrics.pop(finite.FLAG, None)
                 step += n
                 last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
                 if bar is not None:

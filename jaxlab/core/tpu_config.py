@@ -48,6 +48,12 @@ class TpuRun:
     smoke_overrides: tuple[str, ...] = ()
 
 
+def _positive_int(key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(key, v, "an integer >= 1")
+    return v
+
+
 def load(path: str | Path, extra_overrides: tuple[str, ...] = (), *, smoke: bool = False) -> TpuRun:
     """Reads and validates ``path``; the recipe config gets the file's overrides, its mesh and the
     global batch ``per_device_batch * chips`` (written to the config key ``batch_key``, default
@@ -75,13 +81,21 @@ def load(path: str | Path, extra_overrides: tuple[str, ...] = (), *, smoke: bool
     tpu = raw["tpu"]
     if not isinstance(tpu, dict) or set(tpu) != _TPU_KEYS:
         raise ConfigError(f"{path.name}:tpu", tpu, "a mapping with " + ", ".join(sorted(_TPU_KEYS)))
+    for k in ("chips", "hosts"):
+        _positive_int(f"{path.name}:tpu.{k}", tpu[k])
+    for k in ("accelerator_type", "topology"):
+        if not isinstance(tpu[k], str):
+            raise ConfigError(f"{path.name}:tpu.{k}", tpu[k], "a string")
     sl = TpuSlice(**tpu)
     if sl.chips % sl.hosts:
         raise ConfigError(f"{path.name}:tpu.hosts", sl.hosts, f"a divisor of chips={sl.chips}")
     mesh = raw["mesh"]
-    if not isinstance(mesh, dict):
+    if not isinstance(mesh, dict) or not mesh:
         raise ConfigError(f"{path.name}:mesh", mesh, "a mapping of mesh axis sizes")
-    if math.prod(int(v) for v in mesh.values()) != sl.chips:
+    for k, v in mesh.items():
+        _positive_int(f"{path.name}:mesh.{k}", v)
+    _positive_int(f"{path.name}:per_device_batch", raw["per_device_batch"])
+    if math.prod(mesh.values()) != sl.chips:
         raise ConfigError(
             f"{path.name}:mesh", mesh, f"axis sizes whose product is chips={sl.chips}"
         )

@@ -25,6 +25,7 @@ from jaxlab.physics.scene import (
     add_rectangle,
     add_revolute_joint,
     add_thruster,
+    capacity_checks,
     create_empty_sim,
 )
 from jaxlab.physics.state import (
@@ -53,6 +54,7 @@ __all__ = [
     "add_revolute_joint",
     "add_thruster",
     "calculate_collision_matrix",
+    "capacity_checks",
     "create_empty_sim",
     "make_step",
     "pair_counts",

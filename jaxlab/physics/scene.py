@@ -8,13 +8,20 @@ Called with concrete values (outside ``jit``) the functions validate their input
 ``ValueError`` naming the field, the value and what was expected; the indices come back as Python
 ints. Called with traced values (inside ``jit``, e.g. a level generator) validation of values is
 impossible, so they behave like Jax2D: a full capacity makes the call a no-op and indices are
-arrays.
+arrays. The checked mode (:func:`capacity_checks`, or the environment variable
+``JAXLAB_PHYSICS_CHECKS=1``) makes that case raise at run time instead, through
+``equinox.error_if`` (under ``jit`` and ``vmap`` alike); it is read when a function is traced, so
+enable it before the first call of the jitted function it should apply to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,7 +102,30 @@ def _check_static(state: SimState, static_params: StaticSimParams) -> None:
         )
 
 
+_CAPACITY_CHECKS = [os.environ.get("JAXLAB_PHYSICS_CHECKS", "0") not in ("", "0")]
+
+
+@contextlib.contextmanager
+def capacity_checks(enabled: bool = True) -> Iterator[None]:
+    """Within the block, functions *traced* with ``add_*`` calls on a full scene raise (an
+    ``equinox`` runtime error naming the capacity) instead of silently adding nothing."""
+    old = _CAPACITY_CHECKS[0]
+    _CAPACITY_CHECKS[0] = enabled
+    try:
+        yield
+    finally:
+        _CAPACITY_CHECKS[0] = old
+
+
 def _free_slot(active, what: str, capacity_field: str, concrete: bool):
+    if not concrete and _CAPACITY_CHECKS[0]:
+        slot = eqx.error_if(
+            jnp.argmin(active),
+            jnp.all(active),
+            f"{what} capacity is full: all {capacity_field} slots are active (checked mode); "
+            f"raise StaticSimParams.{capacity_field}",
+        )
+        return slot, jnp.logical_not(jnp.all(active))
     if concrete:
         act = np.asarray(active)
         if act.all():

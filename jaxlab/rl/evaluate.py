@@ -45,6 +45,11 @@ class LevelResults:
     num_attempts: int = struct.field(pytree_node=False)
 
 
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` (resolved, links followed) lies in ``root``."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
 def resolve_level_files(spec: str, *, library: Path = LIBRARY) -> list[Path]:
     """Level files named by ``spec`` (module docstring), in a stable order.
 
@@ -60,6 +65,11 @@ def resolve_level_files(spec: str, *, library: Path = LIBRARY) -> list[Path]:
             continue
         if part == "library" or part.startswith("library/"):
             root = library / part[len("library/") :] if part != "library" else library
+            if not _inside(root, library):
+                raise ValueError(
+                    f"levels part {part!r}: {root} is outside the level library {library}; "
+                    "expected 'library' or 'library/SUB' with SUB a folder inside it (s, m, l)"
+                )
             # Levels live in the size folders; other JSON files (solutions.json) are not levels.
             found = (
                 sorted(f for f in root.rglob("*.json") if f.parent != library)
@@ -80,7 +90,7 @@ def resolve_level_files(spec: str, *, library: Path = LIBRARY) -> list[Path]:
             files.append(path)
         else:
             lib = library / (part if part.endswith(".json") else part + ".json")
-            if lib.is_file():
+            if lib.is_file() and _inside(lib, library):
                 files.append(lib)
             else:
                 raise ValueError(

@@ -74,7 +74,9 @@ def test_field_added_after_the_save_restores_at_its_default(tmp_path):
     ck.close()
     ck = Checkpointer(tmp_path, C.replace(cfg, dim=8))
     with pytest.raises(IncompatibleCheckpointError) as e:
-        ck.restore(jax.eval_shape(run_lib.build(TOY, C.replace(cfg, dim=8)).init, jax.random.PRNGKey(0)))
+        ck.restore(
+            jax.eval_shape(run_lib.build(TOY, C.replace(cfg, dim=8)).init, jax.random.PRNGKey(0))
+        )
     assert e.value.fields == ["dim"]
     ck.close()
 

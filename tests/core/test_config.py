@@ -1,6 +1,8 @@
 """Config resolution: defaults, presets, dotted overrides, and every error path."""
 
 import dataclasses
+import math
+import re
 from typing import Literal
 
 import pytest
@@ -131,3 +133,70 @@ def test_string_for_nested_config_selects_its_name():
     assert cfg.graph == Graph(name="karate", phi=0.25)
     with pytest.raises(C.ConfigError, match="graph.name"):
         C.resolve(WithVariant, overrides=["graph=cora"])
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("optim.lr=abc", "config key 'optim.lr': got 'abc', expected a float"),
+        ("optim.lr=true", "config key 'optim.lr': got True, expected a float"),
+        ("optim.lr=.inf", "config key 'optim.lr': got inf, expected a finite float"),
+        ("optim.lr=-.inf", "expected a finite float"),
+        ("optim.lr=.nan", "expected a finite float"),
+        ("optim.lr=[1]", "config key 'optim.lr'"),
+    ],
+)
+def test_float_fields_name_the_key_and_reject_non_finite(override, fragment):
+    with pytest.raises(C.ConfigError, match=re.escape(fragment)):
+        C.resolve(Cfg, overrides=[override])
+    assert C.resolve(Cfg, overrides=["optim.lr=1e-3"]).optim.lr == 1e-3  # YAML leaves it a str
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounded:
+    high: float = C.allow_nonfinite(math.inf)
+    low: float = 0.0
+
+
+def test_a_field_may_declare_that_it_allows_non_finite_values():
+    assert C.resolve(Bounded, overrides=["high=-.inf"]).high == -math.inf
+    with pytest.raises(C.ConfigError, match="'low'"):
+        C.resolve(Bounded, overrides=["low=.inf"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    top_k: int = 2
+
+    def __post_init__(self):
+        if self.top_k < 1:
+            raise C.ConfigError("top_k", self.top_k, "a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    moe: Inner = Inner()
+
+
+@dataclasses.dataclass(frozen=True)
+class Nested:
+    model: Outer = Outer()
+
+
+def test_nested_validation_errors_carry_the_full_dotted_key():
+    with pytest.raises(C.ConfigError, match="config key 'model.moe.top_k': got 0") as e:
+        C.resolve(Nested, overrides=["model.moe.top_k=0"])
+    assert e.value.key == "model.moe.top_k"
+
+
+def test_config_file_errors_name_the_file_not_a_preset_key(tmp_path):
+    bad = tmp_path / "slice.yaml"
+    bad.write_text("a: [1\n")
+    with pytest.raises(C.ConfigError, match=r"config file .*slice\.yaml: expected valid YAML") as e:
+        C.load_yaml(bad)
+    assert "preset" not in str(e.value)
+    bad.write_text("- 1\n")
+    with pytest.raises(C.ConfigError, match="expected a YAML mapping at the top level"):
+        C.load_yaml(bad)
+    with pytest.raises(C.ConfigError, match="expected an existing YAML file"):
+        C.load_yaml(tmp_path / "missing.yaml")

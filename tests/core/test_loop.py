@@ -121,7 +121,6 @@ def test_step_compiles_once_on_a_mesh():
     from jaxlab.core.loop import _multi_step
     from jaxlab.lm.data import train_iterator
 
-
     recipe = recipe_lib.get("lm-tiny")
     cfg = recipe.config("tiny")
     task = run_lib.build(recipe, cfg)

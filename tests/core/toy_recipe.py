@@ -26,6 +26,8 @@ class ToyConfig:
     dim: int = 4
     batch: int = 8
     nan_at_step: int = -1  # inject a NaN loss at this step (for tests)
+    nan_state_at_step: int = -1  # make the parameters NaN after this step, loss finite (tests)
+    nan_state_min_lr: float = 0.0  # ... but only when lr >= this (a divergence a lower lr avoids)
     loop: LoopConfig = LoopConfig(total_steps=20, log_every=5, progress=False)
 
 
@@ -69,6 +71,8 @@ def build(cfg: ToyConfig, mesh: jax.sharding.Mesh) -> Parts:
         loss = jnp.where(state.step + 1 == cfg.nan_at_step, jnp.nan, loss)
         upd, opt_state = opt.update(g, state.opt_state)
         w = optax.apply_updates(state.w, upd)
+        if cfg.lr >= cfg.nan_state_min_lr:
+            w = jnp.where(state.step + 1 == cfg.nan_state_at_step, jnp.nan, w)
         return state.replace(w=w, opt_state=opt_state, step=state.step + 1, key=key), {"loss": loss}
 
     def data():

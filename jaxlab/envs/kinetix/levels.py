@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,6 +62,7 @@ from jaxlab.physics import (
     Thruster,
     pair_counts,
 )
+from jaxlab.physics.geometry import validate_polygon_vertices
 
 
 class LevelFormatError(ValueError):
@@ -163,6 +165,43 @@ _STATIC_KEYS = (
 )
 _NP_DTYPE = {"f": np.float32, "i": np.int32, "b": np.bool_}
 
+#: Largest float32; a JSON number beyond it (``1e39``) would load as inf.
+_F32_MAX = float(np.finfo(np.float32).max)
+#: Magnitude bound of every float field of a level (metres, seconds, kilograms: shipped and
+#: original levels stay below 1e2 except inverse inertias of small shapes, ~1e6); beyond it
+#: products in the solver overflow float32. Fields with their own bound are in ``_LIMITS``.
+_FLOAT_LIMIT = 1e6
+_LIMITS = {"inverse_mass": 1e9, "inverse_inertia": 1e9}
+#: Fields that must be >= 0 (slot values; a negative friction or inverse mass is unphysical).
+_NON_NEGATIVE = ("friction", "restitution", "inverse_mass", "inverse_inertia", "density", "radius")
+#: Env params that must be > 0 (a time step, clipping bounds, the render scale) and >= 0.
+_PARAMS_POSITIVE = (
+    "dt",
+    "pixels_per_unit",
+    "clip_position",
+    "clip_velocity",
+    "clip_angular_velocity",
+)
+_PARAMS_NON_NEGATIVE = (
+    "slop",
+    "base_friction",
+    "base_motor_speed",
+    "base_motor_power",
+    "base_thruster_power",
+    "motor_decay_coefficient",
+    "motor_joint_limit",
+    "joint_stiffness",
+    *(k for k in SIM_PARAM_FIELDS if "baumgarte" in k),
+)
+#: Upper bounds of the solver's dimensionless factors and of the time step (defaults 0.01-5 and
+#: 1/60 s); beyond them the position and joint corrections diverge within a few steps.
+_PARAMS_MAX = {
+    "dt": 1.0,
+    "slop": 1.0,
+    "joint_stiffness": 10.0,
+    **{k: 100.0 for k in SIM_PARAM_FIELDS if "baumgarte" in k},
+}
+
 
 # ---------------------------------------------------------------------------------------------
 # NumPy helpers (level I/O runs on the host: no per-op XLA compilation)
@@ -227,9 +266,18 @@ class _Reader:
         if kind == "i":
             if isinstance(x, float) and not x.is_integer():
                 self.fail(path, f"value {x!r}; expected an integer")
+            if not -(2**31) <= x < 2**31:
+                self.fail(path, f"value {x!r}; expected an integer that fits int32")
             return int(x)
-        if not math.isfinite(x):
-            self.fail(path, f"value {x!r}; expected a finite number")
+        if not math.isfinite(x) or abs(x) > _F32_MAX:
+            self.fail(path, f"value {x!r}; expected a finite number (finite as float32)")
+        limit = _LIMITS.get(path.rsplit(".", 1)[-1].split("[", 1)[0], _FLOAT_LIMIT)
+        if abs(x) > limit:
+            self.fail(
+                path,
+                f"value {x!r}; expected |value| <= {limit:g} (a metre-scale scene; larger "
+                "magnitudes overflow the float32 physics)",
+            )
         return x
 
     def array(self, x, path: str, kind: str, shape: tuple[int, ...]):
@@ -298,9 +346,15 @@ def _params_from_json(r: _Reader, x) -> EnvParams:
         )
     if values["max_timesteps"] < 1:
         r.fail("env_params.max_timesteps", f"value {values['max_timesteps']}; expected >= 1")
-    for k in ("dt", "pixels_per_unit"):
+    for k in _PARAMS_POSITIVE:
         if values[k] <= 0:
             r.fail(f"env_params.{k}", f"value {values[k]}; expected > 0")
+    for k in _PARAMS_NON_NEGATIVE:
+        if values[k] < 0:
+            r.fail(f"env_params.{k}", f"value {values[k]}; expected >= 0")
+    for k, high in _PARAMS_MAX.items():
+        if values[k] > high:
+            r.fail(f"env_params.{k}", f"value {values[k]}; expected <= {high:g}")
     return EnvParams(**values)
 
 
@@ -320,6 +374,16 @@ def _check_values(r: _Reader, sp: StaticEnvParams, polys, circles, joints, thrus
     for name, cols in (("polygon", polys), ("circle", circles)):
         for i in range(len(cols["role"])):
             path = f"env_state.{name}[{i}]"
+            for k in _NON_NEGATIVE:
+                if cols[k][i] < 0:
+                    r.fail(f"{path}.{k}", f"value {float(cols[k][i])}; expected >= 0")
+            n = int(cols["n_vertices"][i])
+            if name == "polygon" and cols["active"][i] and n in (3, 4):
+                # The scene builder's check (physics.geometry): clockwise and strictly convex.
+                try:
+                    validate_polygon_vertices(cols["vertices"][i][:n], f"{path}.vertices")
+                except ValueError as e:
+                    r.fail(f"{path}.vertices", str(e).removeprefix(f"{path}.vertices"))
             role = int(cols["role"][i])
             if not 0 <= role < NUM_SHAPE_ROLES:
                 r.fail(
@@ -460,6 +524,20 @@ def level_from_json(data: Any, source: str = "<level>") -> Level:
     return Level(state, sp, params)
 
 
+#: Size and nesting limits checked before the JSON parser runs (the largest shipped level is
+#: ~0.3 MB and nests 6 deep; Python's parser recurses once per level of nesting).
+MAX_LEVEL_BYTES = 64 * 2**20
+MAX_LEVEL_DEPTH = 32
+
+
+def _max_nesting(text: str) -> int:
+    """Deepest ``[``/``{`` nesting of JSON ``text``, outside strings (a linear scan, no parse)."""
+    stripped = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)  # brackets inside strings do not count
+    b = np.frombuffer(stripped.encode("utf-8"), np.uint8)
+    step = np.isin(b, (ord("["), ord("{"))).astype(np.int64) - np.isin(b, (ord("]"), ord("}")))
+    return int(np.max(np.cumsum(step), initial=0))
+
+
 def load_level(path: str | os.PathLike, static_params: StaticEnvParams | None = None) -> Level:
     """Read a level file; with ``static_params`` the level is padded into those (larger) sizes.
 
@@ -480,7 +558,24 @@ def load_level(path: str | os.PathLike, static_params: StaticEnvParams | None = 
     source = str(path)
     if not path.is_file():
         raise FileNotFoundError(f"{source}: no such level file")
-    text = path.read_text(encoding="utf-8")
+    size = path.stat().st_size
+    if size > MAX_LEVEL_BYTES:
+        raise LevelFormatError(
+            f"{source}: file is {size} bytes; expected a level file of at most "
+            f"{MAX_LEVEL_BYTES} bytes"
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LevelFormatError(
+            f"{source}: not UTF-8 text (byte {e.start}: {e.reason}); expected a JSON level file"
+        ) from None
+    depth = _max_nesting(text)
+    if depth > MAX_LEVEL_DEPTH:
+        raise LevelFormatError(
+            f"{source}: JSON nested {depth} levels deep; expected at most {MAX_LEVEL_DEPTH} "
+            "(a level file nests 6)"
+        )
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -488,6 +583,8 @@ def load_level(path: str | os.PathLike, static_params: StaticEnvParams | None = 
             f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
             "the file may be truncated"
         ) from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer literal with 5000 digits
+        raise LevelFormatError(f"{source}: not a valid level JSON ({e})") from None
     level = level_from_json(data, source)
     if static_params is not None:
         state = expand_level(level.state, level.static_params, static_params, source=source)

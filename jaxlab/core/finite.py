@@ -1,0 +1,72 @@
+"""The loop's guard against non-finite train states: one flag per step, computed on the device.
+
+``with_state_flag(train_step)`` returns a step that also reports ``_state_finite``, the AND of
+``isfinite`` over every element of every floating leaf of the *new* state (parameters, optimizer
+moments, running statistics), reduced to one boolean scalar inside the compiled step. The loop
+reads the ``[n]`` flags of a chunk on the host with the metrics, so a state that became NaN or Inf
+at step ``s`` is named exactly, even when the loss (computed before the update) was still finite,
+and such a state is never written to a checkpoint.
+
+Cost: one read of the state per step (the optimizer update already reads and writes all of it);
+integer leaves and PRNG keys are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool
+
+#: The metric name the flag travels under (popped by the loop before logging).
+FLAG = "_state_finite"
+
+
+def all_finite(tree: Any) -> Bool[Array, ""]:
+    """``True`` iff every element of every floating (real or complex) leaf of ``tree`` is finite.
+
+    Non-floating leaves (integers, booleans, typed PRNG keys) are ignored; an empty tree is finite.
+    """
+    flags = [
+        jnp.all(jnp.isfinite(x))
+        for x in jax.tree.leaves(tree)
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    if not flags:
+        return jnp.bool_(True)
+    return jnp.all(jnp.stack(flags))
+
+
+def with_state_flag(train_step: Callable[[Any, Any], tuple[Any, dict]]) -> Callable:
+    """``(state, batch) -> (state, metrics | {FLAG: all_finite(state)})``."""
+
+    def step(state, batch):
+        state, metrics = train_step(state, batch)
+        return state, {**metrics, FLAG: all_finite(state)}
+
+    return step
+
+
+def first_bad_step(metrics: dict[str, Any], n: int) -> tuple[int | None, str]:
+    """The 0-based index within a chunk of ``n`` steps of the first step whose new state is not
+    finite or whose loss is not finite, and which of the two it was (``"state"``/``"loss"``).
+
+    ``(None, "")`` when every step is fine. ``metrics`` are host arrays with leading axis ``n``.
+    """
+    bad = np.zeros(n, bool)
+    what = np.full(n, "", object)
+    if "loss" in metrics:
+        loss_bad = ~np.all(np.isfinite(np.asarray(metrics["loss"]).reshape(n, -1)), axis=1)
+        what[loss_bad] = "loss"
+        bad |= loss_bad
+    if FLAG in metrics:
+        state_bad = ~np.asarray(metrics[FLAG]).reshape(n).astype(bool)
+        what[state_bad & ~bad] = "state"
+        bad |= state_bad
+    if not bad.any():
+        return None, ""
+    i = int(np.argmax(bad))
+    return i, str(what[i])

@@ -1,0 +1,81 @@
+"""Bad input at the command line: one `error:` line naming the key, file or value, a `hint:` line,
+exit status 2, no traceback and nothing written."""
+
+from pathlib import Path
+
+import pytest
+
+from jaxlab import cli
+from jaxlab.rl.evaluate import resolve_level_files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_error(capsys, *argv):
+    code = cli.main(list(argv))
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err, err
+    assert lines[-2].startswith("error:") and lines[-1].startswith("hint:"), err
+    return lines[-2]
+
+
+def test_batch_the_mesh_does_not_divide_is_an_error_and_writes_nothing(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    error = one_error(
+        capsys,
+        "train",
+        "lm-tiny",
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        "mesh.data=8",
+        "data.batch_size=3",
+    )
+    assert "batch" in error and "3" in error
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (("hosts: 1", "hosts: 0"), "tpu.hosts': got 0, expected an integer >= 1"),
+        (("data: 2,", "data: 2.5,"), "mesh.data': got 2.5, expected an integer >= 1"),
+        (("data: 2,", "data: two,"), "mesh.data': got 'two'"),
+        (("chips: 8", "chips: 8.0"), "tpu.chips'"),
+        (("recipe: lm-tiny", "recipe: [lm-tiny"), "config file"),
+    ],
+)
+def test_bad_tpu_config_files(capsys, tmp_path, edit, fragment):
+    text = (ROOT / "tpu_configs" / "lm-tiny-v5e-8.yaml").read_text()
+    assert edit[0] in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(edit[0], edit[1], 1))
+    error = one_error(
+        capsys, "train", "lm-tiny", "--tpu-config", str(bad), "--run-dir", str(tmp_path / "run")
+    )
+    assert fragment in error
+    assert "'preset'" not in error
+    assert not (tmp_path / "run").exists()
+
+
+def test_generate_prompt_longer_than_the_context(capsys, tmp_path):
+    assert cli.main(["config", "lm-tiny", "--preset", "tiny"]) == 0
+    (tmp_path / "config.yaml").write_text(capsys.readouterr().out)
+    error = one_error(
+        capsys, "generate", "lm-tiny", "--run-dir", str(tmp_path), "--prompt", "x" * 500
+    )
+    assert "--prompt is 501 tokens" in error and "model.max_len=" in error
+
+
+def test_moe_error_names_the_full_key(capsys):
+    error = one_error(capsys, "config", "olmoe", "--preset", "tiny", "model.moe.top_k=0")
+    assert "'model.moe.top_k'" in error
+
+
+def test_level_specs_may_not_escape_the_library():
+    for spec in ("library/..", "library/../../..", "../recipes/kinetix_ppo"):
+        with pytest.raises(ValueError, match="outside the level library|expected an existing"):
+            resolve_level_files(spec)
+    assert resolve_level_files("library/s")
