@@ -93,7 +93,7 @@ def main(argv: Sequence[str]) -> int:
     """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.errors import UserError
-    from jaxlab.core.run import open_run
+    from jaxlab.core.run import open_run, read_run
 
     ap = argparse.ArgumentParser(
         prog="jaxlab generate", description="Sample text from a trained decoder run."
@@ -127,8 +127,7 @@ def main(argv: Sequence[str]) -> int:
         )
     if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"recipe {r.name} is not a decoder language model")
-    run = open_run(run_dir, recipe=r)
-    state, cfg = run.state, run.cfg
+    _, cfg = read_run(run_dir, r)  # the prompt is checked before any state is restored
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
     tok = ByteTokenizer()
@@ -141,6 +140,8 @@ def main(argv: Sequence[str]) -> int:
             "leave room for one new token",
             f"shorten the prompt to at most {cfg.model.max_len - 3} bytes",
         )
+    run = open_run(run_dir, recipe=r)
+    state = run.state
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     key = jax.random.PRNGKey(args.seed)
