@@ -1,0 +1,219 @@
+"""The data model and one-layer transformer of the task-vector theory, and λ-grid evaluation.
+
+Li et al., ICLR 2025 (arXiv 2504.10957), §3: a binary task ``T`` has a discriminative pattern
+``μ_T ∈ R^d``; a sample is ``P`` tokens, some equal to ``+y μ_T`` (the label's pattern), fewer to
+``−y μ_T`` (confusion tokens), the rest drawn from orthonormal task-irrelevant patterns ``v_j``
+(orthogonal to every ``μ``), plus small Gaussian noise; the label ``y ∈ {±1}`` is the sign that
+dominates. Two tasks are **irrelevant** (``⟨μ_1, μ_2⟩ = 0``), **aligned** (``> 0``) or
+**contradictory** (``< 0``); here ``μ_2 = α μ_1 + √(1−α²) μ_⊥``.
+
+The model (paper eq. 2) is one single-head self-attention layer followed by a ReLU MLP with fixed
+output signs ``a_i = ±1/m`` and mean pooling over positions:
+
+    f(X) = (1/P) Σ_l Σ_i a_i · relu(W_O,i Σ_s W_V x_s softmax_s(x_sᵀ W_Kᵀ W_Q x_l))
+
+trained with the hinge loss ``max(0, 1 − y f(X))`` by SGD; ``Ψ = (W_Q, W_K, W_V, W_O)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from jaxlab.core.config import ConfigError
+
+Relation = Literal["irrelevant", "aligned", "contradictory"]
+RELATIONS: dict[str, float] = {"irrelevant": 0.0, "aligned": 0.7, "contradictory": -0.7}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDataConfig:
+    """Static sizes of the data model.
+
+    Attributes:
+      d: token dimension.
+      tokens: tokens per sample ``P``.
+      label_tokens: tokens equal to ``+y μ_T``.
+      confusion_tokens: tokens equal to ``−y μ_T`` (fewer than ``label_tokens``).
+      irrelevant_patterns: number ``M`` of orthonormal task-irrelevant patterns.
+      noise: std of the Gaussian noise added to every token.
+    """
+
+    d: int = 32
+    tokens: int = 16
+    label_tokens: int = 4
+    confusion_tokens: int = 2
+    irrelevant_patterns: int = 8
+    noise: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.confusion_tokens >= self.label_tokens:
+            raise ConfigError(
+                "confusion_tokens", self.confusion_tokens, f"< label_tokens={self.label_tokens}"
+            )
+        if self.label_tokens + self.confusion_tokens > self.tokens:
+            raise ConfigError(
+                "label_tokens", self.label_tokens, f"label + confusion tokens <= {self.tokens}"
+            )
+        if self.irrelevant_patterns + 3 > self.d:
+            raise ConfigError(
+                "irrelevant_patterns", self.irrelevant_patterns, f"<= d - 3 = {self.d - 3}"
+            )
+
+
+def patterns(
+    key: PRNGKeyArray, cfg: TaskDataConfig, alpha: float
+) -> tuple[Float[Array, "3 d"], Float[Array, "M d"]]:
+    """``(μ, V)``: rows ``μ_1``, ``μ_2 = α μ_1 + √(1−α²) μ_⊥`` and the out-of-domain target
+    ``μ' = (μ_1 + μ_2)/‖μ_1 + μ_2‖``; ``V`` the ``M`` irrelevant patterns, orthonormal and
+    orthogonal to ``μ_1, μ_⊥`` (one random orthonormal basis, so ``α`` may be traced)."""
+    q, _ = jnp.linalg.qr(jax.random.normal(key, (cfg.d, cfg.d)))
+    basis = q.T
+    mu1, mu_perp = basis[0], basis[1]
+    mu2 = alpha * mu1 + jnp.sqrt(1.0 - alpha**2) * mu_perp
+    ood = (mu1 + mu2) / jnp.linalg.norm(mu1 + mu2)
+    return jnp.stack([mu1, mu2, ood]), basis[2 : 2 + cfg.irrelevant_patterns]
+
+
+def sample(
+    key: PRNGKeyArray,
+    cfg: TaskDataConfig,
+    mu: Float[Array, " d"],
+    irrelevant: Float[Array, "M d"],
+    batch: int,
+) -> tuple[Float[Array, "batch P d"], Float[Array, " batch"]]:
+    """``batch`` samples of the task with pattern ``mu``: tokens and labels ``y ∈ {±1}``."""
+    ky, kp, kv, kn = jax.random.split(key, 4)
+    y = jax.random.rademacher(ky, (batch,), dtype=jnp.float32)
+    n_lab, n_con = cfg.label_tokens, cfg.confusion_tokens
+    signs = jnp.concatenate(
+        [jnp.ones(n_lab), -jnp.ones(n_con), jnp.zeros(cfg.tokens - n_lab - n_con)]
+    )
+    which = jax.random.randint(kv, (batch, cfg.tokens), 0, irrelevant.shape[0])
+    irr = irrelevant[which] * (signs == 0)[None, :, None]
+    tokens = irr + (y[:, None, None] * signs[None, :, None]) * mu[None, None, :]
+    tokens = jax.vmap(lambda k, t: jax.random.permutation(k, t, axis=0))(
+        jax.random.split(kp, batch), tokens
+    )
+    tokens = tokens + cfg.noise * jax.random.normal(kn, tokens.shape)
+    return tokens, y
+
+
+class OneLayerTransformer(nn.Module):
+    """One single-head attention layer + ReLU MLP with fixed ``±1/m`` output weights (eq. 2).
+
+    Attributes:
+      width: MLP hidden units ``m`` (even; half the output weights are ``+1/m``).
+      init_std: std of ``W_Q, W_K, W_V, W_O`` at initialisation.
+    """
+
+    width: int = 64
+    init_std: float = 0.1
+
+    @nn.compact
+    def __call__(self, x: Float[Array, "*batch P d"]) -> Float[Array, " *batch"]:
+        d = x.shape[-1]
+        init = nn.initializers.normal(self.init_std)
+        wq = self.param("W_Q", init, (d, d))
+        wk = self.param("W_K", init, (d, d))
+        wv = self.param("W_V", init, (d, d))
+        wo = self.param("W_O", init, (self.width, d))
+        scores = jnp.einsum("...se,...le->...ls", x @ wk.T, x @ wq.T)
+        attn = jax.nn.softmax(scores, axis=-1)
+        mixed = jnp.einsum("...ls,...se->...le", attn, x @ wv.T)
+        hidden = nn.relu(mixed @ wo.T)
+        a = jnp.where(jnp.arange(self.width) < self.width // 2, 1.0, -1.0) / self.width
+        return jnp.mean(hidden @ a, axis=-1)
+
+
+def hinge_loss(scores: Float[Array, " batch"], y: Float[Array, " batch"]) -> Float[Array, ""]:
+    """``mean max(0, 1 − y f(X))``."""
+    return jnp.mean(jnp.maximum(0.0, 1.0 - y * scores))
+
+
+def accuracy(
+    model: nn.Module, params, x: Float[Array, "b P d"], y: Float[Array, " b"]
+) -> Float[Array, ""]:
+    """Fraction of ``sign f(X) = y`` (ties count as wrong)."""
+    return jnp.mean(jnp.sign(model.apply(params, x)) == y)
+
+
+def finetune(
+    key: PRNGKeyArray,
+    model: nn.Module,
+    params,
+    cfg: TaskDataConfig,
+    mu: Float[Array, " d"],
+    irrelevant: Float[Array, "M d"],
+    *,
+    steps: int = 200,
+    batch: int = 32,
+    lr: float = 0.5,
+):
+    """SGD on the hinge loss of the task with pattern ``mu`` from ``params`` (``lax.scan``)."""
+    opt = optax.sgd(lr)
+
+    def step(carry, t):
+        p, s = carry
+        x, y = sample(jax.random.fold_in(key, t), cfg, mu, irrelevant, batch)
+        loss, g = jax.value_and_grad(lambda q: hinge_loss(model.apply(q, x), y))(p)
+        u, s = opt.update(g, s, p)
+        return (optax.apply_updates(p, u), s), loss
+
+    (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(steps))
+    return params, losses
+
+
+def lambda_grid(lo: float = -2.0, hi: float = 2.0, num: int = 9) -> Float[Array, "g g 2"]:
+    """The grid ``{(λ_1, λ_2)}`` over ``[lo, hi]²`` with ``num`` values per axis."""
+    ls = jnp.linspace(lo, hi, num)
+    return jnp.stack(jnp.meshgrid(ls, ls, indexing="ij"), axis=-1)
+
+
+def write_heatmap(
+    path: str | Path,
+    grid: np.ndarray,
+    values: dict[str, np.ndarray],
+    title: str = "",
+) -> Path:
+    """Writes one heat map per entry of ``values`` (``[g, g]`` over ``grid[..., 0]`` rows and
+    ``grid[..., 1]`` columns) side by side to a PNG (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.asarray(grid)
+    l1, l2 = grid[:, 0, 0], grid[0, :, 1]
+    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.6), squeeze=False)
+    for ax, (name, v) in zip(axes[0], values.items()):
+        im = ax.imshow(
+            np.asarray(v),
+            origin="lower",
+            extent=(l2[0], l2[-1], l1[0], l1[-1]),
+            vmin=0.0,
+            vmax=1.0,
+            cmap="viridis",
+            aspect="auto",
+        )
+        ax.set_xlabel("λ2")
+        ax.set_ylabel("λ1")
+        ax.set_title(name)
+        fig.colorbar(im, ax=ax)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
