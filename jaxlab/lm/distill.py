@@ -375,6 +375,7 @@ def train_student(
     Every ``spec.every`` steps the accuracy on ``eval_x`` is recorded. Jit with the modules, task
     and spec static; vmap over ``key`` (seeds) and ``(selected, alpha)`` (methods).
     """
+    run = jax.tree.map(jnp.asarray, run)
     init_key, data_key = jax.random.split(key)
     params = student.init(init_key, jnp.zeros((1, task.n), jnp.float32))
     opt = spec.make_optimizer()

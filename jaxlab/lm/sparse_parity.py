@@ -64,7 +64,8 @@ def all_inputs(n: int) -> Float[Array, "2^n n"]:
     """
     if not 1 <= n <= MAX_ENUMERATED_N:
         raise ConfigError("n", n, f"an int in [1, {MAX_ENUMERATED_N}] to enumerate {{±1}}^n")
-    bits = (jnp.arange(2**n, dtype=jnp.int32)[:, None] >> jnp.arange(n, dtype=jnp.int32)) & 1
+    rows = jnp.arange(2**n, dtype=jnp.int32)[:, None]
+    bits = (rows >> jnp.arange(n, dtype=jnp.int32)[None, :]) & 1
     return 1.0 - 2.0 * bits.astype(jnp.float32)
 
 

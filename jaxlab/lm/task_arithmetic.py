@@ -217,3 +217,112 @@ def write_heatmap(
     plt.close(fig)
     return path
 
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """Static settings of :func:`run_experiment`.
+
+    Attributes:
+      data: the data model's sizes.
+      width: MLP width of the one-layer transformer.
+      steps, batch, lr: fine-tuning of each task from ``Ψ_0`` (SGD, hinge loss).
+      eval_samples: test samples per task.
+      grid: values per axis of the ``λ`` grid over ``[grid_lo, grid_hi]``.
+      rank: rank of the truncated task vectors.
+      keep: fraction of entries kept by magnitude pruning.
+    """
+
+    data: TaskDataConfig = TaskDataConfig()
+    width: int = 64
+    steps: int = 200
+    batch: int = 32
+    lr: float = 0.5
+    eval_samples: int = 512
+    grid: int = 9
+    grid_lo: float = -2.0
+    grid_hi: float = 2.0
+    rank: int = 1
+    keep: float = 0.5
+
+
+def setup(key: PRNGKeyArray, cfg: ExperimentConfig, alpha: Float[Array, ""] | float):
+    """``(model, Ψ_0, μ [3, d], V [M, d], test sets)`` of one experiment: patterns with
+    ``⟨μ_1, μ_2⟩ = alpha``, the initial parameters and ``cfg.eval_samples`` test samples of
+    ``T_1``, ``T_2`` and the out-of-domain task ``μ'``."""
+    d = cfg.data
+    model = OneLayerTransformer(width=cfg.width)
+    kp, ki, ke = jax.random.split(key, 3)
+    mu, irrelevant = patterns(kp, d, alpha)
+    p0 = model.init(ki, jnp.zeros((1, d.tokens, d.d)))
+    tests = tuple(
+        sample(jax.random.fold_in(ke, i), d, mu[i], irrelevant, cfg.eval_samples)
+        for i in range(3)
+    )
+    return model, p0, mu, irrelevant, tests
+
+
+def evaluate_edits(
+    model: nn.Module, cfg: ExperimentConfig, p0, p1, p2, tests
+) -> dict[str, Float[Array, "g g 3"]]:
+    """Accuracies of ``Ψ_0 + λ_1 ΔΨ_1 + λ_2 ΔΨ_2`` over the λ grid on each test set, for the
+    full, rank-``cfg.rank`` and ``cfg.keep``-pruned task vectors (vmap over the grid)."""
+    from jaxlab.lm import task_vectors as tv
+
+    vectors = [tv.task_vector(p1, p0), tv.task_vector(p2, p0)]
+    names = ("full", "low_rank", "pruned")
+    variants = [
+        vectors,
+        [tv.low_rank(v, cfg.rank) for v in vectors],
+        [tv.magnitude_prune(v, cfg.keep) for v in vectors],
+    ]
+    # one model application for every (variant, λ, test set): variants stacked, tests concatenated
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *variants)
+    x = jnp.concatenate([t[0] for t in tests])
+    y = jnp.concatenate([t[1] for t in tests])
+    grid = lambda_grid(cfg.grid_lo, cfg.grid_hi, cfg.grid)
+
+    def evaluate(vecs, lam):
+        correct = jnp.sign(model.apply(tv.edit(p0, vecs, lam), x)) == y
+        return jnp.mean(correct.reshape(len(tests), -1), axis=-1)
+
+    per_lambda = jax.vmap(evaluate, (None, 0))
+    acc = jax.vmap(per_lambda, (0, None))(stacked, grid.reshape(-1, 2))
+    acc = acc.reshape(len(names), cfg.grid, cfg.grid, len(tests))
+    out = {name: acc[i] for i, name in enumerate(names)}
+    out["grid"] = grid
+    return out
+
+
+def run_experiment(
+    key: PRNGKeyArray, cfg: ExperimentConfig, alpha: Float[Array, ""] | float
+) -> dict[str, Float[Array, "g g 3"]]:
+    """Fine-tunes ``Ψ_1, Ψ_2`` from one ``Ψ_0`` on tasks with ``⟨μ_1, μ_2⟩ = alpha`` and evaluates
+    the edits over the λ grid (:func:`evaluate_edits`) on ``T_1``, ``T_2`` and ``μ'`` (last axis).
+    Jit with ``cfg`` static; vmap over ``alpha`` (relations) and ``key`` (seeds).
+
+    Returns:
+      ``{"full", "low_rank", "pruned": [g, g, 3] accuracies, "grid": [g, g, 2],
+      "finetune_loss": [2, steps]}``.
+    """
+    k_setup, k1, k2 = jax.random.split(key, 3)
+    model, p0, mu, irrelevant, tests = setup(k_setup, cfg, alpha)
+    kwargs = dict(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr)
+    # both fine-tunes are one vmapped program
+    tuned, losses = jax.vmap(
+        lambda k, m: finetune(k, model, p0, cfg.data, m, irrelevant, **kwargs)
+    )(jnp.stack([k1, k2]), mu[:2])
+    p1, p2 = (jax.tree.map(lambda p, i=i: p[i], tuned) for i in range(2))
+    out = evaluate_edits(model, cfg, p0, p1, p2, tests)
+    out["finetune_loss"] = losses
+    return out
+
+
+def grid_index(grid: np.ndarray, lam1: float, lam2: float) -> tuple[int, int]:
+    """Indices of the grid point ``(λ_1, λ_2)`` (which must be on the grid)."""
+    grid = np.asarray(grid)
+    i = int(np.argmin(np.abs(grid[:, 0, 0] - lam1)))
+    j = int(np.argmin(np.abs(grid[0, :, 1] - lam2)))
+    if not (np.isclose(grid[i, 0, 0], lam1) and np.isclose(grid[0, j, 1], lam2)):
+        raise ValueError(f"(λ1, λ2)=({lam1}, {lam2}): not a point of the grid")
+    return i, j

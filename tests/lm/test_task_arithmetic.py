@@ -1,0 +1,97 @@
+"""Task arithmetic on the paper's data model and one-layer transformer (arXiv 2504.10957).
+
+One compiled program fine-tunes both tasks and evaluates the λ grid {-2,-1,0,1,2}² for the three
+task relations at once (vmap over α); every assertion reads that shared result.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.config import ConfigError
+from jaxlab.lm import task_arithmetic as ta
+
+CFG = ta.ExperimentConfig(eval_samples=256, grid=5)
+T1, T2, OOD = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def results():
+    alphas = jnp.asarray(list(ta.RELATIONS.values()))
+    run = jax.jit(jax.vmap(ta.run_experiment, (None, None, 0)), static_argnums=1)
+    out = jax.device_get(run(jax.random.PRNGKey(0), CFG, alphas))
+    return {
+        name: {k: np.asarray(v[r]) for k, v in out.items()}
+        for r, name in enumerate(ta.RELATIONS)
+    }
+
+
+def _at(res, variant, lam1, lam2):
+    i, j = ta.grid_index(res["grid"], lam1, lam2)
+    return res[variant][i, j]
+
+
+def test_finetuning_learns_each_task(results):
+    for name, res in results.items():
+        assert _at(res, "full", 0, 0)[:2].max() < 0.8, name  # Ψ0 knows neither task
+        assert _at(res, "full", 1, 0)[T1] >= 0.97, name
+        assert _at(res, "full", 0, 1)[T2] >= 0.97, name
+
+
+@pytest.mark.parametrize("relation", ["irrelevant", "aligned"])
+def test_addition_learns_both_tasks(results, relation):
+    acc = _at(results[relation], "full", 1, 1)
+    assert acc[T1] >= 0.95 and acc[T2] >= 0.95, acc
+
+
+def test_no_lambda_gives_both_contradictory_tasks(results):
+    full = results["contradictory"]["full"]
+    both = np.minimum(full[..., T1], full[..., T2])
+    assert both.max() < 0.9, both
+
+
+@pytest.mark.parametrize("relation", ["irrelevant", "contradictory"])
+def test_negation_unlearns_t2_and_keeps_t1(results, relation):
+    acc = _at(results[relation], "full", 1, -1)
+    assert acc[T1] >= 0.95, acc
+    assert acc[T2] <= 0.5, acc  # at or below chance
+
+
+def test_negation_harms_t1_when_aligned(results):
+    acc = _at(results["aligned"], "full", 1, -1)
+    assert acc[T1] <= 0.85, acc  # vs >= 0.95 for irrelevant / contradictory tasks
+
+
+@pytest.mark.parametrize("variant", ["low_rank", "pruned"])
+def test_rank1_and_pruned_vectors_stay_close(results, variant):
+    for name, res in results.items():
+        for lam in [(1, 1), (1, -1)]:
+            full, other = _at(res, "full", *lam), _at(res, variant, *lam)
+            assert np.abs(full[:2] - other[:2]).max() <= 0.12, (name, lam, full, other)
+
+
+def test_out_of_domain_target_in_the_span(results):
+    # μ' ∝ μ1 + μ2: some λ with λ1, λ2 > 0 generalises to it (irrelevant and aligned tasks)
+    for name in ("irrelevant", "aligned"):
+        res = results[name]
+        grid = res["grid"]
+        positive = (grid[..., 0] > 0) & (grid[..., 1] > 0)
+        assert res["full"][..., OOD][positive].max() >= 0.9, name
+
+
+def test_heatmap_png(results, tmp_path):
+    res = results["irrelevant"]
+    path = ta.write_heatmap(
+        tmp_path / "h.png", res["grid"], {"T1": res["full"][..., 0], "T2": res["full"][..., 1]}
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_data_config():
+    with pytest.raises(ConfigError, match="confusion_tokens"):
+        dataclasses.replace(ta.TaskDataConfig(), confusion_tokens=4)
+    with pytest.raises(ValueError, match="not a point"):
+        ta.grid_index(ta.lambda_grid(num=5), 0.5, 0.0)
