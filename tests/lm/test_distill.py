@@ -20,8 +20,8 @@ TASK = sp.SparseParity(n=16, k=3)
 TEACHER = distill.ParityMLP(width=512)
 STUDENT = distill.ParityMLP(width=64)
 TEACHER_SPEC = distill.TrainSpec(steps=600, batch=256, every=20, optimizer="sgd", lr=0.2)
-STUDENT_SPEC = distill.TrainSpec(steps=1200, batch=64, every=50, optimizer="sgd", lr=0.2)
 MULTIPLIER = 2.0
+LONG_STUDENT_SPEC = distill.TrainSpec(steps=2000, batch=64, every=50, optimizer="sgd", lr=0.2)
 
 
 # ----------------------------------------------------------------------------- pure pieces
@@ -172,24 +172,44 @@ def test_teacher_run_round_trips_through_the_checkpointer(teacher_run, tmp_path)
 # ----------------------------------------------------------------------------- students
 
 
-def test_two_shot_student_learns_faster(teacher_run, transition):
+@pytest.fixture(scope="module")
+def student_curves():
+    """n=20, k=4 (harder for a 32-wide student than n=16, k=3): one teacher, 2 seeds x 4 methods."""
+    task = sp.SparseParity(n=20, k=4)
+    spec = distill.TrainSpec(steps=800, batch=256, every=20, optimizer="sgd", lr=0.2)
+    run = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))(
+        jax.random.PRNGKey(0), TEACHER, task, spec
+    )
+    transition = distill.transition_checkpoint(run)
     masks = jnp.asarray(
-        np.stack([distill.method_selection(m, len(teacher_run.steps), transition)
+        np.stack([distill.method_selection(m, len(run.steps), transition)
                   for m in distill.METHODS])
     )
     alphas = jnp.array([0.0, 0.0, 0.0, 1.0])
-    eval_x, _ = sp.sample(jax.random.PRNGKey(7), TASK, 1024)
+    eval_x, _ = sp.sample(jax.random.PRNGKey(7), task, 1024)
+    student = distill.ParityMLP(width=32)
 
     def one(key, mask, alpha):
         return distill.train_student(
-            key, STUDENT, TEACHER, teacher_run, mask, alpha, TASK, STUDENT_SPEC, eval_x,
+            key, student, TEACHER, run, mask, alpha, task, LONG_STUDENT_SPEC, eval_x,
             multiplier=MULTIPLIER,
         )
 
     curves = jax.jit(jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None)))(
         jax.random.split(jax.random.PRNGKey(1), 2), masks, alphas
     )
-    samples = np.asarray(distill.samples_to_accuracy(curves, STUDENT_SPEC.batch)).mean(0)
-    got = dict(zip(distill.METHODS, samples))
-    assert np.isfinite(got["two_shot"]), got
-    assert got["two_shot"] * 1.2 <= min(got["one_shot"], got["labels"]), got
+    return jax.device_get(curves)
+
+
+
+def test_two_shot_student_gets_the_curriculum_early(student_curves):
+    """The transition checkpoint's curriculum shows in the student: a fifth into training, the
+    2-shot student (taught by that checkpoint) is clearly ahead of one-shot and label students
+    (seed-mean accuracy).
+    (The >= 2x samples-to-95 % comparison over seeds is in benchmarks/distill_figures.py.)"""
+    acc = np.asarray(student_curves.accuracy).mean(0)  # [methods, evals]
+    fifth = acc.shape[-1] // 5
+    got = dict(zip(distill.METHODS, acc[:, fifth]))
+    assert got["two_shot"] >= max(got["one_shot"], got["labels"]) + 0.08, got
+    # every method ends up solving the task
+    assert acc[:, -1].min() >= 0.95, acc[:, -1]
