@@ -87,8 +87,15 @@ def main() -> None:
     if args.only in (None, "teacher_train"):
         t, cpu = _time(compiled, (key,), args.repeats)
         samples = tspec.steps * tspec.batch
-        _emit("teacher_train", {**size, "steps": tspec.steps, "batch": tspec.batch}, c, t,
-              samples / t, "samples/s", cpu_s=round(cpu, 3))
+        _emit(
+            "teacher_train",
+            {**size, "steps": tspec.steps, "batch": tspec.batch},
+            c,
+            t,
+            samples / t,
+            "samples/s",
+            cpu_s=round(cpu, 3),
+        )
 
     n_ckpt = int(run.steps.shape[0])
     eval_x = sp.sample(jax.random.PRNGKey(7), task, 1024)[0]
@@ -96,42 +103,72 @@ def main() -> None:
         mask = jnp.asarray(distill.method_selection("progressive", n_ckpt, None))
 
         def one(k, m, a):
-            return distill.train_student(k, student, teacher, run, m, a, task, sspec, eval_x,
-                                         multiplier=2.0).accuracy
+            return distill.train_student(
+                k, student, teacher, run, m, a, task, sspec, eval_x, multiplier=2.0
+            ).accuracy
 
         compiled, c = _compile(one, key, mask, jnp.float32(0.0))
         t, cpu = _time(compiled, (key, mask, jnp.float32(0.0)), args.repeats)
         samples = sspec.steps * sspec.batch
-        _emit("student", {**size, "students": 1, "checkpoints": n_ckpt}, c, t, samples / t,
-              "samples/s", cpu_s=round(cpu, 3))
+        _emit(
+            "student",
+            {**size, "students": 1, "checkpoints": n_ckpt},
+            c,
+            t,
+            samples / t,
+            "samples/s",
+            cpu_s=round(cpu, 3),
+        )
 
-        masks = jnp.asarray(np.stack(
-            [distill.method_selection(m, n_ckpt, n_ckpt // 2) for m in distill.METHODS]))
+        masks = jnp.asarray(
+            np.stack([distill.method_selection(m, n_ckpt, n_ckpt // 2) for m in distill.METHODS])
+        )
         alphas = jnp.asarray([0.0, 0.0, 0.0, 1.0])
         keys = jax.random.split(key, args.seeds)
         many = jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None))
         compiled, c = _compile(many, keys, masks, alphas)
         t, cpu = _time(compiled, (keys, masks, alphas), args.repeats)
         n_students = 4 * args.seeds
-        _emit("student", {**size, "students": n_students, "checkpoints": n_ckpt}, c, t,
-              n_students * samples / t, "samples/s", cpu_s=round(cpu, 3))
+        _emit(
+            "student",
+            {**size, "students": n_students, "checkpoints": n_ckpt},
+            c,
+            t,
+            n_students * samples / t,
+            "samples/s",
+            cpu_s=round(cpu, 3),
+        )
 
     if args.only in (None, "probe"):
         x = sp.sample(jax.random.PRNGKey(5), task, 8192)[0]
         compiled, c = _compile(lambda r: distill.probe_run(teacher, r, task, x), run)
         t, cpu = _time(compiled, (run,), args.repeats)
-        _emit("probe_vmapped", {**size, "checkpoints": n_ckpt, "inputs": 8192}, c, t,
-              n_ckpt / t, "checkpoints/s", cpu_s=round(cpu, 3))
+        _emit(
+            "probe_vmapped",
+            {**size, "checkpoints": n_ckpt, "inputs": 8192},
+            c,
+            t,
+            n_ckpt / t,
+            "checkpoints/s",
+            cpu_s=round(cpu, 3),
+        )
 
         one_ckpt = jax.jit(
-            lambda p: sp.degree1_correlations(jax.nn.softmax(teacher.apply(p, x))[:, 1], x))
+            lambda p: sp.degree1_correlations(jax.nn.softmax(teacher.apply(p, x))[:, 1], x)
+        )
         jax.block_until_ready(one_ckpt(distill.checkpoint_params(run, 0)))
         params = [distill.checkpoint_params(run, i) for i in range(n_ckpt)]
         t0 = time.perf_counter()
         jax.block_until_ready([one_ckpt(p) for p in params])
         t = time.perf_counter() - t0
-        _emit("probe_loop", {**size, "checkpoints": n_ckpt, "inputs": 8192}, 0.0, t,
-              n_ckpt / t, "checkpoints/s")
+        _emit(
+            "probe_loop",
+            {**size, "checkpoints": n_ckpt, "inputs": 8192},
+            0.0,
+            t,
+            n_ckpt / t,
+            "checkpoints/s",
+        )
 
 
 if __name__ == "__main__":

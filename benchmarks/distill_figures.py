@@ -40,8 +40,9 @@ def parity(args) -> None:
     eval_x = x[:4096]
 
     def one(run, key, mask, alpha):
-        return distill.train_student(key, student, teacher, run, mask, alpha, task, sspec,
-                                     eval_x, multiplier=args.multiplier)
+        return distill.train_student(
+            key, student, teacher, run, mask, alpha, task, sspec, eval_x, multiplier=args.multiplier
+        )
 
     students = jax.jit(jax.vmap(jax.vmap(one, (None, None, 0, 0)), (None, 0, None, None)))
     per_method = {m: [] for m in distill.METHODS}
@@ -53,15 +54,20 @@ def parity(args) -> None:
         step = distill.phase_transition_step(run.losses)
         c = distill.transition_checkpoint(run)
         peak = int(np.argmax(on))
-        masks = jnp.asarray(np.stack(
-            [distill.method_selection(m, len(run.steps), c) for m in distill.METHODS]))
+        masks = jnp.asarray(
+            np.stack([distill.method_selection(m, len(run.steps), c) for m in distill.METHODS])
+        )
         alphas = jnp.asarray([0.0, 0.0, 0.0, 1.0])
         keys = jax.random.split(jax.random.PRNGKey(1000 + seed), args.students)
         curves = students(run, keys, masks, alphas)
         samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch))
         row = {
-            "what": "parity", "teacher_seed": seed, "n": task.n, "k": task.k,
-            "transition_step": step, "transition_checkpoint_step": int(run.steps[c]),
+            "what": "parity",
+            "teacher_seed": seed,
+            "n": task.n,
+            "k": task.k,
+            "transition_step": step,
+            "transition_checkpoint_step": int(run.steps[c]),
             "teacher_acc_at_transition": round(float(acc[c]), 4),
             "on_support_at_transition": round(float(on[c]), 5),
             "off_support_at_transition": round(float(off[c]), 5),
@@ -77,29 +83,46 @@ def parity(args) -> None:
             per_method[m].extend(samples[:, i].tolist())
         print(json.dumps(row), flush=True)
     means = {m: float(np.mean(v)) for m, v in per_method.items()}
-    print(json.dumps({
-        "what": "parity_summary", "runs_per_method": len(per_method["labels"]),
-        "mean_samples_to_95": means,
-        "speedup_vs_labels": {m: round(means["labels"] / v, 2) for m, v in means.items()},
-        "speedup_vs_one_shot": {m: round(means["one_shot"] / v, 2) for m, v in means.items()},
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "what": "parity_summary",
+                "runs_per_method": len(per_method["labels"]),
+                "mean_samples_to_95": means,
+                "speedup_vs_labels": {m: round(means["labels"] / v, 2) for m, v in means.items()},
+                "speedup_vs_one_shot": {
+                    m: round(means["one_shot"] / v, 2) for m, v in means.items()
+                },
+            }
+        ),
+        flush=True,
+    )
 
 
 def task_arithmetic(args) -> None:
     cfg = ta.ExperimentConfig()
     alphas = jnp.asarray(list(ta.RELATIONS.values()))
-    run = jax.jit(jax.vmap(jax.vmap(ta.run_experiment, (None, None, 0)), (0, None, None)),
-                  static_argnums=1)
+    run = jax.jit(
+        jax.vmap(jax.vmap(ta.run_experiment, (None, None, 0)), (0, None, None)), static_argnums=1
+    )
     t0 = time.perf_counter()
     out = jax.device_get(run(jax.random.split(jax.random.PRNGKey(0), args.seeds), cfg, alphas))
     grid = np.asarray(out["grid"][0, 0])
     for r, rel in enumerate(ta.RELATIONS):
-        row = {"what": "task_arithmetic", "relation": rel, "alpha": ta.RELATIONS[rel],
-               "seeds": args.seeds}
+        row = {
+            "what": "task_arithmetic",
+            "relation": rel,
+            "alpha": ta.RELATIONS[rel],
+            "seeds": args.seeds,
+        }
         for variant in ("full", "low_rank", "pruned"):
             acc = np.asarray(out[variant][:, r])  # [seeds, g, g, 3]
-            for name, lam in (("add", (1, 1)), ("negate", (1, -1)), ("t1_only", (1, 0)),
-                              ("t2_only", (0, 1))):
+            for name, lam in (
+                ("add", (1, 1)),
+                ("negate", (1, -1)),
+                ("t1_only", (1, 0)),
+                ("t2_only", (0, 1)),
+            ):
                 i, j = ta.grid_index(grid, *lam)
                 v = acc[:, i, j]
                 row[f"{variant}_{name}"] = {
@@ -110,8 +133,9 @@ def task_arithmetic(args) -> None:
                 }
             both = np.minimum(acc[..., 0], acc[..., 1]).reshape(args.seeds, -1)
             row[f"{variant}_best_both"] = np.round(both.max(-1), 4).tolist()
-            row[f"{variant}_best_ood"] = np.round(acc[..., 2].reshape(args.seeds, -1).max(-1),
-                                                  4).tolist()
+            row[f"{variant}_best_ood"] = np.round(
+                acc[..., 2].reshape(args.seeds, -1).max(-1), 4
+            ).tolist()
         row["wall_s"] = round(time.perf_counter() - t0, 1)
         print(json.dumps(row), flush=True)
 

@@ -93,7 +93,5 @@ def support_ratio(
     """Mean ``|E[f x_i]|`` on the support and off it: ``(on, off)``."""
     mag = jnp.abs(correlations)
     on = jnp.mean(mag[..., : task.k], axis=-1)
-    off = (
-        jnp.mean(mag[..., task.k :], axis=-1) if task.k < task.n else jnp.zeros_like(on)
-    )
+    off = jnp.mean(mag[..., task.k :], axis=-1) if task.k < task.n else jnp.zeros_like(on)
     return on, off

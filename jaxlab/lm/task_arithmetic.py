@@ -178,45 +178,38 @@ def lambda_grid(lo: float = -2.0, hi: float = 2.0, num: int = 9) -> Float[Array,
     return jnp.stack(jnp.meshgrid(ls, ls, indexing="ij"), axis=-1)
 
 
-def write_heatmap(
-    path: str | Path,
+def write_heatmaps(
+    directory: str | Path,
+    prefix: str,
     grid: np.ndarray,
     values: dict[str, np.ndarray],
     title: str = "",
-) -> Path:
-    """Writes one heat map per entry of ``values`` (``[g, g]`` over ``grid[..., 0]`` rows and
-    ``grid[..., 1]`` columns) side by side to a PNG (matplotlib, Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+) -> list[Path]:
+    """One heat map PNG per entry of ``values`` (``[g, g]``: rows ``λ_1 = grid[:, 0, 0]``, columns
+    ``λ_2 = grid[0, :, 1]``), written as ``<directory>/<prefix>_<name>.png`` with
+    :func:`jaxlab.media.plot_heatmap` (values annotated, colour scale [0, 1])."""
+    from jaxlab import media
 
     grid = np.asarray(grid)
-    l1, l2 = grid[:, 0, 0], grid[0, :, 1]
-    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.6), squeeze=False)
-    for ax, (name, v) in zip(axes[0], values.items()):
-        im = ax.imshow(
-            np.asarray(v),
-            origin="lower",
-            extent=(l2[0], l2[-1], l1[0], l1[-1]),
-            vmin=0.0,
-            vmax=1.0,
-            cmap="viridis",
-            aspect="auto",
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, v in values.items():
+        paths.append(
+            media.plot_heatmap(
+                directory / f"{prefix}_{name}.png",
+                np.asarray(v),
+                xticks=[f"{t:g}" for t in grid[0, :, 1]],
+                yticks=[f"{t:g}" for t in grid[:, 0, 0]],
+                xlabel="λ2",
+                ylabel="λ1",
+                title=f"{title} {name}".strip(),
+                vmin=0.0,
+                vmax=1.0,
+                annotate=grid.shape[0] <= 9,
+            )
         )
-        ax.set_xlabel("λ2")
-        ax.set_ylabel("λ1")
-        ax.set_title(name)
-        fig.colorbar(im, ax=ax)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
-
+    return paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,8 +249,7 @@ def setup(key: PRNGKeyArray, cfg: ExperimentConfig, alpha: Float[Array, ""] | fl
     mu, irrelevant = patterns(kp, d, alpha)
     p0 = model.init(ki, jnp.zeros((1, d.tokens, d.d)))
     tests = tuple(
-        sample(jax.random.fold_in(ke, i), d, mu[i], irrelevant, cfg.eval_samples)
-        for i in range(3)
+        sample(jax.random.fold_in(ke, i), d, mu[i], irrelevant, cfg.eval_samples) for i in range(3)
     )
     return model, p0, mu, irrelevant, tests
 

@@ -30,12 +30,12 @@ def _check_same_structure(name: str, a: PyTree, b: PyTree) -> None:
     sa, sb = jax.tree.structure(a), jax.tree.structure(b)
     if sa != sb:
         raise ValueError(f"{name}: parameter trees differ in structure ({sa} vs {sb})")
-    for path_a, leaf_a, leaf_b in zip(
-        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(a), jax.tree.leaves(b)
+    for (path, leaf_a), leaf_b in zip(
+        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b), strict=True
     ):
         if jnp.shape(leaf_a) != jnp.shape(leaf_b):
             raise ValueError(
-                f"{name}: leaf {jax.tree_util.keystr(path_a[0])} has shape "
+                f"{name}: leaf {jax.tree_util.keystr(path)} has shape "
                 f"{jnp.shape(leaf_a)} vs {jnp.shape(leaf_b)} (task vectors from models of "
                 "different shapes)"
             )
@@ -68,9 +68,7 @@ def negate(vector: PyTree) -> PyTree:
     return jax.tree.map(jnp.negative, vector)
 
 
-def edit(
-    pretrained: PyTree, vectors: Sequence[PyTree], coefficients: Float[Array, " n"]
-) -> PyTree:
+def edit(pretrained: PyTree, vectors: Sequence[PyTree], coefficients: Float[Array, " n"]) -> PyTree:
     """``Ψ_0 + Σ_i λ_i ΔΨ_i`` (eq. 4); ``coefficients`` may be traced (vmap over a λ grid).
 
     Raises:
@@ -124,7 +122,7 @@ def magnitude_prune(vector: PyTree, keep: float) -> PyTree:
 def cosine(a: PyTree, b: PyTree) -> Float[Array, ""]:
     """Cosine similarity of two task vectors flattened into one vector each."""
     _check_same_structure("b", b, a)
-    dot = sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    dot = sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
     na = jnp.sqrt(sum(jnp.vdot(x, x) for x in jax.tree.leaves(a)))
     nb = jnp.sqrt(sum(jnp.vdot(x, x) for x in jax.tree.leaves(b)))
     return dot / jnp.maximum(na * nb, 1e-30)

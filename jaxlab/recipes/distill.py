@@ -6,7 +6,7 @@ loop's checkpoints keep the whole trajectory (every teacher checkpoint) and a re
 it. ``finalize`` then picks the checkpoint at the teacher's phase transition, probes every
 checkpoint (``E[f(x) x_i]``), distils students of the four methods (progressive, 2-shot, one-shot,
 labels) over ``seeds`` seeds in one vmapped program, and writes ``results.json``,
-``teacher.png`` (loss and probes) and ``students.png`` (accuracy against samples).
+``teacher_loss.png``, ``teacher_probes.png`` and ``students.png`` (accuracy against samples).
 
 Examples::
 
@@ -29,7 +29,7 @@ import optax
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 
@@ -121,6 +121,7 @@ class TeacherState:
       step: teacher steps done.
       snapshots: ``[C, ...]`` parameters after steps ``every, 2·every, …`` (zeros until written).
       losses: ``[T]`` per-step losses (zeros until run).
+      hparams: ``{"teacher_lr": ...}``, the traced SGD learning rate.
     """
 
     params: Any
@@ -129,13 +130,17 @@ class TeacherState:
     step: jax.Array
     snapshots: Any
     losses: jax.Array
+    hparams: dict
 
 
-def build(cfg: DistillConfig) -> Task:
+def build(cfg: DistillConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
+    """The recipe's parts (one device; ``mesh`` is unused)."""
+    del mesh
     task, spec = cfg.task, cfg.teacher_spec()
     teacher = distill.ParityMLP(cfg.teacher_width)
     student = distill.ParityMLP(cfg.student_width)
-    opt = optax.sgd(cfg.teacher_lr)
+    # SGD keeps no state: the traced learning rate scales the update in train_step
+    opt = optax.sgd(1.0)
     n_ckpt = spec.steps // spec.every
     probe_x, _ = sp.sample(jax.random.PRNGKey(cfg.seed + 10_000), task, cfg.probe_samples)
 
@@ -149,6 +154,7 @@ def build(cfg: DistillConfig) -> Task:
             step=jnp.zeros((), jnp.int32),
             snapshots=jax.tree.map(lambda p: jnp.zeros((n_ckpt, *p.shape), p.dtype), params),
             losses=jnp.zeros((spec.steps,), jnp.float32),
+            hparams=hparams_of(RECIPE, cfg),
         )
 
     def train_step(state: TeacherState, batch: None) -> tuple[TeacherState, dict]:
@@ -161,7 +167,8 @@ def build(cfg: DistillConfig) -> Task:
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        lr = state.hparams["teacher_lr"]
+        params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
         done = state.step + 1
         write = done % spec.every == 0
         index = jnp.maximum(done // spec.every - 1, 0)
@@ -171,7 +178,9 @@ def build(cfg: DistillConfig) -> Task:
             params,
         )
         losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
-        new = TeacherState(params, opt_state, state.key, done, snapshots, losses)
+        new = state.replace(
+            params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
+        )
         return new, {"loss": loss}
 
     @jax.jit
@@ -186,7 +195,7 @@ def build(cfg: DistillConfig) -> Task:
         results = run_students(cfg, jax.device_get(state), teacher, student, probe_x)
         write_artifacts(results, Path(run_dir))
 
-    return Task(
+    return Parts(
         init=init,
         train_step=train_step,
         evaluate=evaluate,
@@ -220,15 +229,26 @@ def run_students(
     except ValueError:
         transition_step, transition, found = None, n_done // 2, False
     methods = distill.METHODS
-    masks = jnp.asarray(np.stack([distill.method_selection(m, n_done, transition) for m in methods]))
+    masks = jnp.asarray(
+        np.stack([distill.method_selection(m, n_done, transition) for m in methods])
+    )
     alphas = jnp.asarray([1.0 if m == "labels" else 0.0 for m in methods])
     sspec = cfg.student_spec()
     eval_x = probe_x[:4096]
 
     def one(key, mask, alpha):
         return distill.train_student(
-            key, student, teacher, run, mask, alpha, task, sspec, eval_x,
-            multiplier=cfg.multiplier, tau=cfg.tau,
+            key,
+            student,
+            teacher,
+            run,
+            mask,
+            alpha,
+            task,
+            sspec,
+            eval_x,
+            multiplier=cfg.multiplier,
+            tau=cfg.tau,
         )
 
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.seeds)
@@ -256,44 +276,43 @@ def run_students(
 
 
 def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
-    """``results.json``, ``teacher.png`` and ``students.png`` in ``run_dir``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """``results.json``, ``teacher_loss.png``, ``teacher_probes.png`` and ``students.png``."""
+    from jaxlab import media
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = {k: v for k, v in results.items() if k not in ("teacher_losses",)}
+    summary = {k: v for k, v in results.items() if k != "teacher_losses"}
     (run_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     losses = np.asarray(results["teacher_losses"])
-    ax1.plot(np.arange(1, losses.size + 1), losses, lw=0.6)
-    ax1.axhline(np.log(2), color="gray", ls=":")
-    ax1.set_xlabel("teacher step")
-    ax1.set_ylabel("loss")
+    mark = results["transition_checkpoint_step"]
+    media.plot_curves(
+        run_dir / "teacher_loss.png",
+        {
+            "teacher loss": (np.arange(1, losses.size + 1), losses),
+            "log 2": ([1, losses.size], [np.log(2)] * 2),
+        },
+        xlabel="teacher step",
+        ylabel="cross-entropy",
+        title=f"sparse parity n={results['n']} k={results['k']}; transition ckpt {mark}",
+    )
     steps = results["checkpoint_steps"]
-    ax2.plot(steps, results["probe_on_support"], label="|E[f x_i]|, i in S")
-    ax2.plot(steps, results["probe_off_support"], label="i not in S")
-    for ax in (ax1, ax2):
-        ax.axvline(results["transition_checkpoint_step"], color="red", ls="--", lw=0.8)
-    ax2.set_xlabel("teacher step")
-    ax2.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "teacher.png", dpi=80)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    media.plot_curves(
+        run_dir / "teacher_probes.png",
+        {
+            "|E[f x_i]|, i in S": (steps, results["probe_on_support"]),
+            "|E[f x_i]|, i not in S": (steps, results["probe_off_support"]),
+        },
+        xlabel="teacher step",
+        ylabel="correlation",
+        title=f"degree-1 probes (transition checkpoint: step {mark})",
+    )
     samples = np.asarray(results["student_steps"]) * results["student_batch"]
-    for method, acc in results["student_accuracy"].items():
-        ax.plot(samples, np.mean(acc, axis=0), label=method)
-    ax.axhline(0.95, color="gray", ls=":")
-    ax.set_xlabel("student samples")
-    ax.set_ylabel("accuracy")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "students.png", dpi=80)
-    plt.close(fig)
+    media.plot_curves(
+        run_dir / "students.png",
+        {m: (samples, np.mean(acc, axis=0)) for m, acc in results["student_accuracy"].items()},
+        xlabel="student samples",
+        ylabel="accuracy (seed mean)",
+        title="students by method",
+    )
 
 
 RECIPE = register(
@@ -305,5 +324,6 @@ RECIPE = register(
         "progressive / 2-shot / one-shot / label students",
         presets_dir=Path(__file__).parent / "presets" / "distill",
         default_preset="cpu",
+        traced=("teacher_lr",),
     )
 )

@@ -5,7 +5,8 @@ and ``Ψ_2`` (task ``μ_2``) from the shared ``Ψ_0``, for the three task relati
 (irrelevant α=0, aligned α=+0.7, contradictory α=−0.7: a vmap axis). ``finalize`` evaluates
 ``Ψ_0 + λ_1 ΔΨ_1 + λ_2 ΔΨ_2`` over the λ grid for the full, rank-1 and 50 %-pruned task vectors and
 writes ``results.json`` (the addition / negation table) and one heat map per relation
-(``heatmap_<relation>.png``: T1, T2, min(T1, T2) and the out-of-domain target ``μ' ∝ μ_1 + μ_2``).
+(``heatmap_<relation>_{T1,T2,both,ood}.png``: T1, T2, min(T1, T2) and the out-of-domain target
+``μ' ∝ μ_1 + μ_2``).
 
 Examples::
 
@@ -28,7 +29,7 @@ import optax
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.lm import task_arithmetic as ta
 
 RELATIONS = tuple(ta.RELATIONS)
@@ -56,7 +57,8 @@ class TaskArithmeticConfig:
 
 @flax.struct.dataclass
 class EditState:
-    """Per relation (leading axis 3): ``Ψ_0``, the two fine-tunes and their optimiser states."""
+    """Per relation (leading axis 3): ``Ψ_0``, the two fine-tunes and their optimiser states;
+    ``hparams["experiment.lr"]`` is the (traced) SGD learning rate."""
 
     p0: Any
     p1: Any
@@ -67,12 +69,16 @@ class EditState:
     irrelevant: jax.Array
     key: jax.Array
     step: jax.Array
+    hparams: dict
 
 
-def build(cfg: TaskArithmeticConfig) -> Task:
+def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
+    """The recipe's parts (one device: the state is small; ``mesh`` is unused)."""
+    del mesh
     ex = cfg.experiment
     alphas = jnp.asarray([ta.RELATIONS[r] for r in RELATIONS])
-    opt = optax.sgd(ex.lr)
+    # SGD keeps no state, so the traced learning rate only scales the update in train_step
+    opt = optax.sgd(1.0)
 
     def _setup(key):
         return jax.vmap(lambda a: ta.setup(key, ex, a)[1:4], 0)(alphas)
@@ -83,16 +89,28 @@ def build(cfg: TaskArithmeticConfig) -> Task:
         k_setup, k_data = jax.random.split(key)
         p0, mu, irrelevant = _setup(k_setup)
         o = jax.vmap(opt.init)(p0)
-        return EditState(p0, p0, p0, o, o, mu, irrelevant, k_data, jnp.zeros((), jnp.int32))
+        return EditState(
+            p0,
+            p0,
+            p0,
+            o,
+            o,
+            mu,
+            irrelevant,
+            k_data,
+            jnp.zeros((), jnp.int32),
+            hparams=hparams_of(RECIPE, cfg),
+        )
 
     def train_step(state: EditState, batch: None) -> tuple[EditState, dict]:
         del batch
+        lr = state.hparams["experiment.lr"]
 
         def one(p, o, mu, irrelevant, key):
             x, y = ta.sample(key, ex.data, mu, irrelevant, ex.batch)
             loss, g = jax.value_and_grad(lambda q: ta.hinge_loss(model.apply(q, x), y))(p)
             u, o = opt.update(g, o, p)
-            return optax.apply_updates(p, u), o, loss
+            return optax.apply_updates(p, jax.tree.map(lambda v: lr * v, u)), o, loss
 
         key = jax.random.fold_in(state.key, state.step)
         k1, k2 = jax.random.split(key)
@@ -136,19 +154,20 @@ def build(cfg: TaskArithmeticConfig) -> Task:
         (run_dir / "results.json").write_text(json.dumps(table, indent=1) + "\n")
         for r, rel in enumerate(RELATIONS):
             full = grids["full"][r]
-            ta.write_heatmap(
-                run_dir / f"heatmap_{rel}.png",
+            ta.write_heatmaps(
+                run_dir,
+                f"heatmap_{rel}",
                 grids["grid"][r],
                 {
                     "T1": full[..., 0],
                     "T2": full[..., 1],
-                    "min(T1, T2)": np.minimum(full[..., 0], full[..., 1]),
-                    "OOD μ'": full[..., 2],
+                    "both": np.minimum(full[..., 0], full[..., 1]),
+                    "ood": full[..., 2],
                 },
-                title=f"{rel} tasks (α = {ta.RELATIONS[rel]:+.1f}): Ψ0 + λ1 ΔΨ1 + λ2 ΔΨ2",
+                title=f"{rel} (α={ta.RELATIONS[rel]:+.1f}):",
             )
 
-    return Task(
+    return Parts(
         init=init,
         train_step=train_step,
         evaluate=evaluate,
@@ -168,7 +187,7 @@ def summarize(grids: dict[str, np.ndarray]) -> dict[str, Any]:
         for variant in ("full", "low_rank", "pruned"):
             acc = np.asarray(grids[variant][r])
 
-            def at(l1, l2, acc=acc):
+            def at(l1, l2, acc=acc, grid=grid):
                 i, j = ta.grid_index(grid, l1, l2)
                 return {t: round(float(acc[i, j, n]), 4) for n, t in enumerate(("T1", "T2", "OOD"))}
 
@@ -195,5 +214,6 @@ RECIPE = register(
         "the task-vector theory, for irrelevant, aligned and contradictory tasks",
         presets_dir=Path(__file__).parent / "presets" / "task-arithmetic",
         default_preset="cpu",
+        traced=("experiment.lr",),
     )
 )

@@ -70,8 +70,9 @@ def test_schedule_picks_first_selected_checkpoint_at_or_after_t_times_multiplier
     # vmap over methods (selection masks) and steps equals the loop
     masks = jnp.stack([every, two, final])
     us = jnp.arange(0, 500, 60)
-    batched = jax.vmap(jax.vmap(lambda u, m: distill.schedule_index(u, steps, m, 1.0), (0, None)),
-                       (None, 0))(us, masks)
+    batched = jax.vmap(
+        jax.vmap(lambda u, m: distill.schedule_index(u, steps, m, 1.0), (0, None)), (None, 0)
+    )(us, masks)
     loop = [[int(idx(u, steps, m, 1.0)) for u in us] for m in masks]
     np.testing.assert_array_equal(batched, loop)
 
@@ -182,8 +183,7 @@ def student_curves():
     )
     transition = distill.transition_checkpoint(run)
     masks = jnp.asarray(
-        np.stack([distill.method_selection(m, len(run.steps), transition)
-                  for m in distill.METHODS])
+        np.stack([distill.method_selection(m, len(run.steps), transition) for m in distill.METHODS])
     )
     alphas = jnp.array([0.0, 0.0, 0.0, 1.0])
     eval_x, _ = sp.sample(jax.random.PRNGKey(7), task, 1024)
@@ -191,7 +191,15 @@ def student_curves():
 
     def one(key, mask, alpha):
         return distill.train_student(
-            key, student, TEACHER, run, mask, alpha, task, LONG_STUDENT_SPEC, eval_x,
+            key,
+            student,
+            TEACHER,
+            run,
+            mask,
+            alpha,
+            task,
+            LONG_STUDENT_SPEC,
+            eval_x,
             multiplier=MULTIPLIER,
         )
 
@@ -201,7 +209,6 @@ def student_curves():
     return jax.device_get(curves)
 
 
-
 def test_two_shot_student_gets_the_curriculum_early(student_curves):
     """The transition checkpoint's curriculum shows in the student: a fifth into training, the
     2-shot student (taught by that checkpoint) is clearly ahead of one-shot and label students
@@ -209,7 +216,7 @@ def test_two_shot_student_gets_the_curriculum_early(student_curves):
     (The >= 2x samples-to-95 % comparison over seeds is in benchmarks/distill_figures.py.)"""
     acc = np.asarray(student_curves.accuracy).mean(0)  # [methods, evals]
     fifth = acc.shape[-1] // 5
-    got = dict(zip(distill.METHODS, acc[:, fifth]))
+    got = dict(zip(distill.METHODS, acc[:, fifth], strict=True))
     assert got["two_shot"] >= max(got["one_shot"], got["labels"]) + 0.08, got
     # every method ends up solving the task
     assert acc[:, -1].min() >= 0.95, acc[:, -1]

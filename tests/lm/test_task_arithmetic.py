@@ -24,8 +24,7 @@ def results():
     run = jax.jit(jax.vmap(ta.run_experiment, (None, None, 0)), static_argnums=1)
     out = jax.device_get(run(jax.random.PRNGKey(0), CFG, alphas))
     return {
-        name: {k: np.asarray(v[r]) for k, v in out.items()}
-        for r, name in enumerate(ta.RELATIONS)
+        name: {k: np.asarray(v[r]) for k, v in out.items()} for r, name in enumerate(ta.RELATIONS)
     }
 
 
@@ -84,10 +83,11 @@ def test_out_of_domain_target_in_the_span(results):
 
 def test_heatmap_png(results, tmp_path):
     res = results["irrelevant"]
-    path = ta.write_heatmap(
-        tmp_path / "h.png", res["grid"], {"T1": res["full"][..., 0], "T2": res["full"][..., 1]}
+    paths = ta.write_heatmaps(
+        tmp_path, "h", res["grid"], {"T1": res["full"][..., 0], "T2": res["full"][..., 1]}
     )
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in paths] == ["h_T1.png", "h_T2.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
 def test_bad_data_config():

@@ -9,8 +9,10 @@ from jaxlab.lm import task_vectors as tv
 
 
 def _tree(a, b, c):
-    return {"layer": {"kernel": jnp.asarray(a, jnp.float32), "bias": jnp.asarray(b, jnp.float32)},
-            "scale": jnp.asarray(c, jnp.float32)}
+    return {
+        "layer": {"kernel": jnp.asarray(a, jnp.float32), "bias": jnp.asarray(b, jnp.float32)},
+        "scale": jnp.asarray(c, jnp.float32),
+    }
 
 
 P0 = _tree([[1.0, 2.0], [3.0, 4.0]], [0.5, -0.5], 1.0)

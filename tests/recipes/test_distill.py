@@ -23,7 +23,7 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert out["checkpoint_steps"] == [cfg.checkpoint_every * (i + 1) for i in range(n_ckpt)]
     assert set(out["samples_to_95"]) == {"progressive", "two_shot", "one_shot", "labels"}
     assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.seeds, 5)
-    for name in ("teacher.png", "students.png"):
+    for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 

@@ -17,4 +17,5 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert set(table) == {"irrelevant", "aligned", "contradictory"}
     assert set(table["aligned"]) == {"full", "low_rank", "pruned"}
     for rel in table:
-        assert (tmp_path / f"heatmap_{rel}.png").read_bytes()[:4] == b"\x89PNG"
+        for panel in ("T1", "T2", "both", "ood"):
+            assert (tmp_path / f"heatmap_{rel}_{panel}.png").read_bytes()[:4] == b"\x89PNG"
