@@ -220,3 +220,19 @@ def test_two_shot_student_gets_the_curriculum_early(student_curves):
     assert got["two_shot"] >= max(got["one_shot"], got["labels"]) + 0.08, got
     # every method ends up solving the task
     assert acc[:, -1].min() >= 0.95, acc[:, -1]
+
+
+def test_transformer_teacher_trains_with_checkpoints():
+    model = distill.ParityTransformer(d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1)
+    spec = distill.TrainSpec(steps=4, batch=8, every=2, optimizer="adam", lr=1e-3)
+    run = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))(
+        jax.random.PRNGKey(0), model, sp.SparseParity(8, 2), spec
+    )
+    np.testing.assert_array_equal(run.steps, [2, 4])
+    assert all(leaf.shape[0] == 2 for leaf in jax.tree.leaves(run.params))
+    assert np.isfinite(np.asarray(run.losses)).all() and run.losses.shape == (4,)
+    first, last = (distill.checkpoint_params(run, i) for i in (0, 1))
+    assert any(
+        not np.allclose(a, b)
+        for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(last), strict=True)
+    )
