@@ -258,7 +258,8 @@ def evaluate_edits(
     model: nn.Module, cfg: ExperimentConfig, p0, p1, p2, tests
 ) -> dict[str, Float[Array, "g g 3"]]:
     """Accuracies of ``Ψ_0 + λ_1 ΔΨ_1 + λ_2 ΔΨ_2`` over the λ grid on each test set, for the
-    full, rank-``cfg.rank`` and ``cfg.keep``-pruned task vectors (vmap over the grid)."""
+    full, rank-``cfg.rank`` and ``cfg.keep``-pruned task vectors (variants vmapped, the grid in
+    row-sized chunks)."""
     from jaxlab.lm import task_vectors as tv
 
     vectors = [tv.task_vector(p1, p0), tv.task_vector(p2, p0)]
@@ -278,9 +279,12 @@ def evaluate_edits(
         correct = jnp.sign(model.apply(tv.edit(p0, vecs, lam), x)) == y
         return jnp.mean(correct.reshape(len(tests), -1), axis=-1)
 
-    per_lambda = jax.vmap(evaluate, (None, 0))
-    acc = jax.vmap(per_lambda, (0, None))(stacked, grid.reshape(-1, 2))
-    acc = acc.reshape(len(names), cfg.grid, cfg.grid, len(tests))
+    # λ points in chunks of one grid row (lax.map), variants vmapped: bounded memory
+    per_variant = jax.vmap(evaluate, (0, None))
+    acc = jax.lax.map(
+        lambda lam: per_variant(stacked, lam), grid.reshape(-1, 2), batch_size=cfg.grid
+    )  # [g*g, variants, tests]
+    acc = jnp.moveaxis(acc, 1, 0).reshape(len(names), cfg.grid, cfg.grid, len(tests))
     out = {name: acc[i] for i, name in enumerate(names)}
     out["grid"] = grid
     return out
