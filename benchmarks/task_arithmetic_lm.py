@@ -72,10 +72,8 @@ def main() -> None:
     def loss(params, tokens):
         return next_token_loss(model.apply(params, tokens[:, :-1]), tokens[:, 1:])
 
-    def train(params, stream, steps, lr, seed):
-        data = jnp.asarray(_windows(stream, seq + 1, steps * batch, seed)).reshape(
-            steps, batch, seq + 1
-        )
+    def train(params, data, lr):
+        steps = data.shape[0]
         opt = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, lr, 20, steps, lr * 0.1))
 
         def step(carry, tokens):
@@ -87,12 +85,17 @@ def main() -> None:
         (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), data)
         return params, losses
 
-    train = jax.jit(train, static_argnums=(2, 4))
+    train = jax.jit(train)
+
+    def batches(stream, steps, seed):
+        windows = _windows(stream, seq + 1, steps * batch, seed)
+        return jnp.asarray(windows).reshape(steps, batch, seq + 1)
+
     t0 = time.perf_counter()
     p0 = model.init(jax.random.PRNGKey(0), jnp.zeros((1, seq), jnp.int32))
-    p0, _ = train(p0, jnp.asarray(rest_tr), pre_steps, 3e-3, 0)
-    pa, _ = train(p0, jnp.asarray(a_tr), ft_steps, 1e-3, 1)
-    pb, _ = train(p0, jnp.asarray(b_tr), ft_steps, 1e-3, 2)
+    p0, _ = train(p0, batches(rest_tr, pre_steps, 0), 3e-3)
+    pa, _ = train(p0, batches(a_tr, ft_steps, 1), 1e-3)
+    pb, _ = train(p0, batches(b_tr, ft_steps, 2), 1e-3)
     da, db = tv.task_vector(pa, p0), tv.task_vector(pb, p0)
     train_s = time.perf_counter() - t0
 

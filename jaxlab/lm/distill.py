@@ -114,7 +114,7 @@ class ParityTransformer(nn.Module):
         pos = self.param(
             "pos", nn.initializers.normal(0.02), (x.shape[-1], self.d_model), jnp.float32
         )
-        h = h + pos
+        h = h + pos[None]
         for i in range(self.n_layers):
             h, _ = TransformerBlock(
                 n_heads=self.n_heads,

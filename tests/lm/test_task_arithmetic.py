@@ -59,9 +59,18 @@ def test_negation_unlearns_t2_and_keeps_t1(results, relation):
     assert acc[T2] <= 0.5, acc  # at or below chance
 
 
+def _t1_when_t2_unlearned(res):
+    """Best T1 accuracy on the row λ1 = 1 among the λ2 whose edit unlearns T2 (T2 <= 0.2)."""
+    i, _ = ta.grid_index(res["grid"], 1, 0)
+    row = res["full"][i]
+    return max((t1 for t1, t2 in row[:, :2] if t2 <= 0.2), default=0.0)
+
+
 def test_negation_harms_t1_when_aligned(results):
-    acc = _at(results["aligned"], "full", 1, -1)
-    assert acc[T1] <= 0.85, acc  # vs >= 0.95 for irrelevant / contradictory tasks
+    """Unlearning T2 by negation keeps T1 for irrelevant / contradictory tasks but not aligned."""
+    assert _t1_when_t2_unlearned(results["aligned"]) <= 0.9, results["aligned"]["full"][3]
+    for name in ("irrelevant", "contradictory"):
+        assert _t1_when_t2_unlearned(results[name]) >= 0.95, name
 
 
 @pytest.mark.parametrize("variant", ["low_rank", "pruned"])

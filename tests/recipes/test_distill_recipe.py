@@ -22,13 +22,13 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     n_ckpt = cfg.loop.total_steps // cfg.checkpoint_every
     assert out["checkpoint_steps"] == [cfg.checkpoint_every * (i + 1) for i in range(n_ckpt)]
     assert set(out["samples_to_95"]) == {"progressive", "two_shot", "one_shot", "labels"}
-    assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.seeds, 5)
+    assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.seeds, 2)
     for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_config_needs_intermediate_checkpoints():
     with pytest.raises(ConfigError, match="checkpoint_every"):
-        C.replace(RECIPE.config("tiny"), checkpoint_every=200)
+        C.replace(RECIPE.config("tiny"), checkpoint_every=100)
     with pytest.raises(ConfigError, match="'k'"):
-        C.replace(RECIPE.config("tiny"), k=11)
+        C.replace(RECIPE.config("tiny"), k=9)
