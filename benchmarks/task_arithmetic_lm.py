@@ -85,7 +85,7 @@ def main() -> None:
         (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), data)
         return params, losses
 
-    train = jax.jit(train)
+    train = jax.jit(train, static_argnums=2)
 
     def batches(stream, steps, seed):
         windows = _windows(stream, seq + 1, steps * batch, seed)
