@@ -12,5 +12,7 @@ NAMES: dict[str, str] = {
     "ld3": "ld3",
     "preference": "preference",
     "kinetix-ppo": "kinetix_ppo",
+    "distill": "distill",
+    "task-arithmetic": "task_arithmetic",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -1,0 +1,329 @@
+"""``distill``: progressive distillation on sparse parity (arXiv 2410.05464) on the shared loop.
+
+A loop step is one SGD step of the MLP teacher on a fresh batch; every ``checkpoint_every`` steps
+the teacher's parameters are written into a stacked snapshot buffer inside the train state, so the
+loop's checkpoints keep the whole trajectory (every teacher checkpoint) and a resumed run continues
+it. ``finalize`` then picks the checkpoint at the teacher's phase transition, probes every
+checkpoint (``E[f(x) x_i]``), distils students of the four methods (progressive, 2-shot, one-shot,
+labels) over ``seeds`` seeds in one vmapped program, and writes ``results.json``,
+``teacher_loss.png``, ``teacher_probes.png`` and ``students.png`` (accuracy against samples).
+
+Examples::
+
+    jaxlab train distill --preset cpu
+    jaxlab train distill n=40 k=4 multiplier=4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlab.core.config import ConfigError
+from jaxlab.core.loop import LoopConfig
+from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
+from jaxlab.lm import distill
+from jaxlab.lm import sparse_parity as sp
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillConfig:
+    """Configuration of the ``distill`` recipe (``loop.total_steps`` = teacher steps).
+
+    Attributes:
+      seed: PRNG seed.
+      n, k: sparse-parity size.
+      teacher_width, teacher_batch, teacher_lr: the MLP teacher and its SGD.
+      checkpoint_every: teacher steps between kept checkpoints (divides ``loop.total_steps``).
+      student_width, student_steps, student_batch, student_lr, student_eval_every: the students.
+      multiplier: the student at step ``u`` uses the first selected checkpoint ``>= u·multiplier``.
+      tau: distillation temperature.
+      seeds: students per method (vmapped).
+      probe_samples: inputs for the correlation probes and the evaluations.
+    """
+
+    seed: int = 0
+    n: int = 30
+    k: int = 4
+    teacher_width: int = 1000
+    teacher_batch: int = 256
+    teacher_lr: float = 0.2
+    checkpoint_every: int = 50
+    student_width: int = 50
+    student_steps: int = 4000
+    student_batch: int = 64
+    student_lr: float = 0.2
+    student_eval_every: int = 100
+    multiplier: float = 2.0
+    tau: float = 1.0
+    seeds: int = 3
+    probe_samples: int = 16384
+    loop: LoopConfig = LoopConfig(
+        total_steps=1500, steps_per_call=50, log_every=50, eval_every=500, checkpoint_every=500
+    )
+
+    def __post_init__(self):
+        sp.SparseParity(self.n, self.k)  # validates n, k
+        if self.checkpoint_every < 1 or self.loop.total_steps % self.checkpoint_every:
+            raise ConfigError(
+                "checkpoint_every",
+                self.checkpoint_every,
+                f"a positive divisor of loop.total_steps={self.loop.total_steps}",
+            )
+        if self.loop.total_steps // self.checkpoint_every < 2:
+            raise ConfigError(
+                "checkpoint_every",
+                self.checkpoint_every,
+                "at most loop.total_steps / 2 (the progressive schedule needs intermediate "
+                "checkpoints)",
+            )
+        if self.seeds < 1:
+            raise ConfigError("seeds", self.seeds, "an integer >= 1")
+
+    @property
+    def task(self) -> sp.SparseParity:
+        return sp.SparseParity(self.n, self.k)
+
+    def teacher_spec(self) -> distill.TrainSpec:
+        return distill.TrainSpec(
+            steps=self.loop.total_steps,
+            batch=self.teacher_batch,
+            every=self.checkpoint_every,
+            optimizer="sgd",
+            lr=self.teacher_lr,
+        )
+
+    def student_spec(self) -> distill.TrainSpec:
+        return distill.TrainSpec(
+            steps=self.student_steps,
+            batch=self.student_batch,
+            every=self.student_eval_every,
+            optimizer="sgd",
+            lr=self.student_lr,
+        )
+
+
+@flax.struct.dataclass
+class TeacherState:
+    """Teacher train state with its whole trajectory.
+
+    Attributes:
+      params, opt_state: the teacher now.
+      key: data key (batch ``t`` uses ``fold_in(key, t)``).
+      step: teacher steps done.
+      snapshots: ``[C, ...]`` parameters after steps ``every, 2·every, …`` (zeros until written).
+      losses: ``[T]`` per-step losses (zeros until run).
+      hparams: ``{"teacher_lr": ...}``, the traced SGD learning rate.
+    """
+
+    params: Any
+    opt_state: Any
+    key: jax.Array
+    step: jax.Array
+    snapshots: Any
+    losses: jax.Array
+    hparams: dict
+
+
+def build(cfg: DistillConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
+    """The recipe's parts (one device; ``mesh`` is unused)."""
+    del mesh
+    task, spec = cfg.task, cfg.teacher_spec()
+    teacher = distill.ParityMLP(cfg.teacher_width)
+    student = distill.ParityMLP(cfg.student_width)
+    # SGD keeps no state: the traced learning rate scales the update in train_step
+    opt = optax.sgd(1.0)
+    n_ckpt = spec.steps // spec.every
+    probe_x, _ = sp.sample(jax.random.PRNGKey(cfg.seed + 10_000), task, cfg.probe_samples)
+
+    def init(key: jax.Array) -> TeacherState:
+        init_key, data_key = jax.random.split(key)
+        params = teacher.init(init_key, jnp.zeros((1, task.n), jnp.float32))
+        return TeacherState(
+            params=params,
+            opt_state=opt.init(params),
+            key=data_key,
+            step=jnp.zeros((), jnp.int32),
+            snapshots=jax.tree.map(lambda p: jnp.zeros((n_ckpt, *p.shape), p.dtype), params),
+            losses=jnp.zeros((spec.steps,), jnp.float32),
+            hparams=hparams_of(RECIPE, cfg),
+        )
+
+    def train_step(state: TeacherState, batch: None) -> tuple[TeacherState, dict]:
+        del batch
+        x, y = sp.sample(jax.random.fold_in(state.key, state.step), task, spec.batch)
+
+        def loss_fn(p):
+            logits = teacher.apply(p, x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        lr = state.hparams["teacher_lr"]
+        params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
+        done = state.step + 1
+        write = done % spec.every == 0
+        index = jnp.maximum(done // spec.every - 1, 0)
+        snapshots = jax.tree.map(
+            lambda buf, p: buf.at[index].set(jnp.where(write, p, buf[index])),
+            state.snapshots,
+            params,
+        )
+        losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
+        new = state.replace(
+            params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
+        )
+        return new, {"loss": loss}
+
+    @jax.jit
+    def _accuracy(params):
+        logits = teacher.apply(params, probe_x)
+        return jnp.mean(jnp.argmax(logits, -1) == sp.labels(task, probe_x))
+
+    def evaluate(state: TeacherState) -> dict[str, float]:
+        return {"teacher_accuracy": float(_accuracy(state.params))}
+
+    def finalize(state: TeacherState, run_dir: Path) -> None:
+        results = run_students(cfg, jax.device_get(state), teacher, student, probe_x)
+        write_artifacts(results, Path(run_dir))
+
+    return Parts(
+        init=init,
+        train_step=train_step,
+        evaluate=evaluate,
+        finalize=finalize,
+        units_per_step=(spec.batch, "sample"),
+    )
+
+
+def run_students(
+    cfg: DistillConfig, state: TeacherState, teacher, student, probe_x
+) -> dict[str, Any]:
+    """Probes, transition, and the four methods' students over ``cfg.seeds`` seeds."""
+    task, spec = cfg.task, cfg.teacher_spec()
+    done = int(state.step)
+    n_done = done // spec.every
+    if n_done < 2:
+        raise ConfigError(
+            "checkpoint_steps", n_done, "a teacher run with intermediate checkpoints (>= 2)"
+        )
+    run = distill.TeacherRun(
+        params=jax.tree.map(lambda p: p[:n_done], state.snapshots),
+        steps=(jnp.arange(n_done, dtype=jnp.int32) + 1) * spec.every,
+        losses=state.losses[:done],
+    )
+    corr, acc = jax.jit(distill.probe_run, static_argnums=(0, 2))(teacher, run, task, probe_x)
+    on, off = sp.support_ratio(task, corr)
+    try:
+        transition_step = distill.phase_transition_step(run.losses)
+        transition = distill.transition_checkpoint(run)
+        found = True
+    except ValueError:
+        transition_step, transition, found = None, n_done // 2, False
+    methods = distill.METHODS
+    masks = jnp.asarray(
+        np.stack([distill.method_selection(m, n_done, transition) for m in methods])
+    )
+    alphas = jnp.asarray([1.0 if m == "labels" else 0.0 for m in methods])
+    sspec = cfg.student_spec()
+    eval_x = probe_x[:4096]
+
+    def one(key, mask, alpha):
+        return distill.train_student(
+            key,
+            student,
+            teacher,
+            run,
+            mask,
+            alpha,
+            task,
+            sspec,
+            eval_x,
+            multiplier=cfg.multiplier,
+            tau=cfg.tau,
+        )
+
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.seeds)
+    curves = jax.jit(jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None)))(keys, masks, alphas)
+    samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch))
+    return {
+        "n": task.n,
+        "k": task.k,
+        "checkpoint_steps": np.asarray(run.steps).tolist(),
+        "teacher_losses": np.asarray(run.losses).tolist(),
+        "checkpoint_accuracy": np.asarray(acc).tolist(),
+        "probe_on_support": np.asarray(on).tolist(),
+        "probe_off_support": np.asarray(off).tolist(),
+        "transition_found": found,
+        "transition_step": transition_step,
+        "transition_checkpoint": int(transition),
+        "transition_checkpoint_step": int(run.steps[transition]),
+        "student_steps": np.asarray(curves.steps[0, 0]).tolist(),
+        "student_batch": sspec.batch,
+        "student_accuracy": {
+            m: np.asarray(curves.accuracy[:, i]).tolist() for i, m in enumerate(methods)
+        },
+        "samples_to_95": {m: samples[:, i].tolist() for i, m in enumerate(methods)},
+    }
+
+
+def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
+    """``results.json``, ``teacher_loss.png``, ``teacher_probes.png`` and ``students.png``."""
+    from jaxlab import media
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = {k: v for k, v in results.items() if k != "teacher_losses"}
+    (run_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    losses = np.asarray(results["teacher_losses"])
+    mark = results["transition_checkpoint_step"]
+    media.plot_curves(
+        run_dir / "teacher_loss.png",
+        {
+            "teacher loss": (np.arange(1, losses.size + 1), losses),
+            "log 2": ([1, losses.size], [np.log(2)] * 2),
+        },
+        xlabel="teacher step",
+        ylabel="cross-entropy",
+        title=f"sparse parity n={results['n']} k={results['k']}; transition ckpt {mark}",
+    )
+    steps = results["checkpoint_steps"]
+    media.plot_curves(
+        run_dir / "teacher_probes.png",
+        {
+            "|E[f x_i]|, i in S": (steps, results["probe_on_support"]),
+            "|E[f x_i]|, i not in S": (steps, results["probe_off_support"]),
+        },
+        xlabel="teacher step",
+        ylabel="correlation",
+        title=f"degree-1 probes (transition checkpoint: step {mark})",
+    )
+    samples = np.asarray(results["student_steps"]) * results["student_batch"]
+    media.plot_curves(
+        run_dir / "students.png",
+        {m: (samples, np.mean(acc, axis=0)) for m, acc in results["student_accuracy"].items()},
+        xlabel="student samples",
+        ylabel="accuracy (seed mean)",
+        title="students by method",
+    )
+
+
+RECIPE = register(
+    Recipe(
+        name="distill",
+        config_cls=DistillConfig,
+        build=build,
+        description="progressive distillation on sparse parity: teacher trajectory, probes, "
+        "progressive / 2-shot / one-shot / label students",
+        presets_dir=Path(__file__).parent / "presets" / "distill",
+        default_preset="cpu",
+        traced=("teacher_lr",),
+    )
+)
