@@ -150,7 +150,7 @@ def rtn_quantize(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("bits", "block_size"))
+@functools.partial(jax.jit, static_argnames=("block_size",))
 def gptq_matrix(
     w: Float[Array, "d_in d_out"],
     hessian: Float[Array, "d_in d_in"],
@@ -166,7 +166,7 @@ def gptq_matrix(
     Args:
         w: ``[d_in, d_out]`` weights (the GPTQ paper's ``Wᵀ``: its columns are our rows).
         hessian: ``[d_in, d_in]`` ``2 XᵀX / n`` of the calibration inputs.
-        bits: ``P_post`` (static).
+        bits: ``P_post`` (traced: one compilation serves every bit width).
         block_size: rows quantised per lazy block ``B`` (static).
         damp: ``λ``, the dampening ``H + λ mean(diag H) I``.
 
@@ -177,7 +177,7 @@ def gptq_matrix(
     dtype = w.dtype
     w = w.astype(jnp.float32)
     h = hessian.astype(jnp.float32)
-    qmax = float(2 ** (bits - 1) - 1)
+    qmax = 2.0 ** (jnp.asarray(bits, jnp.float32) - 1.0) - 1.0
     amax = jnp.max(jnp.abs(w), axis=0, keepdims=True)
     scale = jnp.where(amax > 0, amax / qmax, 1.0)
 
@@ -246,6 +246,13 @@ def _get(tree: Any, names: tuple[str, ...]) -> Any:
     return tree
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _capture(model: Decoder, params: Any, tokens: Array) -> Any:
+    """The inputs of every linear map of ``model`` on ``tokens`` (one compilation per model)."""
+    _, state = model.apply(params, tokens, mutable=[CALIBRATION_COLLECTION])
+    return state[CALIBRATION_COLLECTION]
+
+
 def gptq_quantize(
     cfg: DecoderConfig,
     params: Any,
@@ -285,12 +292,9 @@ def gptq_quantize(
     model = Decoder(fp_cfg)
     params = nn.meta.unbox(params)
     layers = {k: v for k, v in linear_layers(cfg, params).items() if spec.applies_to(v[0])}
+    # only the parameters: a stale calibration collection would be appended to, not replaced
 
-    @jax.jit
-    def capture(p):
-        _, state = model.apply(p, calibration_tokens, mutable=[CALIBRATION_COLLECTION])
-        return state[CALIBRATION_COLLECTION]
-
+    capture = functools.partial(_capture, model, tokens=calibration_tokens)
     order = []
     for i in range(cfg.n_layers):
         for sub, leaves in (("attn", ("wq", "wk", "wv")), ("attn", ("wo",))):
@@ -309,7 +313,7 @@ def gptq_quantize(
                 w = _get(root, names)
                 root = _set(root, names, quantize_dequantize(w, bits, layers[names][1]))
             continue
-        calib = capture({**params, "params": root})
+        calib = capture({"params": root})
         where = calib if group[0][0] == "head" else calib[group[0][0]][group[0][1]]
         x = where[_calib_name(group[0])][0]  # [batch, seq, d_in] or [batch, seq, heads, kv]
         x = x.reshape(x.shape[0] * x.shape[1], -1).astype(jnp.float32)

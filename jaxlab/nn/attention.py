@@ -10,7 +10,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.nn.initializers import kernel_init
 from jaxlab.nn.norms import RMSNorm
-from jaxlab.nn.quantization import CALIBRATION_COLLECTION, QuantConfig, fake_quant
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 from jaxlab.nn.rope import apply_rope
 
 
@@ -231,7 +231,7 @@ class MultiHeadAttention(nn.Module):
         w_q, w_k, w_v = (fake_quant(w, w_bits, 0) for w in (w_q, w_k, w_v))
         w_o = fake_quant(w_o, w_bits, (0, 1))
         x = fake_quant(x, a_bits)
-        self.sow(CALIBRATION_COLLECTION, "qkv_in", x)
+        sow_calibration(self, "qkv_in", x)
 
         q = jnp.einsum("bsd,dhk->bshk", x, w_q)
         k = jnp.einsum("bsd,dhk->bshk", x, w_k)
@@ -279,6 +279,6 @@ class MultiHeadAttention(nn.Module):
                 q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask
             )
         out = fake_quant(out, a_bits)
-        self.sow(CALIBRATION_COLLECTION, "o_in", out)
+        sow_calibration(self, "o_in", out)
         y = jnp.einsum("bshk,hkd->bsd", out, w_o)
         return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache

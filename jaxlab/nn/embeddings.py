@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from jaxlab.nn.initializers import embedding_init, kernel_init
-from jaxlab.nn.quantization import CALIBRATION_COLLECTION, QuantConfig, fake_quant
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 
 
 class TokenEmbedding(nn.Module):
@@ -103,6 +103,6 @@ class OutputHead(nn.Module):
         quant = self.quant or QuantConfig()
         w = fake_quant(w.astype(h.dtype), quant.weight_bits("head"), 0)
         h = fake_quant(h, quant.act_bits("head"))
-        self.sow(CALIBRATION_COLLECTION, "head_in", h)
+        sow_calibration(self, "head_in", h)
         logits = jnp.einsum("bsd,dv->bsv", h, w, preferred_element_type=jnp.float32)
         return nn.with_logical_constraint(logits, ("batch", "seq", "vocab"))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.nn.initializers import kernel_init
-from jaxlab.nn.quantization import CALIBRATION_COLLECTION, QuantConfig, fake_quant
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 
 
 class MLP(nn.Module):
@@ -129,9 +129,9 @@ class SwiGLU(nn.Module):
             fake_quant(w.astype(dtype), w_bits, 0) for w in (w_gate, w_up, w_down)
         )
         x = fake_quant(x.astype(dtype), a_bits)
-        self.sow(CALIBRATION_COLLECTION, "up_in", x)
+        sow_calibration(self, "up_in", x)
         gate = jnp.einsum("...d,df->...f", x, w_gate)
         up = jnp.einsum("...d,df->...f", x, w_up)
         hidden = fake_quant(nn.silu(gate) * up, a_bits)
-        self.sow(CALIBRATION_COLLECTION, "down_in", hidden)
+        sow_calibration(self, "down_in", hidden)
         return jnp.einsum("...f,fd->...d", hidden, w_down)

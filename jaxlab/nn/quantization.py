@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -102,6 +103,16 @@ class QuantConfig:
     def cache_bits(self) -> int | None:
         """``kv_bits`` if attention is targeted, else None."""
         return self.kv_bits if self.applies_to("attention") else None
+
+
+def sow_calibration(module: nn.Module, name: str, x: Array) -> None:
+    """Records ``x`` (the input of a linear map) in :data:`CALIBRATION_COLLECTION`.
+
+    Only when the caller asked for it (``apply(..., mutable=[CALIBRATION_COLLECTION])``) and never
+    during ``init``, so parameter trees and train states never carry activations.
+    """
+    if module.is_mutable_collection(CALIBRATION_COLLECTION) and not module.is_initializing():
+        module.sow(CALIBRATION_COLLECTION, name, x)
 
 
 def quantize_dequantize(
