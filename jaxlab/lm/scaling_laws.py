@@ -163,14 +163,19 @@ def compute_optimal_precision(law: PrecisionLaw, *, lo: float = 1.0, hi: float =
         ``P*`` in bits.
     """
     def cost(p):
-        return float(jnp.log(p) - jnp.log(effective_params(law, 1.0, p, p, p)))
+        p = np.asarray(p, np.float64)
+        return np.log(p) - np.log(np.asarray(effective_params(law, 1.0, p, p, p), np.float64))
 
-    grid = np.linspace(lo, hi, 2000)
-    start = grid[int(np.argmin([cost(p) for p in grid]))]
-    step = (hi - lo) / 1999
-    res = scipy.optimize.minimize_scalar(
-        cost, bounds=(max(lo, start - step), min(hi, start + step)), method="bounded"
-    )
+    with jax.enable_x64(True):
+        grid = np.linspace(lo, hi, 2000)
+        start = grid[int(np.argmin(cost(grid)))]
+        step = (hi - lo) / 1999
+        res = scipy.optimize.minimize_scalar(
+            lambda p: float(cost(p)),
+            bounds=(max(lo, start - step), min(hi, start + step)),
+            method="bounded",
+            options={"xatol": 1e-6},
+        )
     return float(res.x)
 
 
@@ -179,7 +184,8 @@ def compute_optimal_allocation(
 ) -> dict[str, float]:
     """Jointly loss-optimal ``(N, D, P)`` at fixed compute ``C = (6/16) N D P`` (§4.3).
 
-    Minimises :func:`training_loss` over ``log N`` and ``P`` with ``D = C / (6/16 · N · P)``.
+    ``D = C / (6/16 · N · P)``; at each ``P`` the loss-optimal ``N`` is closed-form
+    (``N* = (α A u^{-α} / (β B (kP/C)^β))^{1/(α+β)}``), and ``P`` is searched on a grid then refined.
 
     Args:
         law: the constants.
@@ -189,29 +195,30 @@ def compute_optimal_allocation(
     Returns:
         ``{"N", "D", "P", "loss"}``.
     """
-    def at_precision(p):
-        def loss(log_n):
-            n = np.exp(log_n)
-            d = compute / (flops_per_param_token_bit * n * p)
-            return float(training_loss(law, n, d, p, p, p))
+    alpha, beta = law.alpha, law.beta_
 
-        res = scipy.optimize.minimize_scalar(
-            loss, bounds=(1.0, math.log(compute)), method="bounded", options={"xatol": 1e-6}
-        )
-        return float(res.fun), float(res.x)
+    def at_precision(p):
+        # at fixed P: L(N) = a N^-α + b N^β, minimised at N* = (α a / (β b))^{1/(α+β)}
+        p = np.asarray(p, np.float64)
+        u = np.asarray(effective_params(law, 1.0, p, p, p), np.float64)
+        a = law.A * u ** (-alpha)
+        b = law.B * (flops_per_param_token_bit * p / compute) ** beta
+        n = (alpha * a / (beta * b)) ** (1.0 / (alpha + beta))
+        d = compute / (flops_per_param_token_bit * n * p)
+        return np.asarray(training_loss(law, n, d, p, p, p), np.float64), n
 
     with jax.enable_x64(True):
-        grid = np.linspace(1.5, 32.0, 245)
-        best = int(np.argmin([at_precision(p)[0] for p in grid]))
+        grid = np.linspace(1.5, 32.0, 2000)
+        best = int(np.argmin(at_precision(grid)[0]))
         res = scipy.optimize.minimize_scalar(
-            lambda p: at_precision(p)[0],
+            lambda p: float(at_precision(p)[0]),
             bounds=(grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]),
             method="bounded",
-            options={"xatol": 1e-5},
+            options={"xatol": 1e-6},
         )
         p = float(res.x)
-        value, log_n = at_precision(p)
-    n = float(np.exp(log_n))
+        value, n = at_precision(p)
+    n, value = float(n), float(value)
     d = compute / (flops_per_param_token_bit * n * p)
     return {"N": n, "D": d, "P": p, "loss": value}
 
@@ -358,8 +365,12 @@ def fit_law(
             pred = model(dataclasses.replace(init, **values), cols)
             return jnp.log(pred) if log_target else pred
 
-        resid = jax.jit(lambda th: predict(th) - jnp.asarray(y_fit))
-        jac = jax.jit(jax.jacfwd(resid))
+        def raw(th):
+            return predict(th) - jnp.asarray(y_fit)
+
+        # a trial step into a diverging region (u <= 0, overflow) gets a large finite residual
+        resid = jax.jit(lambda th: jnp.nan_to_num(raw(th), nan=1e6, posinf=1e6, neginf=-1e6))
+        jac = jax.jit(lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0))
         theta0 = np.array(
             [
                 np.log(getattr(init, f)) if lg else getattr(init, f)
