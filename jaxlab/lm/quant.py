@@ -145,9 +145,7 @@ def rtn_quantize(
         Unboxed parameters with the targeted kernels replaced by ``Q_b(W)``.
     """
     check_bits("bits", bits)
-    return _map_kernels(
-        cfg, params, lambda _, ga, w: quantize_dequantize(w, bits, ga[1]), targets
-    )
+    return _map_kernels(cfg, params, lambda _, ga, w: quantize_dequantize(w, bits, ga[1]), targets)
 
 
 @functools.partial(jax.jit, static_argnames=("block_size",))
@@ -222,7 +220,13 @@ def gptq_matrix(
     return w[:d_in].astype(dtype)
 
 
-_CALIB_INPUT = {"wq": "qkv_in", "wk": "qkv_in", "wv": "qkv_in", "wi_gate": "up_in", "wi_up": "up_in"}
+_CALIB_INPUT = {
+    "wq": "qkv_in",
+    "wk": "qkv_in",
+    "wv": "qkv_in",
+    "wi_gate": "up_in",
+    "wi_up": "up_in",
+}
 
 
 def _calib_name(names: tuple[str, ...]) -> str:
@@ -338,4 +342,3 @@ def validate_bits_list(field: str, bits: Any) -> tuple[int, ...]:
     for b in out:
         check_bits(field, b)
     return out
-

@@ -162,6 +162,7 @@ def compute_optimal_precision(law: PrecisionLaw, *, lo: float = 1.0, hi: float =
     Returns:
         ``P*`` in bits.
     """
+
     def cost(p):
         p = np.asarray(p, np.float64)
         return np.log(p) - np.log(np.asarray(effective_params(law, 1.0, p, p, p), np.float64))
@@ -370,7 +371,9 @@ def fit_law(
 
         # a trial step into a diverging region (u <= 0, overflow) gets a large finite residual
         resid = jax.jit(lambda th: jnp.nan_to_num(raw(th), nan=1e6, posinf=1e6, neginf=-1e6))
-        jac = jax.jit(lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0))
+        jac = jax.jit(
+            lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0)
+        )
         theta0 = np.array(
             [
                 np.log(getattr(init, f)) if lg else getattr(init, f)
@@ -444,7 +447,9 @@ def plot_loss_vs_precision(
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for i, n in enumerate(sizes):
         kw = {f"p_{which}": p}
-        ax.plot(p, np.asarray(training_loss(law, n, tokens, **kw)), color=f"C{i}", label=f"N={n:.3g}")
+        ax.plot(
+            p, np.asarray(training_loss(law, n, tokens, **kw)), color=f"C{i}", label=f"N={n:.3g}"
+        )
         if measured is not None:
             sel = np.asarray(measured["N"]) == n
             ax.scatter(
@@ -501,7 +506,9 @@ def plot_ptq_vs_data(
     return path
 
 
-def plot_fit(measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str) -> Path:
+def plot_fit(
+    measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str
+) -> Path:
     """PNG scatter of fitted vs measured values with the diagonal."""
     import matplotlib
 

@@ -140,7 +140,10 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
                 dataclasses.replace(cfg.data, seed=cfg.data.seed + 1), shard_index=0, shard_count=1
             )
             calib = np.concatenate(
-                [b["tokens"][:, :-1] for _, b in zip(range(cfg.ptq.calib_batches), calib_it)]
+                [
+                    b["tokens"][:, :-1]
+                    for _, b in zip(range(cfg.ptq.calib_batches), calib_it, strict=False)
+                ]
             )
             for bits in cfg.ptq.bits:
                 for method in cfg.ptq.methods:

@@ -45,7 +45,9 @@ def test_gptq_matches_numpy_algorithm_1(layer, block_size):
     got = gptq_matrix(w, h, bits=3, block_size=block_size)
     np.testing.assert_allclose(got, _numpy_gptq(w, h, 3), rtol=2e-4, atol=2e-4)
     scale = np.max(np.abs(np.asarray(w)), axis=0, keepdims=True) / 3
-    np.testing.assert_allclose(np.asarray(got) / scale, np.round(np.asarray(got) / scale), atol=1e-3)
+    np.testing.assert_allclose(
+        np.asarray(got) / scale, np.round(np.asarray(got) / scale), atol=1e-3
+    )
 
 
 def test_gptq_lowers_the_layer_output_error(layer):
@@ -70,7 +72,7 @@ def trained():
     windows = pack_windows(stream, SEQ + 1)
     rng = np.random.default_rng(0)
     rng.shuffle(windows)
-    train, held = windows[: -128], windows[-128:]
+    train, held = windows[:-128], windows[-128:]
     train = np.resize(train, (STEPS, BATCH, SEQ + 1))
     model = Decoder(CFG)
     params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), train[0, :, :-1]))
