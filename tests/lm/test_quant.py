@@ -134,3 +134,28 @@ def test_ptq_bad_input_names_the_field(untrained):
         rtn_quantize(CFG, params, 4, targets=("experts",))
     with pytest.raises(ConfigError, match="quant.targets"):
         QuantConfig(w_bits=4, targets=("mlp", "lm_head"))
+
+
+def test_checkpoint_saved_before_quant_existed_restores(tmp_path):
+    """A run saved before ``DecoderConfig.quant`` existed restores into today's default config,
+    and a run that quantises is refused (the changed field is named)."""
+    import dataclasses
+
+    from jaxlab.core.checkpoint import Checkpointer, IncompatibleCheckpointError
+
+    @dataclasses.dataclass(frozen=True)
+    class Run:
+        model: DecoderConfig = CFG
+
+    old = Checkpointer(tmp_path, Run(), async_save=False)
+    del old.config_dict["model"]["quant"]  # what a checkpoint from before the field holds
+    old.save(1, {"w": jnp.ones(3)}, force=True)
+    old.close()
+    ck = Checkpointer(tmp_path, Run(), async_save=False)
+    ck.check_config(1)
+    ck.close()
+    quantised = Run(DecoderConfig(**{**CFG.__dict__, "quant": QuantConfig(w_bits=4)}))
+    ck = Checkpointer(tmp_path, quantised, async_save=False)
+    with pytest.raises(IncompatibleCheckpointError, match="model.quant.w_bits"):
+        ck.check_config(1)
+    ck.close()
