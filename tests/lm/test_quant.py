@@ -59,12 +59,12 @@ def test_gptq_lowers_the_layer_output_error(layer):
 
 
 CFG = DecoderConfig(d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=32)
-SEQ, BATCH, STEPS = 32, 16, 300
+SEQ, BATCH, STEPS = 32, 16, 150
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """A tiny byte LM trained for 300 Adam steps in one compiled scan."""
+    """A tiny byte LM trained for 150 Adam steps in one compiled scan."""
     docs = load_corpus()
     stream = np.concatenate(
         [ByteTokenizer().encode(d, add_bos=True, add_eos=True) for d in docs[:120]]

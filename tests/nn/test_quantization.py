@@ -132,9 +132,9 @@ def test_moe_expert_hook_equals_quantising_the_weights():
     def both(p, r):
         y_q = MoEFeedForward(cfg, quant=quant).apply(p, x, mutable=mutable)[0]
         y_r = MoEFeedForward(cfg).apply(r, x, mutable=mutable)[0]
-        y_fp = MoEFeedForward(cfg).apply(p, x, mutable=mutable)[0]
-        return y_q, y_r, y_fp
+        return y_q, y_r
 
-    y_q, y_r, y_fp = both(params, rounded)
+    # the rounding is not a no-op, so equal outputs mean the hook quantises the experts
+    assert float(jnp.max(jnp.abs(rounded["params"]["w1"] - params["params"]["w1"]))) > 1e-3
+    y_q, y_r = both(params, rounded)
     np.testing.assert_allclose(y_q, y_r, atol=1e-6)
-    assert float(jnp.max(jnp.abs(y_q - y_fp))) > 1e-4
