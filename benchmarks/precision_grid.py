@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+FAMILIES = ("fp", "w", "a", "kv")
 GRIDS = {
     # minutes on 2 CPU cores
     "tiny": dict(
@@ -46,8 +47,10 @@ GRIDS = {
         steps=[100, 200, 400],
         bits=[3, 4, 6, 8],
         ptq_bits=[3, 4, 6],
+        w_steps=[400],
         act_steps=[400],
         kv_steps=[400],
+        kv_layers=[2],
     ),
     # the cpu grid: wider models and longer runs (tens of minutes)
     "cpu": dict(
@@ -63,13 +66,15 @@ GRIDS = {
         steps=[250, 500, 1000, 2000],
         bits=[3, 4, 5, 6, 8],
         ptq_bits=[3, 4, 5, 6],
+        w_steps=[250, 500, 1000, 2000],
         act_steps=[250, 500, 1000, 2000],
         kv_steps=[1000],
+        kv_layers=[1, 2, 4],
     ),
 }  # fmt: skip
 
 
-def run_grid(grid: str, out: Path) -> list[dict]:
+def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dict]:
     from jaxlab.core import config as config_lib
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.sweep import sweep
@@ -77,22 +82,24 @@ def run_grid(grid: str, out: Path) -> list[dict]:
     spec = GRIDS[grid]
     recipe = recipe_lib.get("precision")
     base = config_lib.replace(recipe.config("cpu"), **spec["base"], **{"model.quant.w_bits": None})
+    no_ptq = {"ptq.bits": ()}
+    layers = spec["layers"]
     families = {
-        "fp": ({}, {"ptq.bits": tuple(spec["ptq_bits"])}, spec["steps"]),
-        "w": ({"model.quant.w_bits": spec["bits"]}, {"ptq.bits": ()}, spec["steps"]),
-        "a": ({"model.quant.a_bits": spec["bits"]}, {"ptq.bits": ()}, spec["act_steps"]),
-        "kv": ({"model.quant.kv_bits": spec["bits"]}, {"ptq.bits": ()}, spec["kv_steps"]),
+        "fp": ({}, {"ptq.bits": tuple(spec["ptq_bits"])}, spec["steps"], layers),
+        "w": ({"model.quant.w_bits": spec["bits"]}, no_ptq, spec["w_steps"], layers),
+        "a": ({"model.quant.a_bits": spec["bits"]}, no_ptq, spec["act_steps"], layers),
+        "kv": ({"model.quant.kv_bits": spec["bits"]}, no_ptq, spec["kv_steps"], spec["kv_layers"]),
     }
     rows, start = [], time.time()
     out.mkdir(parents=True, exist_ok=True)
-    for name, (axis, fixed, steps) in families.items():
+    for name, (axis, fixed, steps, n_layers) in families.items():
+        if name not in only:
+            continue
         cfg = config_lib.replace(base, **fixed)
-        axes = {"model.n_layers": spec["layers"], "loop.total_steps": steps, **axis}
+        axes = {"model.n_layers": n_layers, "loop.total_steps": steps, **axis}
         t0 = time.time()
         result = sweep(recipe, cfg, axes, seeds=1, out_dir=out / name, log=io.StringIO())
-        for r in result.rows:
-            row = {k[5:]: v for k, v in r.items() if k.startswith("eval/")}
-            row.update(family=name, run_dir=r["run_dir"])
+        for row in _family_rows(out / name):
             rows.append(row)
             print(json.dumps({"what": "precision_run", **row}, default=float), flush=True)
         print(
@@ -103,12 +110,32 @@ def run_grid(grid: str, out: Path) -> list[dict]:
             flush=True,
         )  # fmt: skip
     total = time.time() - start
-    with open(out / "table.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, default=float) + "\n")
+    write_table(out)
     print(json.dumps({"what": "precision_grid", "grid": grid, "runs": len(rows),
                       "total_cpu_wall_s": round(total, 1), "table": str(out / "table.jsonl")}))  # fmt: skip
     return rows
+
+
+def _family_rows(family_dir: Path) -> list[dict]:
+    rows = []
+    for line in (family_dir / "sweep.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        row = {k[5:]: v for k, v in r.items() if k.startswith("eval/")}
+        row.update(family=family_dir.name, run_dir=r["run_dir"])
+        rows.append(row)
+    return rows
+
+
+def write_table(out: Path) -> Path:
+    """``out/table.jsonl`` from every finished family's ``sweep.jsonl`` under ``out``."""
+    rows = []
+    for name in FAMILIES:
+        if (out / name / "sweep.jsonl").exists():
+            rows += _family_rows(out / name)
+    with open(out / "table.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=float) + "\n")
+    return out / "table.jsonl"
 
 
 def _best_fit(data, y, free, inits, **kw):
@@ -239,12 +266,17 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--grid", choices=sorted(GRIDS), default="tiny")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--fit", action="store_true", help="fit the table afterwards")
+    r.add_argument("--families", default=",".join(FAMILIES), help="subset of fp,w,a,kv")
     f = sub.add_parser("fit")
     f.add_argument("table", type=Path)
     f.add_argument("--plots", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cmd == "run":
-        run_grid(args.grid, args.out)
+        only = tuple(args.families.split(","))
+        bad = [f for f in only if f not in FAMILIES]
+        if bad:
+            parser.error(f"--families {args.families}: expected names from {FAMILIES}")
+        run_grid(args.grid, args.out, only)
         if args.fit:
             print(json.dumps(fit_table(args.out / "table.jsonl", args.out), default=float))
     else:
