@@ -49,6 +49,7 @@ GRIDS = {
         ptq_bits=[3, 4, 6],
         w_steps=[400],
         act_steps=[400],
+        act_layers=[2],
         kv_steps=[400],
         kv_layers=[2],
     ),
@@ -68,6 +69,7 @@ GRIDS = {
         ptq_bits=[3, 4, 5, 6],
         w_steps=[250, 500, 1000, 2000],
         act_steps=[250, 500, 1000, 2000],
+        act_layers=[1, 2, 4],
         kv_steps=[1000],
         kv_layers=[1, 2, 4],
     ),
@@ -87,7 +89,7 @@ def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dic
     families = {
         "fp": ({}, {"ptq.bits": tuple(spec["ptq_bits"])}, spec["steps"], layers),
         "w": ({"model.quant.w_bits": spec["bits"]}, no_ptq, spec["w_steps"], layers),
-        "a": ({"model.quant.a_bits": spec["bits"]}, no_ptq, spec["act_steps"], layers),
+        "a": ({"model.quant.a_bits": spec["bits"]}, no_ptq, spec["act_steps"], spec["act_layers"]),
         "kv": ({"model.quant.kv_bits": spec["bits"]}, no_ptq, spec["kv_steps"], spec["kv_layers"]),
     }
     rows, start = [], time.time()
