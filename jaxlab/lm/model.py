@@ -24,12 +24,14 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core.config import ConfigError
 from jaxlab.lm.moe import MoEConfig, MoEFeedForward
 from jaxlab.lm.tokenizer import VOCAB_SIZE
 from jaxlab.nn.attention import KVCache
 from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
 from jaxlab.nn.mlp import SwiGLU
 from jaxlab.nn.norms import RMSNorm
+from jaxlab.nn.quantization import QuantConfig
 from jaxlab.nn.transformer import TransformerBlock
 
 DecoderCache = tuple[KVCache, ...]
@@ -65,6 +67,9 @@ class DecoderConfig:
         moe: mixture-of-experts FFN configuration (``None``: dense SwiGLU in every layer). The MoE
             layers use ``moe.init_std`` and add auxiliary losses (see :func:`jaxlab.lm.moe.aux_loss`).
         moe_layers: indices of the layers whose FFN is the MoE (``None``: every layer, OLMoE).
+        quant: forward-only fake quantisation for quantisation-aware training ("Scaling Laws for
+            Precision"; :class:`jaxlab.nn.quantization.QuantConfig`): bits of weights,
+            activations and KV cache and the targeted layer groups. Default: off (exact).
     """
 
     vocab_size: int = VOCAB_SIZE
@@ -84,6 +89,7 @@ class DecoderConfig:
     init_std: float = 0.02
     moe: MoEConfig | None = None
     moe_layers: tuple[int, ...] | None = None
+    quant: QuantConfig = QuantConfig()
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff", "max_len"):
@@ -122,6 +128,19 @@ class DecoderConfig:
                     f"indices in [0, n_layers={self.n_layers})"
                 )
 
+        if not isinstance(self.quant, QuantConfig):
+            raise ConfigError("quant", self.quant, "a QuantConfig")
+        has_dense = any(not self.is_moe_layer(i) for i in range(self.n_layers))
+        present = {"attention": True, "mlp": has_dense, "experts": self.moe is not None}
+        present["head"] = not self.tie_embeddings
+        for target in self.quant.targets or ():
+            if not present[target]:
+                raise ConfigError(
+                    "quant.targets",
+                    self.quant.targets,
+                    f"layer groups present in this model ({[k for k, v in present.items() if v]})",
+                )
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer``'s FFN is the MoE (``moe`` set and ``layer`` in ``moe_layers``)."""
         if self.moe is None:
@@ -158,6 +177,7 @@ def dense_ffn(cfg: DecoderConfig) -> SwiGLU:
         init_std=cfg.kernel_std,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.weight_dtype,
+        quant=cfg.quant,
     )
 
 
@@ -172,7 +192,9 @@ def config_ffn(cfg: DecoderConfig, layer: int) -> nn.Module:
         An unbound :class:`jaxlab.lm.moe.MoEFeedForward` or :func:`dense_ffn` module.
     """
     if cfg.is_moe_layer(layer):
-        return MoEFeedForward(cfg.moe, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype)
+        return MoEFeedForward(
+            cfg.moe, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, quant=cfg.quant
+        )
     return dense_ffn(cfg)
 
 
@@ -246,13 +268,17 @@ class Decoder(nn.Module):
                 init_std=cfg.kernel_std,
                 dtype=dtype,
                 param_dtype=param_dtype,
+                quant=cfg.quant,
             )
             for i in range(cfg.n_layers)
         ]
         self.final_norm = RMSNorm(eps=cfg.norm_eps, dtype=dtype, param_dtype=param_dtype)
         if not cfg.tie_embeddings:
             self.head = OutputHead(
-                vocab_size=cfg.vocab_size, init_std=cfg.kernel_std, param_dtype=param_dtype
+                vocab_size=cfg.vocab_size,
+                init_std=cfg.kernel_std,
+                param_dtype=param_dtype,
+                quant=cfg.quant,
             )
 
     def _forward(

@@ -63,6 +63,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.routing_stats import RoutingStats, expert_counts, routing_stats
 from jaxlab.nn.initializers import kernel_init
+from jaxlab.nn.quantization import QuantConfig, fake_quant
 
 #: flax ``sow`` collection holding each MoE layer's raw (unweighted) auxiliary losses.
 AUX_LOSS_COLLECTION = "moe_aux_loss"
@@ -1056,11 +1057,17 @@ class MoEFeedForward(nn.Module):
         config: :class:`MoEConfig`.
         dtype: computation dtype.
         param_dtype: parameter dtype.
+        quant: fake quantisation of the experts (group ``"experts"`` of
+            :class:`jaxlab.nn.quantization.QuantConfig`): ``w1, w3, w2`` per expert and output
+            channel, the layer input (seen by router and experts) per tensor. The router kernel
+            stays in full precision, and so does the experts' hidden activation (it lives inside
+            the grouped-matmul kernels).
     """
 
     config: MoEConfig
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    quant: QuantConfig | None = None
 
     @nn.compact
     def __call__(self, x: Float[Array, "batch ... embed"]) -> Float[Array, "batch ... embed"]:
@@ -1079,10 +1086,11 @@ class MoEFeedForward(nn.Module):
             w3=param("w3", (e, d, ff), ("expert", "embed", "mlp")),
             w2=param("w2", (e, ff, d), ("expert", "mlp", "embed")),
         )
-        weights = jax.tree.map(lambda w: jnp.asarray(w, self.dtype), weights)
-        y, aux = moe_ffn(
-            jnp.asarray(x, self.dtype), jnp.asarray(router, self.dtype), weights, config=cfg
-        )
+        quant = self.quant or QuantConfig()
+        w_bits = quant.weight_bits("experts")
+        weights = jax.tree.map(lambda w: fake_quant(jnp.asarray(w, self.dtype), w_bits, 1), weights)
+        x = fake_quant(jnp.asarray(x, self.dtype), quant.act_bits("experts"))
+        y, aux = moe_ffn(x, jnp.asarray(router, self.dtype), weights, config=cfg)
         self.sow(AUX_LOSS_COLLECTION, "lb_loss", aux.lb_loss)
         self.sow(AUX_LOSS_COLLECTION, "z_loss", aux.z_loss)
         self.sow(STATS_COLLECTION, "routing", aux.stats)

@@ -15,6 +15,7 @@ from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
 from jaxlab.nn.initializers import embedding_init, kernel_init
 from jaxlab.nn.mlp import MLP, SwiGLU
 from jaxlab.nn.norms import RMSNorm
+from jaxlab.nn.quantization import QuantConfig, fake_quant, quantize_dequantize
 from jaxlab.nn.rope import apply_rope, rope_inverse_frequencies
 from jaxlab.nn.transformer import FFNFactory, TransformerBlock
 
@@ -24,6 +25,7 @@ __all__ = [
     "KVCache",
     "MultiHeadAttention",
     "OutputHead",
+    "QuantConfig",
     "RMSNorm",
     "SwiGLU",
     "TokenEmbedding",
@@ -32,6 +34,8 @@ __all__ = [
     "causal_padding_mask",
     "dot_product_attention",
     "embedding_init",
+    "fake_quant",
     "kernel_init",
+    "quantize_dequantize",
     "rope_inverse_frequencies",
 ]

@@ -10,6 +10,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.nn.initializers import kernel_init
 from jaxlab.nn.norms import RMSNorm
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 from jaxlab.nn.rope import apply_rope
 
 
@@ -156,6 +157,11 @@ class MultiHeadAttention(nn.Module):
         init_std: ``None`` for LeCun-normal kernels, else the std of a ±3σ truncated normal.
         dtype: computation dtype (``None``: the input's).
         param_dtype: parameter dtype.
+        quant: fake quantisation (:class:`jaxlab.nn.quantization.QuantConfig`, group
+            ``"attention"``): the four kernels per output channel, the inputs of the ``q/k/v`` and
+            output projections per tensor, keys and values (the cache) per token and head.
+            ``None`` or all bits ``None``: exact full precision. The inputs of the projections
+            are also ``sow``n into ``quant_calibration`` (``qkv_in``, ``o_in``) for GPTQ.
     """
 
     n_heads: int
@@ -168,6 +174,7 @@ class MultiHeadAttention(nn.Module):
     init_std: float | None = 0.02
     dtype: jnp.dtype | None = None
     param_dtype: jnp.dtype = jnp.float32
+    quant: QuantConfig | None = None
 
     @nn.compact
     def __call__(
@@ -218,6 +225,13 @@ class MultiHeadAttention(nn.Module):
             (self.n_heads, self.head_dim, d_model),
             self.param_dtype,
         ).astype(dtype)
+        quant = self.quant or QuantConfig()
+        w_bits, a_bits = quant.weight_bits("attention"), quant.act_bits("attention")
+        kv_bits = quant.cache_bits()
+        w_q, w_k, w_v = (fake_quant(w, w_bits, 0) for w in (w_q, w_k, w_v))
+        w_o = fake_quant(w_o, w_bits, (0, 1))
+        x = fake_quant(x, a_bits)
+        sow_calibration(self, "qkv_in", x)
 
         q = jnp.einsum("bsd,dhk->bshk", x, w_q)
         k = jnp.einsum("bsd,dhk->bshk", x, w_k)
@@ -237,6 +251,7 @@ class MultiHeadAttention(nn.Module):
         if self.use_rope:
             q = apply_rope(q, positions, base=self.rope_base)
             k = apply_rope(k, positions, base=self.rope_base)
+        k, v = fake_quant(k, kv_bits, -1), fake_quant(v, kv_bits, -1)
         q = nn.with_logical_constraint(q, ("batch", "seq", "heads", "kv"))
         k = nn.with_logical_constraint(k, ("batch", "seq", "heads", "kv"))
         v = nn.with_logical_constraint(v, ("batch", "seq", "heads", "kv"))
@@ -263,5 +278,7 @@ class MultiHeadAttention(nn.Module):
             out = dot_product_attention(
                 q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask
             )
+        out = fake_quant(out, a_bits)
+        sow_calibration(self, "o_in", out)
         y = jnp.einsum("bshk,hkd->bsd", out, w_o)
         return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache

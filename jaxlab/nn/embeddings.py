@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from jaxlab.nn.initializers import embedding_init, kernel_init
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 
 
 class TokenEmbedding(nn.Module):
@@ -71,11 +72,15 @@ class OutputHead(nn.Module):
         vocab_size: number of output classes.
         init_std: ``None`` for LeCun-normal, else the std of a ±3σ truncated normal.
         param_dtype: parameter dtype.
+        quant: fake quantisation (group ``"head"``, off unless listed in ``quant.targets``):
+            kernel per vocabulary column, input per tensor; the input is ``sow``n into
+            ``quant_calibration`` (``head_in``) for GPTQ.
     """
 
     vocab_size: int
     init_std: float | None = 0.02
     param_dtype: jnp.dtype = jnp.float32
+    quant: QuantConfig | None = None
 
     @nn.compact
     def __call__(self, h: Float[Array, "batch seq embed"]) -> Float[Array, "batch seq vocab"]:
@@ -95,5 +100,9 @@ class OutputHead(nn.Module):
             (h.shape[-1], self.vocab_size),
             self.param_dtype,
         )
-        logits = jnp.einsum("bsd,dv->bsv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+        quant = self.quant or QuantConfig()
+        w = fake_quant(w.astype(h.dtype), quant.weight_bits("head"), 0)
+        h = fake_quant(h, quant.act_bits("head"))
+        sow_calibration(self, "head_in", h)
+        logits = jnp.einsum("bsd,dv->bsv", h, w, preferred_element_type=jnp.float32)
         return nn.with_logical_constraint(logits, ("batch", "seq", "vocab"))

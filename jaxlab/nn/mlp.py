@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.nn.initializers import kernel_init
+from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
 
 
 class MLP(nn.Module):
@@ -88,12 +89,16 @@ class SwiGLU(nn.Module):
             (OLMoE: 0.02).
         dtype: computation dtype (``None``: the input's).
         param_dtype: parameter dtype.
+        quant: fake quantisation (group ``"mlp"``): kernels per output channel, the inputs of
+            the up/gate and down projections per tensor. ``None``: exact full precision. The
+            inputs are ``sow``n into ``quant_calibration`` (``up_in``, ``down_in``) for GPTQ.
     """
 
     d_ff: int
     init_std: float | None = 0.02
     dtype: jnp.dtype | None = None
     param_dtype: jnp.dtype = jnp.float32
+    quant: QuantConfig | None = None
 
     @nn.compact
     def __call__(self, x: Float[Array, "*batch embed"]) -> Float[Array, "*batch embed"]:
@@ -118,8 +123,15 @@ class SwiGLU(nn.Module):
             (self.d_ff, d_model),
             self.param_dtype,
         )
-        x = x.astype(dtype)
-        gate = jnp.einsum("...d,df->...f", x, w_gate.astype(dtype))
-        up = jnp.einsum("...d,df->...f", x, w_up.astype(dtype))
-        hidden = nn.silu(gate) * up
-        return jnp.einsum("...f,fd->...d", hidden, w_down.astype(dtype))
+        quant = self.quant or QuantConfig()
+        w_bits, a_bits = quant.weight_bits("mlp"), quant.act_bits("mlp")
+        w_gate, w_up, w_down = (
+            fake_quant(w.astype(dtype), w_bits, 0) for w in (w_gate, w_up, w_down)
+        )
+        x = fake_quant(x.astype(dtype), a_bits)
+        sow_calibration(self, "up_in", x)
+        gate = jnp.einsum("...d,df->...f", x, w_gate)
+        up = jnp.einsum("...d,df->...f", x, w_up)
+        hidden = fake_quant(nn.silu(gate) * up, a_bits)
+        sow_calibration(self, "down_in", hidden)
+        return jnp.einsum("...f,fd->...d", hidden, w_down)

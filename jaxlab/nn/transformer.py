@@ -9,6 +9,7 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxlab.nn.attention import KVCache, MultiHeadAttention
 from jaxlab.nn.mlp import SwiGLU
 from jaxlab.nn.norms import RMSNorm
+from jaxlab.nn.quantization import QuantConfig
 
 FFNFactory = Callable[[], nn.Module]
 """A zero-argument callable returning an *unbound* flax module ``ffn`` with
@@ -39,6 +40,8 @@ class TransformerBlock(nn.Module):
         init_std: ``None`` for LeCun-normal kernels, else the std of a ±3σ truncated normal.
         dtype: computation dtype (``None``: the input's).
         param_dtype: parameter dtype.
+        quant: fake quantisation of the attention and of the default SwiGLU
+            (:class:`jaxlab.nn.quantization.QuantConfig`); a custom ``ffn_factory`` handles its own.
     """
 
     n_heads: int
@@ -52,6 +55,7 @@ class TransformerBlock(nn.Module):
     init_std: float | None = 0.02
     dtype: jnp.dtype | None = None
     param_dtype: jnp.dtype = jnp.float32
+    quant: QuantConfig | None = None
 
     def setup(self) -> None:
         """Creates ``attn_norm``, ``attn``, ``ffn_norm`` and ``ffn``."""
@@ -66,6 +70,7 @@ class TransformerBlock(nn.Module):
             init_std=self.init_std,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
+            quant=self.quant,
         )
         self.ffn_norm = RMSNorm(eps=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
         if self.ffn_factory is None:
@@ -78,6 +83,7 @@ class TransformerBlock(nn.Module):
                 init_std=self.init_std,
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
+                quant=self.quant,
             )
         else:
             self.ffn = self.ffn_factory()

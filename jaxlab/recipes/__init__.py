@@ -7,6 +7,7 @@ every family (importing a recipe pulls in its whole family).
 NAMES: dict[str, str] = {
     "lm-tiny": "lm_tiny",
     "olmoe": "olmoe",
+    "precision": "precision",
     "gnn": "gnn",
     "diffusion": "diffusion",
     "ld3": "ld3",

@@ -1,0 +1,530 @@
+"""Precision-aware scaling laws ("Scaling Laws for Precision", Kumar et al., ICLR 2025).
+
+The unified law (§5, eq. 6-8 of the paper; brief ``papers/lm.md`` §7):
+
+    L(N, D, P_w, P_a, P_kv, P_post) = A N_eff^{-α} + B D^{-β} + E + δ_PTQ
+    N_eff = N · Π_{x ∈ {w, a, kv}} (1 - e^{-P_x/γ_x + n_x})                    (training precision)
+    δ_PTQ = C_T e^{-P_post/γ_post + b} · D^{γ_D} / N_eff^{γ_N} · Π_x [1 - e^{-C_x (P_x - P_post)}]
+
+``n_x`` and ``b`` are the offsets of App. K (``0`` gives the offset-free form of the main text);
+for a model trained in high precision (``P_x = ∞``) the PTQ term reduces to
+``C_T e^{-P_post/γ_post + b} D^{γ_D} / N^{γ_N}``, which grows with the data ``D``: more
+pre-training makes a model more fragile to post-training quantisation. A precision factor
+``1 - e^{-P/γ + n}`` below zero (very low ``P`` with an offset) is clipped to ``1e-9``: the law
+says such a run diverges.
+
+Derived quantities:
+
+* compute-optimal precision: with ``C ∝ N D P`` and ``P_w = P_a = P_kv = P``, minimising ``L`` over
+  ``N`` at fixed ``C`` and ``P`` leaves ``L* ∝ (P / u(P))^{αβ/(α+β)} C^{-αβ/(α+β)}`` with
+  ``u(P) = N_eff/N``, so the optimal ``P*`` minimises ``P / u(P)`` — independent of ``C``, ``α``
+  and ``β``; it solves ``d ln u / dP = 1/P``. Table 2 gives 7.0 bits (3.47 without offsets).
+* critical data size (eq. 9): ``dL/dD = 0`` of ``B D^{-β} + δ_PTQ`` at ``P_x = ∞``:
+  ``D_crit = (β B N^{γ_N} e^{P_post/γ_post - b} / (γ_D C_T))^{1/(γ_D + β)}``; beyond it more data
+  makes the post-quantised model worse.
+
+The functions are written in ``jax.numpy`` (jit- and vmap-able); :func:`fit_law` runs
+``scipy.optimize.least_squares`` in float64 with the exact Jacobian from ``jax.jacfwd`` and gives
+standard errors and 95% confidence intervals from ``σ² (JᵀJ)⁻¹``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.optimize
+import scipy.stats
+
+from jaxlab.core.config import ConfigError
+
+_FLOOR = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionLaw:
+    """Constants of the precision-aware scaling law (see the module docstring).
+
+    ``beta = None`` ties ``β = α`` (as the paper's Table 2 fit does). ``C_w, C_a, C_kv`` are the
+    PTQ training-precision sensitivities (not in Table 2; ``inf`` makes their factor 1).
+    """
+
+    A: float = 4.299e3
+    alpha: float = 0.4965
+    B: float = 1.806e4
+    beta: float | None = None
+    E: float = 2.7648
+    gamma_w: float = 2.6745
+    gamma_a: float = 2.2102
+    gamma_kv: float = 0.9578
+    n_w: float = 0.3037
+    n_a: float = 1.4072
+    n_kv: float = 2.4185
+    C_T: float = 0.0598
+    gamma_D: float = 0.5068
+    gamma_N: float = 0.3439
+    gamma_post: float = 0.5907
+    b_post: float = 1.1277
+    C_w: float = math.inf
+    C_a: float = math.inf
+    C_kv: float = math.inf
+
+    @property
+    def beta_(self) -> float:
+        """``β`` (``α`` when tied)."""
+        return self.alpha if self.beta is None else self.beta
+
+    def without_offsets(self) -> PrecisionLaw:
+        """The same law with ``n_w = n_a = n_kv = b_post = 0`` (the main text's form)."""
+        return dataclasses.replace(self, n_w=0.0, n_a=0.0, n_kv=0.0, b_post=0.0)
+
+
+TABLE2 = PrecisionLaw()
+"""App. K Table 2 of the paper (integer training, OLMo-style models, Dolma; ``α = β`` tied)."""
+
+FIELDS = tuple(f.name for f in dataclasses.fields(PrecisionLaw))
+POSITIVE = frozenset(FIELDS) - {"E", "n_w", "n_a", "n_kv", "b_post"}
+
+
+def precision_factor(p: Any, gamma: Any, offset: Any = 0.0) -> jax.Array:
+    """``1 - e^{-P/γ + n}`` clipped below at 1e-9; ``P = inf`` gives 1.
+
+    ``P`` is capped at 1000 bits so that ``P = inf`` has finite derivatives in ``γ`` and ``n``.
+    """
+    p = jnp.minimum(jnp.asarray(p, dtype=jnp.result_type(float)), 1000.0)
+    return jnp.maximum(1.0 - jnp.exp(-p / gamma + offset), _FLOOR)
+
+
+def effective_params(
+    law: PrecisionLaw, n: Any, p_w: Any = math.inf, p_a: Any = math.inf, p_kv: Any = math.inf
+) -> jax.Array:
+    """``N_eff = N Π_x (1 - e^{-P_x/γ_x + n_x})`` (eq. 6). Any argument may be an array."""
+    u = precision_factor(p_w, law.gamma_w, law.n_w)
+    u = u * precision_factor(p_a, law.gamma_a, law.n_a)
+    u = u * precision_factor(p_kv, law.gamma_kv, law.n_kv)
+    return jnp.asarray(n) * u
+
+
+def training_loss(
+    law: PrecisionLaw,
+    n: Any,
+    d: Any,
+    p_w: Any = math.inf,
+    p_a: Any = math.inf,
+    p_kv: Any = math.inf,
+) -> jax.Array:
+    """``A N_eff^{-α} + B D^{-β} + E`` (eq. 6): loss after training at ``(P_w, P_a, P_kv)``."""
+    n_eff = effective_params(law, n, p_w, p_a, p_kv)
+    return law.A * n_eff ** (-law.alpha) + law.B * jnp.asarray(d) ** (-law.beta_) + law.E
+
+
+def ptq_degradation(
+    law: PrecisionLaw,
+    n: Any,
+    d: Any,
+    p_post: Any,
+    p_w: Any = math.inf,
+    p_a: Any = math.inf,
+    p_kv: Any = math.inf,
+) -> jax.Array:
+    """``δ_PTQ`` (eq. 7-8): loss added by quantising the trained weights to ``P_post`` bits.
+
+    ``C_T e^{-P_post/γ_post + b} D^{γ_D} / N_eff^{γ_N} Π_x [1 - e^{-C_x (P_x - P_post)}]``, each
+    bracket clipped to ``[0, 1]`` and equal to 1 where ``P_x`` or ``C_x`` is infinite.
+    """
+    n_eff = effective_params(law, n, p_w, p_a, p_kv)
+    p_post = jnp.asarray(p_post, dtype=jnp.result_type(float))
+    delta = law.C_T * jnp.exp(-p_post / law.gamma_post + law.b_post)
+    delta = delta * jnp.asarray(d) ** law.gamma_D / n_eff**law.gamma_N
+    for p_x, c_x in ((p_w, law.C_w), (p_a, law.C_a), (p_kv, law.C_kv)):
+        if math.isinf(c_x):
+            continue
+        gap = jnp.asarray(p_x, dtype=jnp.result_type(float)) - p_post
+        factor = jnp.where(jnp.isinf(gap), 1.0, 1.0 - jnp.exp(-c_x * jnp.maximum(gap, 0.0)))
+        delta = delta * factor
+    return delta
+
+
+def compute_optimal_precision(law: PrecisionLaw, *, lo: float = 1.0, hi: float = 32.0) -> float:
+    """``P* = argmin_P P / u(P)`` with ``P_w = P_a = P_kv = P`` (independent of compute).
+
+    Args:
+        law: the constants.
+        lo: lower end of the search interval in bits.
+        hi: upper end.
+
+    Returns:
+        ``P*`` in bits.
+    """
+
+    def cost(p):
+        p = np.asarray(p, np.float64)
+        return np.log(p) - np.log(np.asarray(effective_params(law, 1.0, p, p, p), np.float64))
+
+    with jax.enable_x64(True):
+        grid = np.linspace(lo, hi, 2000)
+        start = grid[int(np.argmin(cost(grid)))]
+        step = (hi - lo) / 1999
+        res = scipy.optimize.minimize_scalar(
+            lambda p: float(cost(p)),
+            bounds=(max(lo, start - step), min(hi, start + step)),
+            method="bounded",
+            options={"xatol": 1e-6},
+        )
+    return float(res.x)
+
+
+def compute_optimal_allocation(
+    law: PrecisionLaw, compute: float, *, flops_per_param_token_bit: float = 6.0 / 16.0
+) -> dict[str, float]:
+    """Jointly loss-optimal ``(N, D, P)`` at fixed compute ``C = (6/16) N D P`` (§4.3).
+
+    ``D = C / (6/16 · N · P)``; at each ``P`` the loss-optimal ``N`` is closed-form
+    (``N* = (α A u^{-α} / (β B (kP/C)^β))^{1/(α+β)}``), and ``P`` is searched on a grid then refined.
+
+    Args:
+        law: the constants.
+        compute: ``C`` (FLOP-bits).
+        flops_per_param_token_bit: the cost model's constant (the paper's 6/16).
+
+    Returns:
+        ``{"N", "D", "P", "loss"}``.
+    """
+    alpha, beta = law.alpha, law.beta_
+
+    def at_precision(p):
+        # at fixed P: L(N) = a N^-α + b N^β, minimised at N* = (α a / (β b))^{1/(α+β)}
+        p = np.asarray(p, np.float64)
+        u = np.asarray(effective_params(law, 1.0, p, p, p), np.float64)
+        a = law.A * u ** (-alpha)
+        b = law.B * (flops_per_param_token_bit * p / compute) ** beta
+        n = (alpha * a / (beta * b)) ** (1.0 / (alpha + beta))
+        d = compute / (flops_per_param_token_bit * n * p)
+        return np.asarray(training_loss(law, n, d, p, p, p), np.float64), n
+
+    with jax.enable_x64(True):
+        grid = np.linspace(1.5, 32.0, 2000)
+        best = int(np.argmin(at_precision(grid)[0]))
+        res = scipy.optimize.minimize_scalar(
+            lambda p: float(at_precision(p)[0]),
+            bounds=(grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]),
+            method="bounded",
+            options={"xatol": 1e-6},
+        )
+        p = float(res.x)
+        value, n = at_precision(p)
+    n, value = float(n), float(value)
+    d = compute / (flops_per_param_token_bit * n * p)
+    return {"N": n, "D": d, "P": p, "loss": value}
+
+
+def critical_data_size(law: PrecisionLaw, n: Any, p_post: Any) -> jax.Array:
+    """``D_crit = (β B N^{γ_N} e^{P_post/γ_post - b} / (γ_D C_T))^{1/(γ_D + β)}`` (eq. 9).
+
+    Beyond ``D_crit`` tokens, more pre-training *raises* the loss after PTQ to ``P_post`` bits
+    (model trained in high precision).
+    """
+    beta = law.beta_
+    num = beta * law.B * jnp.asarray(n) ** law.gamma_N
+    num = num * jnp.exp(jnp.asarray(p_post, dtype=jnp.result_type(float)) / law.gamma_post)
+    num = num * math.exp(-law.b_post)
+    return (num / (law.gamma_D * law.C_T)) ** (1.0 / (law.gamma_D + beta))
+
+
+# ----------------------------------------------------------------------------------------------
+# Fitting
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """A least-squares fit of some constants of a :class:`PrecisionLaw`.
+
+    Attributes:
+        law: the fitted law (fixed constants as given).
+        free: names of the fitted constants.
+        stderr: standard error of each fitted constant (delta method).
+        ci95: 95% confidence interval of each fitted constant (Student t on the fit coordinate:
+            log for positive constants, so the interval stays positive).
+        r2: coefficient of determination of the target.
+        rmse: root mean squared residual.
+        n_points: number of data points.
+    """
+
+    law: PrecisionLaw
+    free: tuple[str, ...]
+    stderr: dict[str, float]
+    ci95: dict[str, tuple[float, float]]
+    r2: float
+    rmse: float
+    n_points: int
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per fitted constant: name, value, stderr, ci95."""
+        return [
+            {
+                "name": k,
+                "value": getattr(self.law, k),
+                "stderr": self.stderr[k],
+                "ci95": list(self.ci95[k]),
+            }
+            for k in self.free
+        ]
+
+
+LawFn = Callable[[PrecisionLaw, Mapping[str, jax.Array]], jax.Array]
+
+
+def loss_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+    """:func:`training_loss` on columns ``N, D`` and optional ``P_w, P_a, P_kv`` (inf = none)."""
+    inf = jnp.full_like(data["N"], jnp.inf)
+    return training_loss(
+        law,
+        data["N"],
+        data["D"],
+        data.get("P_w", inf),
+        data.get("P_a", inf),
+        data.get("P_kv", inf),
+    )
+
+
+def ptq_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+    """:func:`ptq_degradation` on columns ``N, D, P_post`` and optional training precisions."""
+    inf = jnp.full_like(data["N"], jnp.inf)
+    return ptq_degradation(
+        law,
+        data["N"],
+        data["D"],
+        data["P_post"],
+        data.get("P_w", inf),
+        data.get("P_a", inf),
+        data.get("P_kv", inf),
+    )
+
+
+def fit_law(
+    data: Mapping[str, Sequence[float] | np.ndarray],
+    target: Sequence[float] | np.ndarray,
+    *,
+    free: Sequence[str],
+    init: PrecisionLaw = TABLE2,
+    model: LawFn = loss_model,
+    log_target: bool = False,
+) -> FitResult:
+    """Least-squares fit of the constants ``free`` of ``model(law, data)`` to ``target``.
+
+    Positive constants are fitted in log space. Residuals ``model - target`` (or of their logs
+    with ``log_target``, suited to ``δ_PTQ`` spanning decades) are minimised by
+    ``scipy.optimize.least_squares`` (trust region, exact float64 Jacobian from ``jax.jacfwd``).
+
+    Args:
+        data: columns (e.g. ``N, D, P_w, P_a, P_kv`` or ``P_post``), equal lengths.
+        target: measured values (loss or ``δ_PTQ``), one per row.
+        free: names of :class:`PrecisionLaw` fields to fit (``"beta"`` unties ``β`` from ``α``).
+        init: starting point and the values of all fixed constants.
+        model: :func:`loss_model`, :func:`ptq_model` or any ``(law, data) -> prediction``.
+        log_target: fit ``log model`` to ``log target``.
+
+    Returns:
+        :class:`FitResult`.
+
+    Raises:
+        ConfigError: unknown constant in ``free`` (field ``free``), or fewer data points than
+            fitted constants plus one (field ``points``).
+    """
+    free = tuple(free)
+    bad = [f for f in free if f not in FIELDS]
+    if bad or not free or len(set(free)) != len(free):
+        raise ConfigError("free", free, f"distinct names from {FIELDS}")
+    y = np.asarray(target, dtype=np.float64)
+    n = y.shape[0]
+    if n < len(free) + 1:
+        raise ConfigError(
+            "points", n, f"at least {len(free) + 1} data points to fit {len(free)} constants"
+        )
+    if "beta" in free and init.beta is None:
+        init = dataclasses.replace(init, beta=init.alpha)
+    logged = [f in POSITIVE for f in free]
+
+    with jax.enable_x64(True):
+        cols = {k: jnp.asarray(np.asarray(v, dtype=np.float64)) for k, v in data.items()}
+        for k, v in cols.items():
+            if v.shape != (n,):
+                raise ConfigError(f"data.{k}", v.shape, f"a column of length {n} (len(target))")
+        y_fit = np.log(y) if log_target else y
+
+        def predict(theta):
+            values = {
+                f: (jnp.exp(t) if lg else t) for f, t, lg in zip(free, theta, logged, strict=True)
+            }
+            pred = model(dataclasses.replace(init, **values), cols)
+            return jnp.log(pred) if log_target else pred
+
+        def raw(th):
+            return predict(th) - jnp.asarray(y_fit)
+
+        # a trial step into a diverging region (u <= 0, overflow) gets a large finite residual
+        resid = jax.jit(lambda th: jnp.nan_to_num(raw(th), nan=1e6, posinf=1e6, neginf=-1e6))
+        jac = jax.jit(
+            lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0)
+        )
+        theta0 = np.array(
+            [
+                np.log(getattr(init, f)) if lg else getattr(init, f)
+                for f, lg in zip(free, logged, strict=True)
+            ]
+        )
+        res = scipy.optimize.least_squares(
+            lambda th: np.asarray(resid(jnp.asarray(th))),
+            theta0,
+            jac=lambda th: np.asarray(jac(jnp.asarray(th))),
+            method="trf",
+            x_scale="jac",
+            max_nfev=2000,
+        )
+        theta = res.x
+        r = np.asarray(resid(jnp.asarray(theta)))
+        j = np.asarray(jac(jnp.asarray(theta)))
+        pred = np.asarray(predict(jnp.asarray(theta)))
+    if log_target:
+        pred = np.exp(pred)
+    dof = max(n - len(free), 1)
+    sigma2 = float(r @ r) / dof
+    cov = sigma2 * np.linalg.pinv(j.T @ j)
+    se_theta = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    t = float(scipy.stats.t.ppf(0.975, dof))
+    values, stderr, ci = {}, {}, {}
+    for f, th, se, lg in zip(free, theta, se_theta, logged, strict=True):
+        val = float(np.exp(th)) if lg else float(th)
+        values[f] = val
+        stderr[f] = float(val * se) if lg else float(se)
+        lo, hi = th - t * se, th + t * se
+        ci[f] = (float(np.exp(lo)), float(np.exp(hi))) if lg else (float(lo), float(hi))
+    ss_res = float(np.sum((pred - y) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    return FitResult(
+        law=dataclasses.replace(init, **values),
+        free=free,
+        stderr=stderr,
+        ci95=ci,
+        r2=r2,
+        rmse=float(np.sqrt(ss_res / n)),
+        n_points=n,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Plots
+# ----------------------------------------------------------------------------------------------
+
+
+def plot_loss_vs_precision(
+    law: PrecisionLaw,
+    path: str | Path,
+    *,
+    sizes: Sequence[float],
+    tokens: float,
+    measured: Mapping[str, Sequence[float]] | None = None,
+    which: str = "w",
+) -> Path:
+    """PNG of loss vs training precision ``P_which`` (others full) for several ``N`` at ``D``.
+
+    ``measured`` (columns ``N, P, loss``) adds the data points in the colour of their ``N``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = np.linspace(2.0, 16.0, 200)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for i, n in enumerate(sizes):
+        kw = {f"p_{which}": p}
+        ax.plot(
+            p, np.asarray(training_loss(law, n, tokens, **kw)), color=f"C{i}", label=f"N={n:.3g}"
+        )
+        if measured is not None:
+            sel = np.asarray(measured["N"]) == n
+            ax.scatter(
+                np.asarray(measured["P"])[sel], np.asarray(measured["loss"])[sel], color=f"C{i}"
+            )
+    ax.set_xlabel(f"training precision P_{which} (bits)")
+    ax.set_ylabel("loss")
+    ax.set_title(f"D = {tokens:.3g} tokens")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_ptq_vs_data(
+    law: PrecisionLaw,
+    path: str | Path,
+    *,
+    size: float,
+    tokens: Sequence[float],
+    p_post: Sequence[int],
+    measured: Mapping[str, Sequence[float]] | None = None,
+) -> Path:
+    """PNG of ``δ_PTQ`` vs tokens seen (log-log) for several ``P_post`` at model size ``N``.
+
+    ``measured`` (columns ``D, P_post, delta``) adds the data points.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = np.geomspace(min(tokens), max(tokens), 100)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for i, pp in enumerate(p_post):
+        ax.plot(d, np.asarray(ptq_degradation(law, size, d, pp)), color=f"C{i}", label=f"{pp} bit")
+        if measured is not None:
+            sel = np.asarray(measured["P_post"]) == pp
+            ax.scatter(
+                np.asarray(measured["D"])[sel], np.asarray(measured["delta"])[sel], color=f"C{i}"
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens seen D")
+    ax.set_ylabel("δ_PTQ (nats)")
+    ax.set_title(f"N = {size:.3g}")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_fit(
+    measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str
+) -> Path:
+    """PNG scatter of fitted vs measured values with the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m, p = np.asarray(measured), np.asarray(predicted)
+    fig, ax = plt.subplots(figsize=(4, 4))
+    ax.scatter(m, p, s=12)
+    lo, hi = float(min(m.min(), p.min())), float(max(m.max(), p.max()))
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+    ax.set_xlabel("measured")
+    ax.set_ylabel("fitted law")
+    ax.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,36 @@
+"""precision recipe: the tiny preset trains end to end with fake quantisation and reports PTQ."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxlab.core import config as C
+from jaxlab.core import loop
+from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.config import ConfigError
+
+RECIPE = recipe_lib.get("precision")
+
+
+def test_tiny_preset_runs_end_to_end(tmp_path):
+    cfg = RECIPE.config("tiny")
+    assert cfg.model.quant.w_bits == 4 and cfg.model.quant.kv_bits == 8
+    result = loop.run(RECIPE, cfg, tmp_path)
+    ev = result.eval_metrics
+    assert result.step == cfg.loop.total_steps
+    assert np.isfinite(ev["val_loss"]) and ev["val_loss"] < math.log(cfg.model.vocab_size)
+    assert ev["D"] == cfg.tokens and ev["P_w"] == 4 and ev["P_a"] == math.inf
+    assert 0 < ev["N"] < 30_000  # non-embedding parameters only
+    assert np.isfinite(ev["ptq_rtn_4_delta"]) and "ptq_gptq_4_delta" not in ev
+    assert (tmp_path / "checkpoints").exists()
+
+
+def test_bad_config_names_the_field():
+    base = RECIPE.config("tiny")
+    with pytest.raises(ConfigError, match="ptq.bits"):
+        C.replace(base, **{"ptq.bits": (4, 1)})
+    with pytest.raises(ConfigError, match="ptq.methods"):
+        C.replace(base, **{"ptq.methods": ("awq",)})
+    with pytest.raises(ConfigError, match="quant.w_bits"):
+        C.replace(base, **{"model.quant.w_bits": 40})
