@@ -33,9 +33,14 @@ def test_olmoe_config_has_an_expert_axis():
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_resolves(path):
+    from jaxlab.core.config import load_yaml
+    from jaxlab.core.recipe import config_value
+
     run = tpu_config.load(path)
-    assert run.config.data.batch_size % run.slice.chips == 0
+    batch_key = load_yaml(path).get("batch_key", "data.batch_size")
+    assert config_value(run.config, batch_key) % run.slice.chips == 0
     assert "{run_dir}" in run.launch
+    assert run.smoke_overrides, "a smoke size for the lowering test"
 
 
 def test_bad_mesh_is_refused(tmp_path):
