@@ -73,8 +73,8 @@ class LearnerConfig:
     latent_dim: int = 32
     hidden: int = 64
     channels: int = 16
-    latent_weight: float = 1.0
-    reward_weight: float = 1.0
+    latent_weight: float = 0.01
+    reward_weight: float = 0.1
     learning_rate: float = 1e-3
     batch_size: int = 64
     eval_episodes: int = 200
