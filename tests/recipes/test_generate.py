@@ -6,13 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab import cli
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import from_logits_fn
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.recipes.generate import decoder_lm
 
 
 def test_cached_greedy_equals_uncached_greedy():

@@ -1,7 +1,7 @@
 """Text generation from a trained decoder run: the KV-cached model as a ``decoding.CausalLM``,
 and the ``jaxlab generate RECIPE --run-dir DIR --prompt TEXT`` command.
 
-Lives with the recipes because it joins two families (``lm`` models and ``decoding`` algorithms).
+A command, not a recipe: it joins two families (``lm`` models and ``decoding`` algorithms).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import CausalLM
 from jaxlab.decoding.sampling import SamplingParams
-from jaxlab.lm.model import Decoder, init_cache
+from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 from jaxlab.lm.tokenizer import EOS_ID, PAD_ID, ByteTokenizer
 
 
@@ -88,11 +88,9 @@ def generate_text(
 
 def main(argv: Sequence[str]) -> int:
     """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
-    from jaxlab.cli import UserError
-    from jaxlab.core import config as config_lib
-    from jaxlab.core import loop
     from jaxlab.core import recipe as recipe_lib
-    from jaxlab.core.checkpoint import Checkpointer
+    from jaxlab.core.errors import UserError
+    from jaxlab.core.run import open_run
 
     ap = argparse.ArgumentParser(
         prog="jaxlab generate", description="Sample text from a trained decoder run."
@@ -113,15 +111,10 @@ def main(argv: Sequence[str]) -> int:
             f"no run in {run_dir} (missing config.yaml)",
             f"train first: jaxlab train {r.name} --run-dir {run_dir}",
         )
-    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(run_dir / "config.yaml"))
-    if not hasattr(cfg, "model") or not hasattr(r.build(cfg), "init"):
+    if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"recipe {r.name} is not a decoder language model")
-    task = r.build(cfg)
-    ck = Checkpointer(run_dir / "checkpoints", cfg)
-    try:
-        state, step = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
-    finally:
-        ck.close()
+    run = open_run(run_dir, recipe=r)
+    state, cfg = run.state, run.cfg
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     max_new = min(args.max_new_tokens, cfg.model.max_len - 2 - max(len(p) for p in args.prompt))
