@@ -66,7 +66,7 @@ class MazeWorldModel(nn.Module):
     def expand(self, h):
         a = jnp.eye(self.num_actions, dtype=h.dtype)
         x = jnp.concatenate([jnp.broadcast_to(h, (self.num_actions,) + h.shape), a], axis=-1)
-        nxt = jnp.tanh(h + self.trans_out(nn.relu(self.trans_hidden(x))))
+        nxt = jnp.tanh(h[None] + self.trans_out(nn.relu(self.trans_hidden(x))))
         reward = self.reward_out(nn.relu(self.reward_hidden(x)))[..., 0]
         return nxt, reward
 
