@@ -58,9 +58,7 @@ def game24_oracle_policy(state: game24.Game24State, params) -> Int[Array, ""]:
     return game24.oracle_action(state.numbers, state.alive)
 
 
-def rollout(
-    env, params, policy: Callable[[Any, Any], Any], state, length: int
-) -> Demonstrations:
+def rollout(env, params, policy: Callable[[Any, Any], Any], state, length: int) -> Demonstrations:
     """One episode of at most ``length`` steps of ``policy`` from ``state`` (fields ``[L]``)."""
 
     def body(carry, _):

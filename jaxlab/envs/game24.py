@@ -109,7 +109,9 @@ def oracle_action(numbers: Float[Array, " 4"], alive: Bool[Array, " 4"]) -> Int[
     return jnp.argmax(good).astype(jnp.int32)
 
 
-def oracle_value(numbers: Float[Array, " 4"], alive: Bool[Array, " 4"], gamma: float) -> Float[Array, ""]:
+def oracle_value(
+    numbers: Float[Array, " 4"], alive: Bool[Array, " 4"], gamma: float
+) -> Float[Array, ""]:
     """``V*(s)``: ``gamma^(n_alive - 2)`` if solvable (reward 1 after ``n_alive - 1`` actions), else 0.
 
     Terminal states (one number left) have value 0.

@@ -51,7 +51,9 @@ class DtsnConfig:
 
 def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
     learner = cfg.learner
-    eval_fn = jax.jit(lambda params: training.evaluate(jax.random.key(cfg.eval_seed), params, learner))
+    eval_fn = jax.jit(
+        lambda params: training.evaluate(jax.random.key(cfg.eval_seed), params, learner)
+    )
 
     def evaluate(state) -> dict[str, float]:
         return {k: float(v) for k, v in jax.device_get(eval_fn(state.params)).items()}

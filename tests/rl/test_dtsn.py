@@ -127,9 +127,7 @@ def tabular_model():
             valid=jnp.ones((2,), bool),
         )
 
-    return dtsn.SearchModel(
-        encode=lambda p, obs: obs, expand=expand, value=lambda p, h: p["v"][h]
-    )
+    return dtsn.SearchModel(encode=lambda p, obs: obs, expand=expand, value=lambda p, h: p["v"][h])
 
 
 TAB = tabular_model()
@@ -191,7 +189,11 @@ def _exact_gradient(params, action):
         total = 0.0
         for n in (1, 2):
             out = dtsn.search(
-                jax.random.key(0), p, jnp.int32(0), model=TAB, config=TINY,
+                jax.random.key(0),
+                p,
+                jnp.int32(0),
+                model=TAB,
+                config=TINY,
                 forced=jnp.array([0, n]),
             )
             prob = jnp.exp(jnp.sum(out.tree.log_prob))

@@ -96,8 +96,10 @@ class SearchConfig:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not (0.0 < t < math.inf):
             raise ConfigError(
-                "temperature", t, "a finite float > 0 (softmax(g / T) needs T > 0; use "
-                "mode='greedy' for the arg max)"
+                "temperature",
+                t,
+                "a finite float > 0 (softmax(g / T) needs T > 0; use "
+                "mode='greedy' for the arg max)",
             )
         if self.expansion not in ("best_first", "breadth_first"):
             raise ConfigError("expansion", self.expansion, "'best_first' or 'breadth_first'")

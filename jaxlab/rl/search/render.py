@@ -19,7 +19,9 @@ from jaxlab.envs import grid_maze
 from jaxlab.rl.search import dtsn
 
 
-def node_cells(tree: dtsn.Tree, walls: Bool[Array, "H W"], pos: Int[Array, " 2"]) -> Int[Array, "N 2"]:
+def node_cells(
+    tree: dtsn.Tree, walls: Bool[Array, "H W"], pos: Int[Array, " 2"]
+) -> Int[Array, "N 2"]:
     """The maze cell of every node: the root at ``pos``, a child where its action moves."""
 
     def body(cells, n):
@@ -44,7 +46,11 @@ def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: in
     def think(pos):
         state = grid_maze.MazeState(walls=walls, goal=goal, pos=pos, t=jnp.int32(0))
         out = dtsn.search(
-            jax.random.key(0), params, env.get_obs(state, None), model=model, config=config,
+            jax.random.key(0),
+            params,
+            env.get_obs(state, None),
+            model=model,
+            config=config,
             mode="greedy",
         )
         cells = node_cells(out.tree, walls, pos)
@@ -67,7 +73,9 @@ def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: in
 
 def draw(walls, pos, goal, expanded=None, cell: int = 24) -> np.ndarray:
     """RGB uint8 image: the maze, expanded cells tinted (earlier = stronger), agent and goal."""
-    img = np.asarray(grid_maze.render_rgb(jnp.asarray(walls), jnp.asarray(pos), jnp.asarray(goal), 1))
+    img = np.asarray(
+        grid_maze.render_rgb(jnp.asarray(walls), jnp.asarray(pos), jnp.asarray(goal), 1)
+    )
     img = img.astype(np.float32)
     if expanded is not None:
         k = len(expanded)

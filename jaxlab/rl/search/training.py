@@ -162,9 +162,7 @@ def networks(cfg: LearnerConfig):
     value = models.Game24Value(cfg.hidden)
     if cfg.method != "bc":
         return value, obs
-    target = models.param_count(
-        jax.eval_shape(value.init, jax.random.key(0), obs[:4], obs[4:] > 0)
-    )
+    target = models.param_count(jax.eval_shape(value.init, jax.random.key(0), obs[:4], obs[4:] > 0))
 
     def count(w):
         return models.param_count(jax.eval_shape(models.Game24BC(w).init, jax.random.key(0), obs))
@@ -250,9 +248,9 @@ def train_step(state: LearnerState, cfg: LearnerConfig) -> tuple[LearnerState, d
     """One Adam step on ``jax.grad`` of the method's objective."""
     key, k_batch, k_search = jax.random.split(state.key, 3)
     batch = sample_batch(k_batch, state.data, cfg.batch_size)
-    grads, metrics = jax.grad(
-        lambda p: objective(k_search, p, batch, cfg), has_aux=True
-    )(state.params)
+    grads, metrics = jax.grad(lambda p: objective(k_search, p, batch, cfg), has_aux=True)(
+        state.params
+    )
     updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad_norm"] = optax.global_norm(grads)
