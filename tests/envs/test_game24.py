@@ -19,11 +19,15 @@ def test_a_known_solution_reaches_24_with_reward_1():
     env, params = make("game24", instances=[[3, 3, 8, 8]])
     _, s = env.reset(jax.random.key(0), params)
     # 8 / (3 - 8 / 3) = 24
-    total = 0.0
-    for a in (action(2, "/", 0), action(1, "-", 2), action(3, "/", 1)):
-        _, s, r, term, trunc, info = env.step_env(jax.random.key(0), s, a, params)
-        total += float(r)
-    assert total == 1.0 and bool(term) and not bool(trunc)
+
+    def body(s, a):
+        _, s, r, term, trunc, _ = env.step_env(jax.random.key(0), s, a, params)
+        return s, (r, term, trunc)
+
+    acts = jnp.array([action(2, "/", 0), action(1, "-", 2), action(3, "/", 1)])
+    s, (r, term, trunc) = jax.jit(lambda s: jax.lax.scan(body, s, acts))(s)
+    assert np.asarray(r).tolist() == [0.0, 0.0, 1.0]
+    assert np.asarray(term).tolist() == [False, False, True] and not np.asarray(trunc).any()
     assert int(s.alive.sum()) == 1
 
 

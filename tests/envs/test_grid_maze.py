@@ -73,11 +73,12 @@ def test_observations_symbolic_and_pixels():
     np.testing.assert_array_equal(img[3, 3], grid_maze.COLOURS[2])  # agent cell
     np.testing.assert_array_equal(img[9, 12], grid_maze.COLOURS[3])  # goal cell
     # walk right 3, down 2: reward 1 exactly on arrival
-    rewards = []
-    for a in (3, 3, 3, 1, 1):
-        _, s, r, term, trunc, _ = env_s.step_env(jax.random.key(0), s, a, p)
-        rewards.append(float(r))
-    assert rewards == [0, 0, 0, 0, 1] and bool(term)
+    def body(s, a):
+        _, s, r, term, _, _ = env_s.step_env(jax.random.key(0), s, a, p)
+        return s, (r, term)
+
+    _, (r, term) = jax.jit(lambda s: jax.lax.scan(body, s, jnp.array([3, 3, 3, 1, 1])))(s)
+    assert np.asarray(r).tolist() == [0, 0, 0, 0, 1] and bool(term[-1]) and not term[:-1].any()
 
 
 def test_bad_layouts_name_the_field():
