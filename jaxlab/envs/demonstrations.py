@@ -4,7 +4,9 @@
 of at most ``L`` steps of ``policy(state, params) -> action`` through ``env.step_env`` (no
 auto-reset), as one jit-able ``vmap`` of ``lax.scan``. Steps after the episode ended are masked.
 The oracles of the shipped envs are ``maze_oracle_policy`` (BFS shortest path) and
-``game24_oracle_policy`` (an action keeping the instance solvable).
+``game24_oracle_policy`` (an action keeping the instance solvable, by exhaustive search).
+``replay_demonstrations`` replays stored oracle solutions instead (Game of 24: one solution per
+solvable instance is stored with the pool, so demonstrations cost no search).
 """
 
 from __future__ import annotations
@@ -91,8 +93,39 @@ def oracle_demonstrations(
     *,
     num_episodes: int,
     length: int,
+    chunk: int | None = None,
 ) -> Demonstrations:
-    """``num_episodes`` oracle episodes from fresh resets (fields ``[N, L, ...]``)."""
+    """``num_episodes`` oracle episodes from fresh resets (fields ``[N, L, ...]``).
+
+    ``chunk`` rolls the episodes ``chunk`` at a time (``lax.map``) instead of all at once, which
+    bounds the memory of expensive oracles (Game of 24's exhaustive search).
+    """
     keys = jax.random.split(key, num_episodes)
     states = jax.vmap(lambda k: env.reset_env(k, params)[1])(keys)
-    return jax.vmap(lambda s: rollout(env, params, policy, s, length))(states)
+    one = lambda s: rollout(env, params, policy, s, length)  # noqa: E731
+    if chunk is None:
+        return jax.vmap(one)(states)
+    return jax.lax.map(one, states, batch_size=chunk)
+
+
+def replay_demonstrations(
+    key: PRNGKeyArray,
+    env,
+    params,
+    starts: Any,
+    actions: Int[Array, "P L"],
+    *,
+    num_episodes: int,
+) -> Demonstrations:
+    """``num_episodes`` episodes drawn uniformly from a table of start states ``starts`` (leaves
+    ``[P, ...]``) and the oracle's action sequences ``actions`` (fields ``[N, L, ...]``)."""
+    idx = jax.random.randint(key, (num_episodes,), 0, actions.shape[0])
+
+    def one(i):
+        state = jax.tree.map(lambda x: x[i], starts)
+        seq = actions[i]
+        return rollout(
+            env, params, lambda s, p: seq[jnp.minimum(s.t, seq.shape[0] - 1)], state, seq.shape[0]
+        )
+
+    return jax.vmap(one)(idx)

@@ -121,6 +121,31 @@ def oracle_value(
     return jnp.where(steps >= 1, v, 0.0).astype(jnp.float32)
 
 
+def first_solution(numbers: Float[Array, " 4"]) -> tuple[Int[Array, " 3"], Bool[Array, ""]]:
+    """The first (in action-index order) 3-action sequence solving a 4-number start, and whether
+    one exists (exhaustive over 48^3 sequences)."""
+    alive = jnp.ones((NUM_SLOTS,), bool)
+    acts = jnp.arange(NUM_ACTIONS)
+
+    def level(nums, live):
+        return jax.vmap(apply_action, in_axes=(None, None, 0))(nums, live, acts)
+
+    def win(n1, l1, v1):
+        n2, l2, v2 = level(n1, l1)
+
+        def last(n, l, v):
+            n3, l3, v3 = level(n, l)
+            return v & v3 & jax.vmap(is_success)(n3, l3)
+
+        return v1 & jax.vmap(last)(n2, l2, v2)
+
+    n1, l1, v1 = level(numbers, alive)
+    ok = jax.vmap(win)(n1, l1, v1).reshape(-1)
+    idx = jnp.argmax(ok)
+    seq = jnp.stack([idx // NUM_ACTIONS**2, (idx // NUM_ACTIONS) % NUM_ACTIONS, idx % NUM_ACTIONS])
+    return seq.astype(jnp.int32), jnp.any(ok)
+
+
 def validate_instances(instances) -> np.ndarray:
     """``instances`` as int32[P, 4] with every number in 1..13; else a ConfigError naming it."""
     arr = np.asarray(instances)
@@ -169,6 +194,15 @@ def solvable_instances() -> np.ndarray:
     ``compute_solvable_instances`` in ``game24_solvable.npz`` (a test re-derives a sample)."""
     with np.load(SOLVABLE_FILE) as f:
         return f["instances"].astype(np.int32)
+
+
+@functools.cache
+def stored_solutions() -> np.ndarray:
+    """One solution (3 actions, :func:`first_solution`) per row of :func:`solvable_instances`,
+    int32[1362, 3], stored next to them (the demonstrations replay them; a test checks a sample
+    reaches 24)."""
+    with np.load(SOLVABLE_FILE) as f:
+        return f["solutions"].astype(np.int32)
 
 
 def split_instances(instances: np.ndarray, holdout_fraction: float, seed: int = 0):

@@ -57,15 +57,17 @@ def test_oracle_agrees_with_the_stored_pool_on_a_sample():
     np.testing.assert_array_equal(got, want)
 
 
-def test_oracle_demonstrations_solve_their_instances():
-    env, params = make("game24", instances=[[3, 3, 8, 8], [1, 2, 3, 4], [4, 7, 8, 8]])
+def test_stored_solutions_replayed_as_demonstrations_reach_24():
+    inst, sol = game24.solvable_instances(), game24.stored_solutions()
+    env, params = make("game24", auto_reset=False)
+    starts = jax.vmap(env.init_state)(jnp.asarray(inst))
     demo = jax.jit(
-        lambda k: demonstrations.oracle_demonstrations(
-            k, env, params, demonstrations.game24_oracle_policy, num_episodes=4, length=3
+        lambda k: demonstrations.replay_demonstrations(
+            k, env, params, starts, jnp.asarray(sol), num_episodes=256
         )
     )(jax.random.key(0))
-    np.testing.assert_array_equal(np.asarray(demo.reward.sum(1)), np.ones(4))
-    assert bool(demo.mask.all())
+    np.testing.assert_array_equal(np.asarray(demo.reward.sum(1)), np.ones(256))
+    assert bool(demo.mask.all()) and bool(demo.terminated[:, -1].all())
 
 
 @pytest.mark.parametrize("bad", [[[1, 2, 3, 14]], [[0, 2, 3, 4]], [[1, 2, 3]], []])

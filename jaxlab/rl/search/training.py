@@ -9,8 +9,8 @@ model) or ``"game24"`` (known model, learned value) with ``method``:
   non-learned expansion policy; no REINFORCE term);
 * ``"bc"``: behaviour cloning with the same encoder and (matched) parameter count.
 
-Data: ``num_demos`` oracle episodes (BFS shortest paths / solvable-keeping Game of 24 moves) on
-training layouts or instances, flattened to transitions; every step draws a batch uniformly
+Data: ``num_demos`` oracle episodes (BFS shortest paths / the stored solutions of training Game
+of 24 instances, drawn uniformly), flattened to transitions; every step draws a batch uniformly
 with the key kept in the state, so a run is a pure function of its config and seed (bit-identical
 resume). Evaluation plays greedy episodes on held-out layouts (maze keys disjoint from the
 training ones) or held-out instances (a fixed 20 % split of the solvable pool): success rate and,
@@ -139,7 +139,11 @@ def maze_env(cfg: LearnerConfig):
 
 
 def _game24_pools(cfg: LearnerConfig):
-    return game24.split_instances(game24.solvable_instances(), cfg.holdout_fraction, seed=0)
+    """``(train instances, their stored solutions, held-out instances)``."""
+    inst, sol = game24.solvable_instances(), game24.stored_solutions()
+    rows = np.arange(len(inst))
+    train, held = game24.split_instances(rows, cfg.holdout_fraction, seed=0)
+    return inst[train], sol[train], inst[held]
 
 
 @functools.cache
@@ -183,13 +187,16 @@ def make_demonstrations(key: PRNGKeyArray, cfg: LearnerConfig) -> dtsn.Transitio
         env, params = maze_env(cfg)
         policy = demos_lib.maze_oracle_policy
         length = cfg.demo_length
+        d = demos_lib.oracle_demonstrations(
+            key, env, params, policy, num_episodes=cfg.num_demos, length=length
+        ).transitions()
     else:
-        env, params = game24.make_game24(instances=_game24_pools(cfg)[0], auto_reset=False)
-        policy = demos_lib.game24_oracle_policy
-        length = 3
-    d = demos_lib.oracle_demonstrations(
-        key, env, params, policy, num_episodes=cfg.num_demos, length=length
-    ).transitions()
+        inst, sol, _ = _game24_pools(cfg)
+        env, params = game24.make_game24(instances=inst, auto_reset=False)
+        starts = jax.vmap(env.init_state)(jnp.asarray(inst))
+        d = demos_lib.replay_demonstrations(
+            key, env, params, starts, jnp.asarray(sol), num_episodes=cfg.num_demos
+        ).transitions()
     return dtsn.Transitions(
         obs=d.obs,
         action=d.action,
@@ -321,7 +328,7 @@ def evaluate(key: PRNGKeyArray, params, cfg: LearnerConfig) -> dict[str, Float[A
         )
         ratio = jnp.sum(jnp.where(solved, steps / optimal, 0.0)) / jnp.maximum(jnp.sum(solved), 1)
         return {"success_rate": jnp.mean(solved), "path_length_ratio": ratio}
-    held = jnp.asarray(_game24_pools(cfg)[1])
+    held = jnp.asarray(_game24_pools(cfg)[2])
     solved = game24_episodes(params, held, cfg)
     return {"success_rate": jnp.mean(solved), "path_length_ratio": jnp.float32(1.0)}
 
