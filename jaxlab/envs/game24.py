@@ -133,8 +133,8 @@ def first_solution(numbers: Float[Array, " 4"]) -> tuple[Int[Array, " 3"], Bool[
     def win(n1, l1, v1):
         n2, l2, v2 = level(n1, l1)
 
-        def last(n, l, v):
-            n3, l3, v3 = level(n, l)
+        def last(n, live, v):
+            n3, l3, v3 = level(n, live)
             return v & v3 & jax.vmap(is_success)(n3, l3)
 
         return v1 & jax.vmap(last)(n2, l2, v2)
