@@ -6,7 +6,8 @@
   children, jit/vmap agree with a loop;
 * REINFORCE on a tiny tree (K = 2, |A| = 2, a tabular model): the estimator's mean over 4 x 10^4
   samples equals the exactly enumerated gradient of E[L_K] within 3 standard errors, and the
-  telescoping baseline lowers the summed variance (ratio asserted < 0.8, measured ~0.2);
+  telescoping baseline lowers the summed variance (ratio asserted < 0.8; measured 0.161 at 10^5
+  samples, largest |z| 2.02, by the same functions);
 * bad input names the field.
 """
 

@@ -2,7 +2,9 @@
 instances D-TSN (known model, learned value, K = 10) beats behaviour cloning trained on the same
 demonstrations with the same parameter count; BC's width is matched to D-TSN's count.
 
-The full multi-seed maze and Game of 24 comparisons are ``benchmarks/dtsn_vs_bc.py``."""
+The full multi-seed maze and Game of 24 comparisons are ``benchmarks/dtsn_vs_bc.py``. On 8x8
+mazes from 500 BFS demonstrations D-TSN (K = 10) does not beat BC at this scale (0.55 +- 0.055 vs
+0.57 +- 0.02 held-out success over 2 seeds), so there is no maze test claiming it."""
 
 import jax
 import pytest
@@ -26,6 +28,7 @@ def _run(method: str):
     return float(res["success_rate"]), models.param_count(state.params)
 
 
+@pytest.mark.slow
 def test_dtsn_beats_bc_on_heldout_game24_instances():
     dtsn_success, n_dtsn = _run("dtsn")
     bc_success, n_bc = _run("bc")
