@@ -150,7 +150,7 @@ def _game24_pools(cfg: LearnerConfig):
 def networks(cfg: LearnerConfig):
     """``(module, example_obs)`` of the config's method (BC width matched to D-TSN's count)."""
     if cfg.env == "maze":
-        obs = jnp.zeros((cfg.height, cfg.width, 3), jnp.float32)
+        obs = np.zeros((cfg.height, cfg.width, 3), np.float32)  # numpy: cached outside traces
         wm = models.MazeWorldModel(grid_maze.NUM_ACTIONS, cfg.latent_dim, cfg.hidden, cfg.channels)
         if cfg.method != "bc":
             return wm, obs
@@ -162,7 +162,7 @@ def networks(cfg: LearnerConfig):
 
         w = models.matched_width(count, target)
         return models.MazeBC(grid_maze.NUM_ACTIONS, cfg.latent_dim, w, cfg.channels), obs
-    obs = jnp.zeros((8,), jnp.float32)
+    obs = np.zeros((8,), np.float32)
     value = models.Game24Value(cfg.hidden)
     if cfg.method != "bc":
         return value, obs
