@@ -72,6 +72,7 @@ def test_observations_symbolic_and_pixels():
     assert img.shape == (15, 18, 3) and img.dtype == np.uint8
     np.testing.assert_array_equal(img[3, 3], grid_maze.COLOURS[2])  # agent cell
     np.testing.assert_array_equal(img[9, 12], grid_maze.COLOURS[3])  # goal cell
+
     # walk right 3, down 2: reward 1 exactly on arrival
     def body(s, a):
         _, s, r, term, _, _ = env_s.step_env(jax.random.key(0), s, a, p)
