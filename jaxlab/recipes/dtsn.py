@@ -27,6 +27,8 @@ import jax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.run import batch_constraint
+from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.rl.search import render, training
 from jaxlab.rl.search.training import LearnerConfig
 
@@ -40,6 +42,7 @@ class DtsnConfig:
     learner: LearnerConfig = LearnerConfig()
     eval_seed: int = 1234
     gif: bool = True
+    mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=2000, steps_per_call=50, log_every=100, eval_every=1000, checkpoint_every=1000
     )
@@ -50,7 +53,10 @@ class DtsnConfig:
 
 
 def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
+    """Data parallel over ``mesh``: each step's sampled transitions are split over the data axes;
+    the parameters and the demonstrations are replicated."""
     learner = cfg.learner
+    spread = batch_constraint(mesh)
     eval_fn = jax.jit(
         lambda params: training.evaluate(jax.random.key(cfg.eval_seed), params, learner)
     )
@@ -78,7 +84,8 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
 
     return Parts(
         init=lambda key: training.init(key, learner),
-        train_step=lambda state, batch: training.train_step(state, learner),
+        train_step=lambda state, batch: training.train_step(state, learner, spread),
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(learner.batch_size, "transition"),

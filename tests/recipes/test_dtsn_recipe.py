@@ -54,3 +54,13 @@ def test_tiny_game24_preset_runs(tmp_path):
     result = loop.run(RECIPE, cfg, tmp_path)
     assert result.step == cfg.loop.total_steps
     assert 0.0 <= result.eval_metrics["success_rate"] <= 1.0
+
+
+def test_step_data_parallel_equals_one_device():
+    """The sampled transitions split over 8 simulated devices: two Adam steps of the D-TSN
+    objective (search, REINFORCE, consistency losses) equal one device."""
+    from jaxlab.core.testing import sharded_step_matches
+
+    sharded_step_matches(
+        RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5
+    )

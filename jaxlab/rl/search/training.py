@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any, Literal
 
 import flax.struct
@@ -251,10 +252,16 @@ def objective(key, params, batch: dtsn.Transitions, cfg: LearnerConfig):
     )
 
 
-def train_step(state: LearnerState, cfg: LearnerConfig) -> tuple[LearnerState, dict[str, Array]]:
-    """One Adam step on ``jax.grad`` of the method's objective."""
+def train_step(
+    state: LearnerState, cfg: LearnerConfig, constrain: Callable[[Array], Array] | None = None
+) -> tuple[LearnerState, dict[str, Array]]:
+    """One Adam step on ``jax.grad`` of the method's objective. ``constrain`` (e.g.
+    ``jaxlab.core.run.batch_constraint(mesh)``) places every leaf of the sampled batch, so the
+    step runs data parallel."""
     key, k_batch, k_search = jax.random.split(state.key, 3)
     batch = sample_batch(k_batch, state.data, cfg.batch_size)
+    if constrain is not None:
+        batch = jax.tree.map(constrain, batch)
     grads, metrics = jax.grad(lambda p: objective(k_search, p, batch, cfg), has_aux=True)(
         state.params
     )
