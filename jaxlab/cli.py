@@ -20,6 +20,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("jaxlab.recipes.generate:main", "sample text from a trained decoder LM run"),
     "levels": ("jaxlab.envs.kinetix.cli:main", "Kinetix level files: show, rollout, render"),
     "sweep": ("jaxlab.graph.sweep:main", "GNN accuracy-vs-phi table for none / DIGL / JDR"),
+    "workflows": ("jaxlab.workflows.cli:main", "AFlow: MCTS search over agentic workflows"),
 }
 
 

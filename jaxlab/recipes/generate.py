@@ -136,3 +136,43 @@ def main(argv: Sequence[str]) -> int:
     for p, t in zip(args.prompt, texts, strict=True):
         sys.stdout.write(f"{p}{t}\n")
     return 0
+
+
+def load_decoder_run(recipe_name: str, run_dir: str | Path):
+    """Restores a trained decoder run: ``(Decoder, params, cfg)`` (used by commands that inject
+    the model into another family, e.g. ``jaxlab workflows search --executor lm``)."""
+    from jaxlab.cli import UserError
+    from jaxlab.core import config as config_lib
+    from jaxlab.core import loop
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core.checkpoint import Checkpointer
+
+    r = recipe_lib.get(recipe_name)
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise UserError(
+            f"no run in {run_dir} (missing config.yaml)",
+            f"train first: jaxlab train {r.name} --run-dir {run_dir}",
+        )
+    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(run_dir / "config.yaml"))
+    if not hasattr(cfg, "model"):
+        raise UserError(f"recipe {r.name} is not a decoder language model")
+    task = r.build(cfg)
+    ck = Checkpointer(run_dir / "checkpoints", cfg)
+    try:
+        state, _ = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
+    finally:
+        ck.close()
+    return Decoder(cfg.model), state.params, cfg
+
+
+def byte_text_lm(model: Decoder, params):
+    """A byte-level decoder as the ``workflows`` executor's text model (token strings: bytes,
+    specials mapped outside the text alphabet)."""
+    from jaxlab.decoding.arithmetic import byte_token_strings
+    from jaxlab.lm.tokenizer import BOS_ID
+    from jaxlab.workflows.lm_executor import TextLM
+
+    return TextLM(
+        decoder_lm(model), params, byte_token_strings(model.cfg.vocab_size), bos_id=BOS_ID
+    )
