@@ -70,9 +70,13 @@ def edits(workflow: Workflow) -> list[Proposal]:
     head, rest = steps[0], steps[1:]
     out: list[Proposal] = []
 
+    seen = {workflow.key()}
+
     def add(kind: str, text: str, new_steps: Sequence[Step]) -> None:
-        if len(new_steps) <= MAX_STEPS:
-            out.append(Proposal(Workflow(tuple(new_steps)), text, kind))
+        new = Workflow(tuple(new_steps))
+        if len(new_steps) <= MAX_STEPS and new.key() not in seen:  # equal programs: one edit
+            seen.add(new.key())
+            out.append(Proposal(new, text, kind))
 
     # solver: swap generate <-> programmer, ensemble size
     solver = head.arg("solver") if head.op == "sc_ensemble" else head.op

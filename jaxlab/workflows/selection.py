@@ -27,6 +27,9 @@ LAMBDA = 0.3
 SAMPLE = 4
 TOP_K = 3
 CONSECUTIVE = 5
+EPS = 1e-9
+"""Floating-point slack of the rule: with ``z = 0`` the original compares means exactly, and
+the mean of three equal scores can differ from one of them in the last bit."""
 
 
 def selection_probabilities(
@@ -96,7 +99,7 @@ def converged(
         y = float(np.mean(s[top]))
         sigma = float(np.sqrt(np.sum(sd[top] ** 2)) / top_k)
         if prev_y is not None:
-            if abs(y - prev_y) <= z * np.sqrt(sigma**2 + prev_sigma**2):
+            if abs(y - prev_y) <= z * np.sqrt(sigma**2 + prev_sigma**2) + EPS:
                 count += 1
                 if count >= consecutive:
                     return i + 1
