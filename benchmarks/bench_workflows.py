@@ -1,0 +1,286 @@
+"""AFlow workflow search (issue 25): throughput of workflow evaluation and the search ablations,
+one JSON line per measurement.
+
+* ``standin_eval``: workflow evaluations/s on the stand-in (validation split of 200 problems),
+  compile time separate; share of time in operator calls vs interpreter/search bookkeeping.
+* ``experience``: the stand-in search with and without experience over ``--seeds`` seeds: the
+  best validation score after 5, 10 and 20 rounds (mean over seeds) and the best workflow's test
+  score.
+* ``lm_eval``: the LM executor on a decoder (a random tiny one, or ``--lm-run-dir``): workflow
+  evaluations/s, prompts per model call, particle tokens/s, share of wall time in model calls.
+* ``--train-lm DIR``: trains a small byte decoder on the executor's prompt formats
+  (:func:`jaxlab.workflows.lm_executor.training_text` over word problems disjoint from the
+  search's) with the ``lm-tiny`` recipe's pieces and the shared loop, saved as an ``lm-tiny``
+  run, then runs the LM search on it (``lm_search``): initial vs best validation score.
+
+Usage: ``python benchmarks/bench_workflows.py [--quick] [--seeds 8] [--train-lm runs/wf-lm]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.workflows import interpreter, search, tasks
+from jaxlab.workflows.optimizer import EditOptimizer
+from jaxlab.workflows.program import Step, Workflow, initial_workflow
+from jaxlab.workflows.standin import StandInExecutor
+
+WORKFLOWS = {
+    "generate": initial_workflow(),
+    "ensemble5+review": Workflow(
+        (
+            Step.make("sc_ensemble", solver="generate", n=5, prompt="plain"),
+            Step.make("review", prompt="plain"),
+            Step.make("revise", prompt="plain"),
+        )
+    ),
+    "programmer+format+test": Workflow(
+        (
+            Step.make("programmer", prompt="plain"),
+            Step.make("format"),
+            Step.make("test", max_loops=2),
+        )
+    ),
+}
+
+
+def emit(**row):
+    print(json.dumps({"device": jax.devices()[0].platform, **row}), flush=True)
+
+
+class _Timed:
+    """Wraps an executor and accumulates the seconds spent inside its operator calls."""
+
+    def __init__(self, inner):
+        self.inner, self.seconds = inner, 0.0
+
+    def __getattr__(self, name):
+        fn = getattr(self.inner, name)
+
+        def call(*a, **k):
+            t = time.perf_counter()
+            out = jax.block_until_ready(fn(*a, **k))
+            self.seconds += time.perf_counter() - t
+            return out
+
+        return call
+
+
+def bench_eval(label, executor, problems, seconds, **extra):
+    for name, wf in WORKFLOWS.items():
+        t = time.perf_counter()
+        interpreter.evaluate(jax.random.key(0), wf, executor, problems, 1)
+        compile_s = time.perf_counter() - t
+        timed = _Timed(executor)
+        stats0 = dict(getattr(executor, "stats", {}))
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < seconds or n < 2:
+            interpreter.evaluate(jax.random.key(n + 1), wf, timed, problems, 1)
+            n += 1
+        wall = time.perf_counter() - t
+        row = dict(
+            what=label,
+            workflow=name,
+            problems=len(problems),
+            compile_s=round(compile_s, 3),
+            time=round(wall / n, 5),
+            rate=round(n / wall, 3),
+            unit="evaluations/s",
+            model_share=round(timed.seconds / wall, 3),
+            **extra,
+        )
+        if stats0:
+            st = executor.stats
+            calls = st["calls"] - stats0["calls"]
+            row.update(
+                prompts_per_call=round((st["prompts"] - stats0["prompts"]) / calls, 1),
+                tokens_per_s=round((st["tokens"] - stats0["tokens"]) / wall, 1),
+            )
+        emit(**row)
+
+
+def bench_experience(val, test, seeds, rounds):
+    for use in (True, False):
+        best = {5: [], 10: [], 20: []}
+        tests = []
+        for seed in range(seeds):
+            cfg = search.SearchConfig(seed=seed, max_rounds=rounds, check_convergence=False)
+            st = search.run_search(
+                initial_workflow(), StandInExecutor(), val, EditOptimizer(use_experience=use), cfg
+            )
+            scores = [r["score"] for r in st.rounds]
+            for k in best:
+                best[k].append(max(scores[:k]))
+            b = st.best()
+            tests.append(
+                interpreter.evaluate(
+                    jax.random.key(seed + 1000),
+                    Workflow.from_json(b["workflow"]),
+                    StandInExecutor(),
+                    test,
+                    3,
+                ).mean
+            )
+        emit(
+            what="experience",
+            use_experience=use,
+            seeds=seeds,
+            **{f"best_val_at_{k}": round(float(np.mean(v)), 4) for k, v in best.items()},
+            **{f"best_val_at_{k}_sd": round(float(np.std(v)), 4) for k, v in best.items()},
+            best_test=round(float(np.mean(tests)), 4),
+        )
+
+
+def tiny_text_lm(seed=0):
+    from jaxlab.decoding.arithmetic import byte_token_strings
+    from jaxlab.lm.model import Decoder, DecoderConfig
+    from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
+    from jaxlab.recipes.generate import decoder_lm
+    from jaxlab.workflows.lm_executor import TextLM
+
+    cfg = DecoderConfig(
+        d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=256, vocab_size=VOCAB_SIZE
+    )
+    model = Decoder(cfg)
+    params = model.init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
+    return TextLM(decoder_lm(model), params, byte_token_strings(VOCAB_SIZE), BOS_ID)
+
+
+def train_lm(run_dir: Path, steps: int):
+    """An ``lm-tiny`` run trained on the executor's prompt formats (see module docstring)."""
+    from jaxlab.core import loop
+    from jaxlab.core.recipe import Recipe, Task
+    from jaxlab.lm.data import ByteLMDataConfig, split_windows, train_dataset
+    from jaxlab.lm.model import DecoderConfig
+    from jaxlab.recipes import lm_tiny
+    from jaxlab.workflows.lm_executor import training_text
+
+    cfg = lm_tiny.LmTinyConfig(
+        model=DecoderConfig(d_model=96, n_layers=3, n_heads=4, head_dim=24, d_ff=288, max_len=384),
+        data=ByteLMDataConfig(seq_len=256, batch_size=16),
+        optim=lm_tiny.OptimConfig(lr=2e-3, warmup_steps=50),
+        loop=loop.LoopConfig(
+            total_steps=steps,
+            steps_per_call=10,
+            log_every=100,
+            eval_every=steps,
+            checkpoint_every=steps,
+            progress=False,
+        ),
+    )
+    rng = np.random.default_rng(12345)
+    probs = tasks.make_problems(12345, 6000)  # seeds disjoint from the search's problems
+    docs = [
+        training_text(rng, q, e, int(a))
+        for q, e, a in zip(probs.questions, probs.expressions, probs.answers, strict=True)
+    ]
+    train_w, _ = split_windows(cfg.data, docs)
+    parts = lm_tiny.build_parts(cfg)
+
+    def build(c):
+        return Task(
+            init=parts.init,
+            train_step=parts.train_step,
+            evaluate=None,
+            data=lambda: iter(
+                train_dataset(train_w, batch_size=c.data.batch_size, seed=c.data.seed)
+            ),
+            units_per_step=(c.data.batch_size * c.data.seq_len, "tok"),
+        )
+
+    recipe = Recipe(name="lm-tiny", config_cls=lm_tiny.LmTinyConfig, build=build)
+    t = time.perf_counter()
+    result = loop.run(recipe, cfg, run_dir)
+    emit(
+        what="train_lm",
+        steps=result.step,
+        loss=round(float(result.metrics.get("loss", np.nan)), 4),
+        time=round(time.perf_counter() - t, 1),
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--lm-run-dir", default=None)
+    ap.add_argument("--train-lm", default=None, help="train an arithmetic LM into this run dir")
+    ap.add_argument("--train-steps", type=int, default=1500)
+    ap.add_argument("--lm-problems", type=int, default=60)
+    ap.add_argument("--lm-rounds", type=int, default=10)
+    args = ap.parse_args()
+    val, test = tasks.split(tasks.make_problems(0, 1000), 0)
+    seeds = 2 if args.quick else args.seeds
+    bench_eval("standin_eval", StandInExecutor(), val, 0.5 if args.quick else args.seconds)
+    t = time.perf_counter()
+    st = search.run_search(
+        initial_workflow(),
+        StandInExecutor(),
+        val,
+        EditOptimizer(),
+        search.SearchConfig(seed=0, check_convergence=False),
+    )
+    emit(
+        what="standin_search",
+        rounds=len(st.rounds),
+        time=round(time.perf_counter() - t, 3),
+        initial_val=round(st.rounds[0]["score"], 4),
+        best_val=round(st.best()["score"], 4),
+    )
+    bench_experience(val, test, seeds, 20)
+
+    from jaxlab.workflows.lm_executor import LMExecutor
+
+    if args.train_lm:
+        train_lm(Path(args.train_lm), args.train_steps)  # resumes if the run already exists
+        args.lm_run_dir = args.train_lm
+    if args.lm_run_dir:
+        from jaxlab.recipes.generate import byte_text_lm, load_decoder_run
+
+        model, params, _ = load_decoder_run("lm-tiny", args.lm_run_dir)
+        text_lm, label = byte_text_lm(model, params), "lm_eval_trained"
+    else:
+        text_lm, label = tiny_text_lm(), "lm_eval_random_tiny"
+    lm_val = val.take(np.arange(min(args.lm_problems, len(val))))
+    ex = LMExecutor(text_lm, num_particles=4)
+    bench_eval(label, ex, lm_val, 0.5 if args.quick else args.seconds, particles=4)
+    if args.lm_run_dir:
+        for solver in ("generate", "programmer"):
+            wf = Workflow((Step.make(solver, prompt="plain"),))
+            emit(
+                what="lm_solver_accuracy",
+                solver=solver,
+                val=interpreter.evaluate(jax.random.key(7), wf, ex, lm_val, 2).mean,
+            )
+        t = time.perf_counter()
+        st = search.run_search(
+            initial_workflow(),
+            ex,
+            lm_val,
+            EditOptimizer(),
+            search.SearchConfig(
+                seed=0, max_rounds=args.lm_rounds, validation_runs=1, check_convergence=False
+            ),
+        )
+        b = st.best()
+        emit(
+            what="lm_search",
+            rounds=len(st.rounds),
+            problems=len(lm_val),
+            time=round(time.perf_counter() - t, 1),
+            initial_val=round(st.rounds[0]["score"], 4),
+            best_val=round(b["score"], 4),
+            best_workflow=Workflow.from_json(b["workflow"]).to_code(),
+        )
+
+
+if __name__ == "__main__":
+    main()
