@@ -139,22 +139,60 @@ def accuracy(answers: Answers, problems: Problems) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """Scores of ``runs`` independent executions (AFlow's ``validation_rounds``)."""
+    """Scores of ``runs`` independent executions (AFlow's ``validation_rounds``) and the failure
+    log of the first run (what AFlow's optimizer reads: counts by kind and a few examples).
+
+    Attributes:
+        scores: accuracy of each run.
+        failures: ``{"out_of_format": int, "wrong_value": int, "examples": [{question, answer,
+            expected}, ...]}`` (at most ``NUM_FAILURE_EXAMPLES`` examples; ``answer`` is
+            ``None`` when out of format).
+    """
 
     scores: tuple[float, ...]
+    failures: dict = dataclasses.field(default_factory=dict)
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.scores))
 
 
+NUM_FAILURE_EXAMPLES = 3
+
+
+def failure_log(answers: Answers, problems: Problems, rng: np.random.Generator) -> dict:
+    """Counts of out-of-format and wrong answers and up to 3 random failed examples."""
+    valid, value = np.asarray(answers.valid), np.asarray(answers.value)
+    wrong = valid & (value != problems.answers)
+    failed = np.flatnonzero(~valid | wrong)
+    picks = rng.choice(failed, size=min(NUM_FAILURE_EXAMPLES, failed.size), replace=False)
+    return {
+        "out_of_format": int(np.sum(~valid)),
+        "wrong_value": int(np.sum(wrong)),
+        "examples": [
+            {
+                "question": problems.questions[i],
+                "answer": int(value[i]) if valid[i] else None,
+                "expected": int(problems.answers[i]),
+            }
+            for i in sorted(int(j) for j in picks)
+        ],
+    }
+
+
 def evaluate(
     key: PRNGKeyArray, workflow: Workflow, executor: Executor, problems: Problems, runs: int
 ) -> Evaluation:
-    """Mean accuracy over ``runs`` executions with independent keys (AFlow's evaluation)."""
+    """Mean accuracy over ``runs`` executions with independent keys (AFlow's evaluation), and
+    the failure log of the first run."""
     if not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs={runs!r}: expected an int >= 1")
     keys = jax.random.split(key, runs)
-    return Evaluation(
-        tuple(accuracy(run_workflow(k, workflow, executor, problems), problems) for k in keys)
-    )
+    scores, failures = [], {}
+    for i, k in enumerate(keys):
+        answers = run_workflow(k, workflow, executor, problems)
+        scores.append(accuracy(answers, problems))
+        if i == 0:
+            seed = np.asarray(jax.random.key_data(k)).ravel().tolist()
+            failures = failure_log(answers, problems, np.random.default_rng(seed))
+    return Evaluation(tuple(scores), failures)

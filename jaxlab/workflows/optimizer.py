@@ -14,14 +14,16 @@ format/test, change test loops. With experience, an edit's weight is
 parent's children made by edits of the same kind (``0`` for kinds not tried yet), so kinds that
 failed from this parent are avoided and kinds that helped are refined; without experience every
 edit has equal weight. Either way, candidates whose program is already in the search tree are
-rejected (the duplicate check is the search's, not experience).
+rejected (the duplicate check is the search's, not experience). With ``use_failures`` the parent's
+failure log also steers the draw: the share of its failures that are out of format raises the
+weight of ``format`` edits by ``exp(gamma · share)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,6 +62,7 @@ class Optimizer(Protocol):
         *,
         parent_score: float,
         experience: Sequence[Experience],
+        failures: Mapping[str, Any],
         is_duplicate: Callable[[Workflow], bool],
     ) -> Proposal | None: ...
 
@@ -153,10 +156,14 @@ class EditOptimizer:
     Attributes:
         use_experience: weight edit kinds by the parent's children's score changes.
         beta: weight per percentage point of mean gain.
+        use_failures: read the parent's failure log (module docstring).
+        gamma: log-weight of ``format`` edits per unit share of out-of-format failures.
     """
 
     use_experience: bool = True
     beta: float = 0.3
+    use_failures: bool = True
+    gamma: float = 3.0
 
     def propose(
         self,
@@ -165,6 +172,7 @@ class EditOptimizer:
         *,
         parent_score: float,
         experience: Sequence[Experience],
+        failures: Mapping[str, Any],
         is_duplicate: Callable[[Workflow], bool],
     ) -> Proposal | None:
         del parent_score
@@ -177,5 +185,13 @@ class EditOptimizer:
             for e in experience:
                 gains.setdefault(e.kind, []).append(100.0 * (e.after - e.before))
             logits = np.asarray([self.beta * np.mean(gains.get(p.kind, [0.0])) for p in options])
+        if self.use_failures and failures:
+            # the failure log: out-of-format failures call for format edits (AFlow's optimizer
+            # reads the parent's failed cases)
+            total = failures.get("out_of_format", 0) + failures.get("wrong_value", 0)
+            share = failures.get("out_of_format", 0) / max(total, 1)
+            logits = logits + np.asarray(
+                [self.gamma * share if p.kind == "format" else 0.0 for p in options]
+            )
         w = np.exp(logits - logits.max())
         return options[int(rng.choice(len(options), p=w / w.sum()))]

@@ -201,6 +201,7 @@ def run_search(
             "scores": list(evaluation.scores),
             "score": evaluation.mean,
             "std": float(np.std(evaluation.scores)),
+            "failures": evaluation.failures,
             "selection": {str(k): v for k, v in (probs or {}).items()},
         }
         state.rounds.append(rec)
@@ -261,6 +262,7 @@ def run_search(
                 state.workflow(parent),
                 parent_score=state.rounds[parent - 1]["score"],
                 experience=experience,
+                failures=state.rounds[parent - 1]["failures"],
                 is_duplicate=lambda w: w.key() in seen,
             )
             if proposal is not None:

@@ -22,6 +22,14 @@ def test_twenty_rounds_raise_the_validation_score_from_about_point_six(val):
     assert abs(state.rounds[0]["score"] - 0.6) < 0.06
     assert state.best()["score"] >= 0.80
     assert len(state.rounds) <= 20
+    assert len({Workflow.from_json(r["workflow"]).key() for r in state.rounds}) == len(state.rounds)
+    fails = state.rounds[0]["failures"]
+    assert fails["out_of_format"] + fails["wrong_value"] == round(
+        (1 - state.rounds[0]["scores"][0]) * 200
+    )
+    assert len(fails["examples"]) == 3 and all(
+        e["answer"] != e["expected"] for e in fails["examples"]
+    )
     for rec in state.rounds[1:]:
         assert 1 <= rec["parent"] < rec["round"]
         assert abs(sum(rec["selection"].values()) - 1.0) < 1e-12 and "1" in rec["selection"]
@@ -64,7 +72,7 @@ def test_interrupted_search_resumes_to_the_same_result(val, tmp_path):
 class _BadOptimizer:
     """Proposes a workflow with an operator that does not exist from round 3 on."""
 
-    def propose(self, rng, parent, *, parent_score, experience, is_duplicate):
+    def propose(self, rng, parent, *, parent_score, experience, failures, is_duplicate):
         if parent.steps[-1].op == "format":
             bad = Workflow((*parent.steps, Step.make("summon_demon")))
             return Proposal(bad, "add summon_demon", "bad")
