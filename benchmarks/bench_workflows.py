@@ -139,18 +139,15 @@ def bench_experience(val, test, seeds, rounds):
 
 
 def tiny_text_lm(seed=0):
-    from jaxlab.decoding.arithmetic import byte_token_strings
     from jaxlab.lm.model import Decoder, DecoderConfig
-    from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
-    from jaxlab.recipes.generate import decoder_lm
-    from jaxlab.workflows.lm_executor import TextLM
+    from jaxlab.lm.tokenizer import VOCAB_SIZE
+    from jaxlab.recipes.generate import byte_text_lm
 
     cfg = DecoderConfig(
         d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=256, vocab_size=VOCAB_SIZE
     )
     model = Decoder(cfg)
-    params = model.init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
-    return TextLM(decoder_lm(model), params, byte_token_strings(VOCAB_SIZE), BOS_ID)
+    return byte_text_lm(model, model.init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32)))
 
 
 def train_lm(run_dir: Path, steps: int):
@@ -209,6 +206,7 @@ def train_lm(run_dir: Path, steps: int):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--parts", default="standin,experience,lm", help="comma-separated subset")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--lm-run-dir", default=None)
@@ -219,7 +217,17 @@ def main():
     args = ap.parse_args()
     val, test = tasks.split(tasks.make_problems(0, 1000), 0)
     seeds = 2 if args.quick else args.seeds
-    bench_eval("standin_eval", StandInExecutor(), val, 0.5 if args.quick else args.seconds)
+    parts = set(args.parts.split(","))
+    if "standin" in parts:
+        bench_standin(val, 0.5 if args.quick else args.seconds)
+    if "experience" in parts:
+        bench_experience(val, test, seeds, 20)
+    if "lm" in parts:
+        bench_lm(args, val)
+
+
+def bench_standin(val, seconds):
+    bench_eval("standin_eval", StandInExecutor(), val, seconds)
     t = time.perf_counter()
     st = search.run_search(
         initial_workflow(),
@@ -235,8 +243,9 @@ def main():
         initial_val=round(st.rounds[0]["score"], 4),
         best_val=round(st.best()["score"], 4),
     )
-    bench_experience(val, test, seeds, 20)
 
+
+def bench_lm(args, val):
     from jaxlab.workflows.lm_executor import LMExecutor
 
     if args.train_lm:

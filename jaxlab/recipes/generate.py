@@ -174,5 +174,9 @@ def byte_text_lm(model: Decoder, params):
     from jaxlab.workflows.lm_executor import TextLM
 
     return TextLM(
-        decoder_lm(model), params, byte_token_strings(model.cfg.vocab_size), bos_id=BOS_ID
+        decoder_lm(model),
+        params,
+        byte_token_strings(model.cfg.vocab_size),
+        bos_id=BOS_ID,
+        pad_id=EOS_ID,
     )

@@ -2,7 +2,7 @@
 
 The model is a :class:`jaxlab.decoding.interface.CausalLM` with its parameters and token strings
 (this module never imports a model family). Every operator builds one text prompt per problem
-(and per sample for ``sc_ensemble``), left-pads the batch to a bucketed width (so a handful of
+(and per sample for ``sc_ensemble``), puts BOS before it, left-pads the batch to a bucketed width (so a handful of
 shapes are compiled), and decodes all prompts in one jit-compiled, vmapped call of SMC from
 :mod:`jaxlab.decoding.smc` whose condition potential makes every output parse:
 
@@ -85,7 +85,10 @@ class TextLM:
         lm: the model.
         params: its parameters.
         token_strings: the string of each token id (single characters for byte models).
-        bos_id: id put before every prompt.
+        bos_id: id put right before every prompt.
+        pad_id: id that fills the left of shorter prompts in a batch (e.g. the model's end of
+            document token, so padding reads like earlier documents of a packed window);
+            ``None``: ``bos_id``.
         terminator: the character that ends an output (a token of ``token_strings``).
     """
 
@@ -93,6 +96,7 @@ class TextLM:
     params: Params
     token_strings: tuple[str, ...]
     bos_id: int
+    pad_id: int | None = None
     terminator: str = "\n"
 
     def __post_init__(self) -> None:
@@ -210,10 +214,10 @@ class LMExecutor:
         ids = [self.encode(t) for t in texts]
         width = _bucket(max(len(i) for i in ids) + 1, self.width_bucket)
         batch = _bucket(len(ids), 8)
-        pad = self.char_id.get(" ", self.model.bos_id)
+        pad = self.model.bos_id if self.model.pad_id is None else self.model.pad_id
         arr = np.full((batch, width), pad, np.int32)
         for r, row in enumerate(ids):
-            arr[r, 0] = self.model.bos_id
+            arr[r, width - len(row) - 1] = self.model.bos_id
             arr[r, width - len(row) :] = row
         start = time.perf_counter()
         tokens, lengths, ok = decode_batch(
