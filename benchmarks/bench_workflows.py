@@ -150,7 +150,7 @@ def tiny_text_lm(seed=0):
     return byte_text_lm(model, model.init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32)))
 
 
-def train_lm(run_dir: Path, steps: int):
+def train_lm(run_dir: Path, steps: int, max_terms: int):
     """An ``lm-tiny`` run trained on the executor's prompt formats (see module docstring)."""
     from jaxlab.core import loop
     from jaxlab.core.recipe import Recipe, Task
@@ -160,9 +160,9 @@ def train_lm(run_dir: Path, steps: int):
     from jaxlab.workflows.lm_executor import training_text
 
     cfg = lm_tiny.LmTinyConfig(
-        model=DecoderConfig(d_model=96, n_layers=3, n_heads=4, head_dim=24, d_ff=288, max_len=384),
-        data=ByteLMDataConfig(seq_len=256, batch_size=16),
-        optim=lm_tiny.OptimConfig(lr=2e-3, warmup_steps=50),
+        model=DecoderConfig(d_model=128, n_layers=2, n_heads=4, head_dim=32, d_ff=384, max_len=256),
+        data=ByteLMDataConfig(seq_len=128, batch_size=32),
+        optim=lm_tiny.OptimConfig(lr=3e-3, warmup_steps=100),
         loop=loop.LoopConfig(
             total_steps=steps,
             steps_per_call=10,
@@ -173,7 +173,8 @@ def train_lm(run_dir: Path, steps: int):
         ),
     )
     rng = np.random.default_rng(12345)
-    probs = tasks.make_problems(12345, 6000)  # seeds disjoint from the search's problems
+    # seed disjoint from the search's problems
+    probs = tasks.make_problems(12345, 20000, max_terms=max_terms)
     docs = [
         training_text(rng, q, e, int(a))
         for q, e, a in zip(probs.questions, probs.expressions, probs.answers, strict=True)
@@ -214,6 +215,7 @@ def main():
     ap.add_argument("--train-steps", type=int, default=1500)
     ap.add_argument("--lm-problems", type=int, default=60)
     ap.add_argument("--lm-rounds", type=int, default=10)
+    ap.add_argument("--max-terms", type=int, default=2, help="LM task: numbers per problem")
     args = ap.parse_args()
     val, test = tasks.split(tasks.make_problems(0, 1000), 0)
     seeds = 2 if args.quick else args.seeds
@@ -223,7 +225,8 @@ def main():
     if "experience" in parts:
         bench_experience(val, test, seeds, 20)
     if "lm" in parts:
-        bench_lm(args, val)
+        lm_val, _ = tasks.split(tasks.make_problems(0, 1000, max_terms=args.max_terms), 0)
+        bench_lm(args, lm_val)
 
 
 def bench_standin(val, seconds):
@@ -249,7 +252,9 @@ def bench_lm(args, val):
     from jaxlab.workflows.lm_executor import LMExecutor
 
     if args.train_lm:
-        train_lm(Path(args.train_lm), args.train_steps)  # resumes if the run already exists
+        train_lm(
+            Path(args.train_lm), args.train_steps, args.max_terms
+        )  # resumes if the run already exists
         args.lm_run_dir = args.train_lm
     if args.lm_run_dir:
         from jaxlab.recipes.generate import byte_text_lm, load_decoder_run

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-dir", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--num-problems", type=int, default=1000, help="arithmetic: val + test")
+    s.add_argument("--max-terms", type=int, default=3, help="arithmetic: numbers per problem")
     s.add_argument("--validation-runs", type=int, default=3)
     s.add_argument("--no-experience", action="store_true", help="uniform edits (ablation)")
     s.add_argument("--no-convergence", action="store_true", help="always run --rounds rounds")
@@ -97,7 +98,7 @@ def search_main(args) -> int:
     run_dir = Path(args.run_dir)
     try:
         if args.task == "arithmetic":
-            problems = tasks.make_problems(args.seed, args.num_problems)
+            problems = tasks.make_problems(args.seed, args.num_problems, max_terms=args.max_terms)
         else:
             problems = tasks.load_task_file(args.task)
         val, test = tasks.split(problems, args.seed)
@@ -123,7 +124,11 @@ def search_main(args) -> int:
             optimizer,
             config,
             run_dir=run_dir,
-            describe={"task": args.task, **desc, "experience": not args.no_experience},
+            describe={
+                "task": args.task if args.task != "arithmetic" else f"arithmetic/{args.max_terms}",
+                **desc,
+                "experience": not args.no_experience,
+            },
             on_round=show,
         )
     except (

@@ -63,18 +63,18 @@ def prompt_text(kind: str, template: str, question: str, answer: int | None = No
 
 
 def training_text(rng: np.random.Generator, question: str, expression: str, answer: int) -> str:
-    """One training document in the executor's formats: a random template, the direct answer,
-    the expression, and a review (and, when wrong, a revision) of a perturbed answer."""
+    """One training document in one of the executor's formats, drawn uniformly: a random
+    template with the direct answer, the expression, or a review (and, when the shown answer is
+    wrong, its revision) of a possibly perturbed answer."""
     template = list(PROMPTS)[rng.integers(len(PROMPTS))]
-    wrong = answer + int(rng.choice([-2, -1, 1, 2, 10, -10]))
-    shown = answer if rng.random() < 0.5 else wrong
-    lines = [
-        prompt_text("generate", template, question) + f"{answer}\n",
-        prompt_text("programmer", template, question) + f"{expression}\n",
-        prompt_text("review", template, question, shown)
-        + ("yes\n" if shown == answer else f"no\nA: {answer}\n"),
-    ]
-    return "".join(lines[i] for i in rng.permutation(3))
+    kind = ("generate", "programmer", "review")[rng.integers(3)]
+    if kind == "generate":
+        return prompt_text("generate", template, question) + f"{answer}\n"
+    if kind == "programmer":
+        return prompt_text("programmer", template, question) + f"{expression}\n"
+    shown = answer if rng.random() < 0.5 else answer + int(rng.choice([-10, -2, -1, 1, 2, 10]))
+    tail = "yes\n" if shown == answer else f"no\nA: {answer}\n"
+    return prompt_text("review", template, question, shown) + tail
 
 
 @dataclasses.dataclass(frozen=True)
