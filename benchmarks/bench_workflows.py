@@ -2,12 +2,15 @@
 one JSON line per measurement.
 
 * ``standin_eval``: workflow evaluations/s on the stand-in (validation split of 200 problems),
-  compile time separate; share of time in operator calls vs interpreter/search bookkeeping.
+  compile time separate; ``model_share``: share of wall time inside operator calls (the rest is
+  interpreter and scoring bookkeeping).
 * ``experience``: the stand-in search with and without experience over ``--seeds`` seeds: the
   best validation score after 5, 10 and 20 rounds (mean over seeds) and the best workflow's test
   score.
 * ``lm_eval``: the LM executor on a decoder (a random tiny one, or ``--lm-run-dir``): workflow
-  evaluations/s, prompts per model call, particle tokens/s, share of wall time in model calls.
+  evaluations/s, prompts per model call, output tokens/s, particle decoding steps/s,
+  ``model_share`` (wall time inside the jit-compiled decoding calls) and ``operator_share``
+  (inside operator calls, i.e. also prompt building and output parsing on the host).
 * ``--train-lm DIR``: trains a small byte decoder on the executor's prompt formats
   (:func:`jaxlab.workflows.lm_executor.training_text` over word problems disjoint from the
   search's) with the ``lm-tiny`` recipe's pieces and the shared loop, saved as an ``lm-tiny``
@@ -101,7 +104,12 @@ def bench_eval(label, executor, problems, seconds, **extra):
             calls = st["calls"] - stats0["calls"]
             row.update(
                 prompts_per_call=round((st["prompts"] - stats0["prompts"]) / calls, 1),
+                model_share=round((st["model_seconds"] - stats0["model_seconds"]) / wall, 3),
+                operator_share=row["model_share"],
                 tokens_per_s=round((st["tokens"] - stats0["tokens"]) / wall, 1),
+                particle_steps_per_s=round(
+                    (st["particle_steps"] - stats0["particle_steps"]) / wall, 1
+                ),
             )
         emit(**row)
 

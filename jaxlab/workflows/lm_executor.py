@@ -158,7 +158,9 @@ class LMExecutor:
         width_bucket: prompt widths are rounded up to a multiple of this (fewer compilations).
 
     Attributes:
-        stats: model calls, prompts, generated tokens and seconds in model calls so far.
+        stats: model calls, prompts, generated tokens (of the returned outputs), particle
+            decoding steps (padded batch x particles x steps: the work done) and seconds in
+            model calls so far.
     """
 
     def __init__(
@@ -195,7 +197,13 @@ class LMExecutor:
                 )
             ),
         }
-        self.stats = {"calls": 0, "prompts": 0, "tokens": 0, "model_seconds": 0.0}
+        self.stats = {
+            "calls": 0,
+            "prompts": 0,
+            "tokens": 0,
+            "particle_steps": 0,
+            "model_seconds": 0.0,
+        }
 
     def encode(self, text: str) -> list[int]:
         try:
@@ -235,7 +243,8 @@ class LMExecutor:
         self.stats["model_seconds"] += time.perf_counter() - start
         self.stats["calls"] += 1
         self.stats["prompts"] += len(ids)
-        self.stats["tokens"] += int(np.sum(lengths[: len(ids)])) * self.num_particles
+        self.stats["tokens"] += int(np.sum(lengths[: len(ids)]))
+        self.stats["particle_steps"] += batch * self.num_particles * (self.max_tokens[kind] + 1)
         strings = self.model.token_strings
         return [
             "".join(strings[t] for t in tokens[r, : lengths[r]]) if ok[r] else None
