@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.decoding import arithmetic, generate, sampling, speculative
@@ -48,7 +49,6 @@ from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.data import load_corpus, token_streams
 from jaxlab.lm.model import Decoder
 from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE
-from jaxlab.recipes.generate import decoder_lm
 
 ROOT = Path(__file__).resolve().parent
 

@@ -22,6 +22,7 @@ Usage: ``python benchmarks/bench_workflows.py [--quick] [--seeds 8] [--train-lm 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -147,9 +148,9 @@ def bench_experience(val, test, seeds, rounds):
 
 
 def tiny_text_lm(seed=0):
+    from jaxlab.commands.workflows import byte_text_lm
     from jaxlab.lm.model import Decoder, DecoderConfig
     from jaxlab.lm.tokenizer import VOCAB_SIZE
-    from jaxlab.recipes.generate import byte_text_lm
 
     cfg = DecoderConfig(
         d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=256, vocab_size=VOCAB_SIZE
@@ -159,18 +160,20 @@ def tiny_text_lm(seed=0):
 
 
 def train_lm(run_dir: Path, steps: int, max_terms: int):
-    """An ``lm-tiny`` run trained on the executor's prompt formats (see module docstring)."""
+    """An ``lm-tiny`` run trained on the executor's prompt formats (see module docstring): the
+    recipe's own parts with the training data replaced, so the run opens as any lm-tiny run."""
     from jaxlab.core import loop
-    from jaxlab.core.recipe import Recipe, Task
+    from jaxlab.core import run as run_lib
     from jaxlab.lm.data import ByteLMDataConfig, split_windows, train_dataset
     from jaxlab.lm.model import DecoderConfig
+    from jaxlab.lm.training import OptimConfig
     from jaxlab.recipes import lm_tiny
     from jaxlab.workflows.lm_executor import training_text
 
     cfg = lm_tiny.LmTinyConfig(
         model=DecoderConfig(d_model=128, n_layers=2, n_heads=4, head_dim=32, d_ff=384, max_len=256),
         data=ByteLMDataConfig(seq_len=128, batch_size=32),
-        optim=lm_tiny.OptimConfig(lr=3e-3, warmup_steps=100),
+        optim=OptimConfig(lr=3e-3, warmup_steps=100),
         loop=loop.LoopConfig(
             total_steps=steps,
             steps_per_call=10,
@@ -188,22 +191,14 @@ def train_lm(run_dir: Path, steps: int, max_terms: int):
         for q, e, a in zip(probs.questions, probs.expressions, probs.answers, strict=True)
     ]
     train_w, _ = split_windows(cfg.data, docs)
-    parts = lm_tiny.build_parts(cfg)
-
-    def build(c):
-        return Task(
-            init=parts.init,
-            train_step=parts.train_step,
-            evaluate=None,
-            data=lambda: iter(
-                train_dataset(train_w, batch_size=c.data.batch_size, seed=c.data.seed)
-            ),
-            units_per_step=(c.data.batch_size * c.data.seq_len, "tok"),
-        )
-
-    recipe = Recipe(name="lm-tiny", config_cls=lm_tiny.LmTinyConfig, build=build)
+    parts = run_lib.build(lm_tiny.RECIPE, cfg, jax.devices()[:1])
+    parts = dataclasses.replace(
+        parts,
+        data=lambda: iter(train_dataset(train_w, batch_size=cfg.data.batch_size, seed=0)),
+        evaluate=None,
+    )
     t = time.perf_counter()
-    result = loop.run(recipe, cfg, run_dir)
+    result = loop.run(lm_tiny.RECIPE, cfg, run_dir, parts=parts)
     emit(
         what="train_lm",
         steps=result.step,
@@ -265,10 +260,9 @@ def bench_lm(args, val):
         )  # resumes if the run already exists
         args.lm_run_dir = args.train_lm
     if args.lm_run_dir:
-        from jaxlab.recipes.generate import byte_text_lm, load_decoder_run
+        from jaxlab.commands.workflows import load_text_lm
 
-        model, params, _ = load_decoder_run("lm-tiny", args.lm_run_dir)
-        text_lm, label = byte_text_lm(model, params), "lm_eval_trained"
+        text_lm, label = load_text_lm("lm-tiny", args.lm_run_dir), "lm_eval_trained"
     else:
         text_lm, label = tiny_text_lm(), "lm_eval_random_tiny"
     lm_val = val.take(np.arange(min(args.lm_problems, len(val))))

@@ -17,19 +17,13 @@ from pathlib import Path
 #: Extra sub-commands contributed by families: name -> ("module:function", help). The function
 #: takes the remaining argv and returns an exit status.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
-    "generate": ("jaxlab.recipes.generate:main", "sample text from a trained decoder LM run"),
+    "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
     "levels": ("jaxlab.envs.kinetix.cli:main", "Kinetix level files: show, rollout, render"),
-    "sweep": ("jaxlab.graph.sweep:main", "GNN accuracy-vs-phi table for none / DIGL / JDR"),
-    "workflows": ("jaxlab.workflows.cli:main", "AFlow: MCTS search over agentic workflows"),
+    "workflows": ("jaxlab.commands.workflows:main", "AFlow: MCTS search over agentic workflows"),
 }
 
 
-class UserError(Exception):
-    """An error caused by the command's input, printed as one line plus a hint."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
+from jaxlab.core.errors import UserError  # noqa: E402  (re-exported for commands)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -57,6 +51,10 @@ def _hint_for(e: BaseException) -> str:
         return "see `jaxlab config RECIPE` for every key and its current value"
     if isinstance(e, IncompatibleCheckpointError):
         return "pass --run-dir NEW_DIR to start a separate run"
+    from jaxlab.core.run import RunNotFoundError
+
+    if isinstance(e, RunNotFoundError):
+        return "train first (jaxlab train RECIPE --run-dir DIR) or pass the directory of a run"
     if isinstance(e, NonFiniteLossError):
         return (
             "lower the learning rate or check the data; rerunning resumes from the last good step"
@@ -133,36 +131,43 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from jaxlab.core import config as config_lib
-    from jaxlab.core import loop
     from jaxlab.core import recipe as recipe_lib
-    from jaxlab.core.checkpoint import Checkpointer
+    from jaxlab.core import run as run_lib
 
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
-    cfg_path = run_dir / "config.yaml"
-    if not cfg_path.exists():
-        raise UserError(
-            f"no run in {run_dir} (missing config.yaml)",
-            f"train first: jaxlab train {r.name} --run-dir {run_dir}",
-        )
-    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(cfg_path))
+    _, cfg = run_lib.read_run(run_dir, r)
     if r.eval_main is not None:
         return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
     if args.extra:
         raise UserError(f"unexpected arguments {args.extra} for `jaxlab eval {r.name}`")
-    task = r.build(cfg)
-    if task.evaluate is None:
+    run = run_lib.open_run(run_dir, recipe=r)
+    if run.parts.evaluate is None:
         raise UserError(f"recipe {r.name} has no evaluation")
-    import jax
+    metrics = run.parts.evaluate(run.state)
+    print(json.dumps({"step": run.step, **dict(metrics)}, default=float))
+    return 0
 
-    ck = Checkpointer(run_dir / "checkpoints", cfg)
-    try:
-        state, step = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
-    finally:
-        ck.close()
-    metrics = task.evaluate(state)
-    print(json.dumps({"step": step, **{k: v for k, v in metrics.items()}}, default=float))
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core import sweep as sweep_lib
+
+    r = recipe_lib.get(args.recipe)
+    base = r.config(args.preset)
+    axes = sweep_lib.parse_axes(r, base, args.overrides)
+    out = Path(args.out) if args.out else Path("runs") / f"sweep-{r.name}"
+    traced = [k for k in axes if k in r.traced]
+    static = [k for k in axes if k not in r.traced]
+    print(
+        f"jaxlab: sweep {r.name} in {out}: vmapped over {traced + ['seed'] if traced else ['seed']}"
+        + (f", a sequence of runs over {static}" if static else ""),
+        file=sys.stderr,
+    )
+    result = sweep_lib.sweep(r, base, axes, seeds=args.seeds, out_dir=out)
+    print(sweep_lib.format_table(result.summary, list(axes)), end="")
+    print(f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
+          f"table in {out / 'table.txt'}, rows in {out / 'sweep.jsonl'}", file=sys.stderr)
     return 0
 
 
@@ -218,6 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("recipe")
     s.add_argument("--run-dir", required=True)
     s.set_defaults(fn=cmd_eval, extra=[])  # recipe-specific options are passed through
+
+    s = sub.add_parser(
+        "sweep",
+        help="sweep config values and seeds (traced hyper-parameters and seeds in one vmapped "
+        "program, other keys as a sequence of runs)",
+        description="Sweep RECIPE over key=v1,v2,... axes and --seeds, e.g. "
+        "`jaxlab sweep lm-tiny --preset tiny optim.lr=1e-3,3e-3 --seeds 3`.",
+    )
+    s.add_argument("recipe")
+    s.add_argument("--preset", default=None)
+    s.add_argument("--seeds", type=int, default=1, help="seeds per point (from the config's seed)")
+    s.add_argument("--out", default=None, help="sweep directory (default runs/sweep-RECIPE)")
+    s.add_argument("overrides", nargs="*", metavar="key=v1,v2")
+    s.set_defaults(fn=cmd_sweep)
 
     s = sub.add_parser("bench", help="run benchmarks/bench_AREA.py (JSON lines)")
     s.add_argument("area")

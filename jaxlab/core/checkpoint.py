@@ -5,7 +5,7 @@ Orbax writes each step to a temporary folder and renames it when complete, so a 
 checkpoint never replaces the last good one; the newest *finalised* step is what restores.
 
 Restoring checks the saved config against the current one: fields that only steer the run
-(``loop.*``, listed in :data:`RUN_CONTROL_PREFIXES`) may differ; any other difference is an
+(``loop.*`` and ``mesh.*``, listed in :data:`RUN_CONTROL_PREFIXES`) may differ; any other difference is an
 :class:`IncompatibleCheckpointError` naming the fields. The state is restored into an abstract tree
 (``jax.eval_shape`` of the recipe's init, optionally with shardings), so a checkpoint written on one
 mesh restores onto another.
@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 
 from jaxlab.core import config as config_lib
 
-RUN_CONTROL_PREFIXES: tuple[str, ...] = ("loop.",)
+RUN_CONTROL_PREFIXES: tuple[str, ...] = ("loop.", "mesh.")
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -64,10 +64,17 @@ class Checkpointer:
       config: the current run's config dataclass (stored with each save, checked on restore).
       keep: number of most recent checkpoints to keep.
       async_save: write in a background thread; :meth:`wait` (called by :meth:`close`) joins it.
+      create: create ``directory`` if missing (False for read-only use: nothing is written).
     """
 
     def __init__(
-        self, directory: str | Path, config: Any, *, keep: int = 3, async_save: bool = True
+        self,
+        directory: str | Path,
+        config: Any,
+        *,
+        keep: int = 3,
+        async_save: bool = True,
+        create: bool = True,
     ):
         self.directory = Path(directory).absolute()
         self.config = config
@@ -75,7 +82,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             enable_async_checkpointing=async_save,
-            create=True,
+            create=create,
         )
         self._mngr = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "data", "meta")

@@ -1,6 +1,7 @@
 """The one training loop every recipe runs through.
 
-``run(recipe, cfg, run_dir)`` builds the recipe's :class:`~jaxlab.core.recipe.Task` and owns the rest:
+``run(recipe, cfg, run_dir)`` builds the recipe's :class:`~jaxlab.core.recipe.Parts` for the mesh of
+``cfg.mesh`` and owns the rest:
 
 * one compiled multi-step function per chunk length: ``lax.scan`` of ``train_step`` over ``n <= K``
   steps (``loop.steps_per_call``), jitted with the state donated, so the host dispatches once per
@@ -33,9 +34,12 @@ import jax
 import numpy as np
 
 from jaxlab.core import config as config_lib
+from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
-from jaxlab.core.recipe import Recipe, Task
+from jaxlab.core.recipe import Parts, Recipe
+from jaxlab.core.run import abstract_state  # noqa: F401  (re-exported)
 from jaxlab.core.tracking import Tracker
 
 
@@ -145,31 +149,26 @@ def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
     return b
 
 
-def abstract_state(task: Task, key: jax.Array) -> Any:
-    """Shapes/dtypes (and shardings, if the task gives them) of the train state, without compute."""
-    abstract = jax.eval_shape(task.init, key)
-    if task.state_sharding is None:
-        return abstract
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        abstract,
-        task.state_sharding(abstract),
-    )
-
-
 def run(
     recipe: Recipe,
     cfg: Any,
     run_dir: str | Path,
     *,
     hooks: Sequence[Hook] = (),
-    task: Task | None = None,
+    parts: Parts | None = None,
     resume: bool = True,
+    devices: Sequence[jax.Device] | None = None,
 ) -> RunResult:
-    """Trains ``recipe`` with config ``cfg`` in ``run_dir`` (see the module docstring)."""
+    """Trains ``recipe`` with config ``cfg`` in ``run_dir`` (see the module docstring).
+
+    Args:
+      parts: the recipe's parts if already built (default: built for ``cfg.mesh`` over
+        ``devices``, all devices when None).
+      resume: restore the newest checkpoint of ``run_dir`` if there is one.
+    """
     loop: LoopConfig = cfg.loop
     run_dir = Path(run_dir)
-    task = task if task is not None else recipe.build(cfg)
+    task = parts if parts is not None else run_lib.build(recipe, cfg, devices)
     tracker = Tracker(run_dir, tensorboard=loop.tensorboard)
     if tracker.active:
         (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
@@ -182,12 +181,12 @@ def run(
 
     step = 0
     if resume and ckpt.latest_step() is not None:
-        state, step = ckpt.restore(abstract_state(task, key), data_it)
+        state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it)
+        state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
     else:
-        out_sh = (
-            task.state_sharding(jax.eval_shape(task.init, key)) if task.state_sharding else None
-        )
-        state = jax.jit(task.init, out_shardings=out_sh)(key)
+        state = run_lib.init_state(task, key)
+        if recipe.finetune is not None:
+            state = recipe.finetune(cfg, state)
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
     compiled: dict[int, Callable] = {}
@@ -219,8 +218,7 @@ def run(
                 if data_it is not None:
                     items = [next(data_it) for _ in range(n)]
                     batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
-                    if task.place_batch is not None:
-                        batches = task.place_batch(batches)
+                    batches = run_lib.place_batches(batches, task.abstract_batch)
                 t0 = time.perf_counter()
                 state, metrics = compiled[n](state, batches)
                 metrics = jax.device_get(metrics)

@@ -1,40 +1,95 @@
-"""What a runnable method gives the shared loop, and the registry of recipes.
+"""The recipe interface: what a runnable method gives ``core``, and the registry of recipes.
 
-A :class:`Recipe` names a method, its config dataclass, its presets and a ``build(cfg) -> Task``.
-A :class:`Task` is the set of pure functions the loop drives (see ``jaxlab.core.loop.run``).
-Recipes register themselves on import; :func:`get` imports the recipe modules listed in
-``jaxlab.recipes.MODULES`` lazily, so ``jaxlab list`` does not pay for every family's imports.
+A :class:`Recipe` names a method, its config dataclass and presets, and ``build(cfg, mesh) ->
+Parts``. :class:`Parts` are the pure pieces of one run *built for a given mesh*; ``core`` owns the
+rest of a run's life through them:
+
+* ``jaxlab.core.loop.run`` trains (compiling, K steps per call, checkpoints, resume, evaluation);
+* ``jaxlab.core.run.open_run(run_dir)`` reopens any run (recipe, config, restored state, step) on
+  any mesh, for evaluation, generation or fine-tuning;
+* ``jaxlab.core.lowering.lower(recipe, cfg, mesh)`` compiles the train step ahead of time for a
+  TPU slice from ``Parts.abstract_batch`` and ``Parts.state_sharding``;
+* ``jaxlab.core.sweep.sweep`` runs seeds and the recipe's *traced* hyper-parameters
+  (:attr:`Recipe.traced`) as one vmapped program.
+
+Writing a new recipe (no change in ``core``, ``cli.py`` or other recipes)::
+
+    @dataclasses.dataclass(frozen=True)
+    class MyConfig:            # frozen, typed; validated in __post_init__ with ConfigError
+        seed: int = 0
+        lr: float = 1e-3       # traced: read from state.hparams inside train_step
+        mesh: MeshConfig = MeshConfig()
+        loop: LoopConfig = LoopConfig()
+
+    def build(cfg: MyConfig, mesh: Mesh) -> Parts:
+        def init(key):         # -> a flax.struct state with a field ``hparams``
+            ...
+            return MyState(params, opt_state, hparams=hparams_of(RECIPE, cfg))
+        def train_step(state, batch):
+            opt = make_opt(state.hparams["lr"])   # a traced value, never a Python constant
+            ...
+        return Parts(init=init, train_step=train_step, abstract_batch=..., ...)
+
+    RECIPE = register(Recipe("my-method", MyConfig, build, traced=("lr",), presets_dir=...))
+
+and one line in ``jaxlab/recipes/__init__.py``'s ``NAMES`` (a recipe defined elsewhere, e.g. in a
+test, is passed to the core functions directly).
+
+Recipes never import other recipes or the CLI: what two recipes share lives in their family.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import jax
+import numpy as np
 
 from jaxlab.core import config as config_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
-    """The pieces of one training run.
+class Parts:
+    """The pure pieces of one run, built for one mesh by :attr:`Recipe.build`.
 
     Attributes:
-      init: ``key -> state``; a pure function building the train state pytree.
+      init: ``key -> state``; a pure function building the train state pytree. When the recipe
+        has traced hyper-parameters, the state is a ``flax.struct`` dataclass with a field
+        ``hparams`` (a ``dict[str, Array]`` of scalars keyed by dotted config key) holding their
+        values from the config (:func:`hparams_of`); ``core`` may replace them (sweeps, an
+        allowed change on resume).
       train_step: ``(state, batch) -> (state, metrics)``; pure and jit-able. RL and synthetic-data
         recipes get ``batch=None`` and carry their PRNG key in the state.
-      evaluate: optional host-side ``state -> dict`` of scalars (may jit inside).
-      data: optional ``() -> iterator`` of numpy batch pytrees (a grain ``DatasetIterator`` so its
-        position is checkpointed).
-      finalize: optional ``(state, run_dir) -> None`` writing artefacts (plots, GIFs, tables).
-      units_per_step: optional (count, name) for the progress bar, e.g. ``(4096, "tok")``.
-      place_batch: optional ``batches -> batches`` putting the host batches of one call (leading axis
-        = steps of the call) on the devices, e.g. sharded over the mesh's data axes.
-      state_sharding: optional ``abstract_state -> shardings`` pytree, so a checkpoint restores
-        onto this run's mesh (which may differ from the mesh it was written on).
+      abstract_batch: one step's *global* batch as a pytree of ``jax.ShapeDtypeStruct`` whose
+        ``sharding`` places it on the mesh (``None``: no data). The loop shards host batches with
+        these shardings, and ``lower`` compiles against it.
+      state_sharding: ``abstract_state -> shardings`` (same tree), so the state is created,
+        restored and lowered on this mesh (``None``: default placement).
+      data: ``() -> iterator`` of host-local numpy batches (a grain ``DatasetIterator``, so its
+        position is checkpointed); required when ``abstract_batch`` is given.
+      evaluate: host-side ``state -> dict`` of scalars (may jit inside).
+      finalize: ``(state, run_dir) -> None`` writing the run's artefacts (plots, GIFs, tables).
+      units_per_step: ``(count, name)`` for the progress bar, e.g. ``(4096, "tok")``.
     """
+
+    init: Callable[[Any], Any]
+    train_step: Callable[[Any, Any], tuple[Any, dict[str, Any]]]
+    abstract_batch: Any = None
+    state_sharding: Callable[[Any], Any] | None = None
+    data: Callable[[], Any] | None = None
+    evaluate: Callable[[Any], dict[str, Any]] | None = None
+    finalize: Callable[[Any, Path], None] | None = None
+    units_per_step: tuple[int, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """TRANSITION: the legacy ``build(cfg) -> Task`` form, adapted to :class:`Parts` by
+    ``core.run.build`` until every recipe is migrated."""
 
     init: Callable[[Any], Any]
     train_step: Callable[[Any, Any], tuple[Any, dict[str, Any]]]
@@ -48,17 +103,36 @@ class Task:
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A runnable method: a name, its config class, presets on disk, and how to build a Task."""
+    """A runnable method.
+
+    Attributes:
+      name: the command-line name (``jaxlab train NAME``).
+      config_cls: its frozen config dataclass (fields ``seed`` and ``loop`` are required; a
+        ``mesh: MeshConfig`` field places it on a mesh, else it runs on one device).
+      build: ``(cfg, mesh) -> Parts``.
+      description: one line for ``jaxlab list``.
+      presets_dir: folder of ``<preset>.yaml`` files; ``default_preset`` is used when none is named.
+      traced: dotted config keys of float hyper-parameters that are traced values in the state
+        (``state.hparams``), so ``jaxlab sweep`` vmaps over them in one compiled program and a
+        resume may change them when allowed.
+      finetune: ``(cfg, state) -> state``: called by the loop on a fresh start (not on resume),
+        e.g. to load another run's parameters (opened with ``core.run.open_run``) named by the
+        config; it returns ``state`` unchanged when the config names no source.
+      eval_main: ``(cfg, run_dir, argv) -> exit status`` for recipe-specific ``jaxlab eval``
+        options (it opens the run with ``core.run.open_run``); without it ``jaxlab eval`` prints
+        ``Parts.evaluate`` of the opened run.
+      hooks: ``(cfg, run_dir) -> [jaxlab.core.loop.Hook]`` added to every run.
+    """
 
     name: str
     config_cls: type
-    build: Callable[[Any], Task]
+    build: Callable[[Any, jax.sharding.Mesh], Parts]
     description: str = ""
     presets_dir: Path | None = None
     default_preset: str | None = None
-    #: optional ``(cfg, run_dir, argv) -> exit status`` for recipe-specific ``jaxlab eval`` options
+    traced: tuple[str, ...] = ()
+    finetune: Callable[[Any, Any], Any] | None = None
     eval_main: Callable[[Any, Path, list[str]], int] | None = None
-    #: optional ``(cfg, run_dir) -> hooks`` (``jaxlab.core.loop.Hook``) added to every run
     hooks: Callable[[Any, Path], Any] | None = None
 
     def presets(self) -> list[str]:
@@ -87,6 +161,41 @@ class Recipe:
         )
 
 
+def config_value(cfg: Any, key: str) -> Any:
+    """The value of dotted ``key`` in ``cfg`` (a ConfigError naming the key if there is none)."""
+    obj = cfg
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(obj) or not hasattr(obj, part):
+            flat = config_lib.flatten(config_lib.to_dict(cfg))
+            raise config_lib.ConfigError(
+                key, None, "an existing config key", config_lib.suggest(key, flat)
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def hparams_of(recipe: Recipe, cfg: Any) -> dict[str, jax.Array]:
+    """The traced hyper-parameters of ``recipe`` as float32 scalars, valued from ``cfg``."""
+    return {k: np.float32(config_value(cfg, k)) for k in recipe.traced}
+
+
+def with_hparams(state: Any, hparams: Mapping[str, Any]) -> Any:
+    """``state`` with its ``hparams`` field replaced (each value a float32 array)."""
+    if not hparams:
+        return state
+    current = getattr(state, "hparams", None)
+    if not isinstance(current, dict):
+        raise TypeError(
+            "a recipe with traced hyper-parameters needs a state with a dict field 'hparams'"
+        )
+    new = dict(current)
+    for k, v in hparams.items():
+        if k not in current:
+            raise config_lib.ConfigError(k, v, "one of the traced keys " + ", ".join(current))
+        new[k] = jax.numpy.asarray(v, jax.numpy.float32)
+    return state.replace(hparams=new)
+
+
 _REGISTRY: dict[str, Recipe] = {}
 
 
@@ -97,13 +206,6 @@ def register(recipe: Recipe) -> Recipe:
         raise ValueError(f"recipe name '{recipe.name}' is already registered")
     _REGISTRY[recipe.name] = recipe
     return recipe
-
-
-def _load_all() -> None:
-    from jaxlab import recipes
-
-    for mod in recipes.MODULES:
-        importlib.import_module(f"jaxlab.recipes.{mod}")
 
 
 def names() -> list[str]:
@@ -117,6 +219,8 @@ def get(name: str) -> Recipe:
     """The recipe called ``name``; an unknown name is a ConfigError with the closest name."""
     from jaxlab import recipes
 
+    if name in _REGISTRY and name not in recipes.NAMES:
+        return _REGISTRY[name]
     if name not in recipes.NAMES:
         raise config_lib.ConfigError(
             "recipe",

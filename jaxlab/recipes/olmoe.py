@@ -33,13 +33,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from jaxlab import media
 from jaxlab.core import loop as loop_lib
+from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import Hook, LoopConfig
-from jaxlab.core.recipe import Recipe, Task, register
-from jaxlab.core.sharding import MeshConfig, shard_batch, state_shardings
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.lm import moe as moe_lib
+from jaxlab.lm import training
 from jaxlab.lm.data import (
     ByteLMDataConfig,
     load_corpus,
@@ -50,8 +53,7 @@ from jaxlab.lm.data import (
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss
 from jaxlab.lm.moe import AUX_LOSS_COLLECTION, STATS_COLLECTION, MoEConfig, MoEFeedForward
 from jaxlab.lm.routing_stats import RoutingStats, routing_stats, summarize
-from jaxlab.recipes.lm_tiny import LmParts, LmState, OptimConfig
-from jaxlab.recipes.lm_tiny import build_parts as dense_parts
+from jaxlab.lm.training import LmState, OptimConfig
 
 _TOKEN_AXES = ("data", "fsdp", "expert")
 
@@ -190,35 +192,24 @@ def model_config(cfg: OlmoeConfig, expert_parallel: bool) -> DecoderConfig:
     return dataclasses.replace(cfg.model, moe=moe)
 
 
-def build_parts(cfg: OlmoeConfig, devices: Any = None) -> LmParts:
-    """The pure pieces (as :func:`jaxlab.recipes.lm_tiny.build_parts`) with the MoE objective.
+def expert_parallel(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> bool:
+    """Whether the MoE layers run expert-parallel on ``mesh`` (checked against the layout)."""
+    n_ep = check_layout(cfg, mesh.devices.size)[3]
+    return cfg.model.moe.expert_parallel or n_ep > 1
 
-    ``init`` returns only the ``params`` collection; ``train_step`` and ``eval_loss`` (plain
-    cross-entropy) run expert-parallel when the resolved ``mesh.expert`` is > 1.
-    """
-    devices = list(devices if devices is not None else jax.devices())
-    n_ep = check_layout(cfg, len(devices))[3]
-    ep = cfg.model.moe.expert_parallel or n_ep > 1
+
+def train_step_fn(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Any:
+    """The LM train step with the MoE objective, expert-parallel when the mesh says so."""
+    ep = expert_parallel(cfg, mesh)
     model = Decoder(model_config(cfg, ep))
-    parts = dense_parts(cfg, devices, model=model, objective=moe_objective)
-    init_model = Decoder(model_config(cfg, False))  # same parameters; batch 1 needs no mesh
+    step = training.make_train_step(model, cfg.optim, cfg.loop.total_steps, moe_objective)
+    return _in_mesh(step, mesh) if ep else step
 
-    def init(key: jax.Array) -> LmState:
-        tokens = jnp.zeros((1, cfg.data.seq_len), jnp.int32)
-        params = {"params": init_model.init(key, tokens)["params"]}
-        return LmState(
-            params=params, opt_state=parts.optimizer.init(params), step=jnp.zeros((), jnp.int32)
-        )
 
-    def eval_loss(params: Any, tokens: jax.Array) -> jax.Array:
-        return next_token_loss(model.apply(params, tokens[:, :-1]), tokens[:, 1:])
-
-    mesh = parts.mesh
-    return dataclasses.replace(
-        parts,
-        init=init,
-        train_step=_in_mesh(parts.train_step, mesh) if ep else parts.train_step,
-        eval_loss=jax.jit(_in_mesh(eval_loss, mesh) if ep else eval_loss),
+def init_fn(cfg: OlmoeConfig) -> Any:
+    """``key -> LmState``; batch 1 needs no mesh, and both layouts have the same parameters."""
+    return training.make_init(
+        Decoder(model_config(cfg, False)), cfg.optim, cfg.loop.total_steps, cfg.data.seq_len
     )
 
 
@@ -251,17 +242,16 @@ def train(cfg: OlmoeConfig, run_dir: str | Path, **kwargs: Any) -> loop_lib.RunR
     return loop_lib.run(RECIPE, cfg, run_dir, **kwargs)  # RECIPE.hooks adds the early hook
 
 
-def build(cfg: OlmoeConfig) -> Task:
-    parts = build_parts(cfg)
+def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
     host, hosts = jax.process_index(), jax.process_count()
-    entropy = unigram_entropy(load_corpus())
-    model = parts.model
+    ep = expert_parallel(cfg, mesh)
+    model = Decoder(model_config(cfg, ep))
+    batch = training.abstract_batch(cfg.data, mesh)
 
     def val_metrics(params: Any, tokens: jax.Array) -> dict[str, jax.Array]:
         return moe_objective(model, params, tokens)[1]
 
-    ep = model.cfg.moe.expert_parallel
-    stats_fn = jax.jit(_in_mesh(val_metrics, parts.mesh) if ep else val_metrics)
+    stats_fn = jax.jit(_in_mesh(val_metrics, mesh) if ep else val_metrics)
     early: dict[str, Any] = {}
 
     def evaluate(state: LmState) -> dict[str, float]:
@@ -272,14 +262,14 @@ def build(cfg: OlmoeConfig) -> Task:
             early["state"] = jax.device_get(state)
         rows = []
         it = validation_iterator(cfg.data, shard_index=host, shard_count=hosts)
-        for _, batch in zip(range(cfg.val_batches), it, strict=False):
-            tokens = shard_batch(batch, parts.mesh)["tokens"]
+        for _, b in zip(range(cfg.val_batches), it, strict=False):
+            tokens = run_lib.place_batches(b, batch, leading=0)["tokens"]
             rows.append({k: float(v) for k, v in stats_fn(state.params, tokens).items()})
         out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
         val = out.pop("val_ce_loss")
         return {
             "val_loss": val,
-            "unigram_entropy": entropy,
+            "unigram_entropy": unigram_entropy(load_corpus()),
             "val_bits_per_byte": val / np.log(2),
             **out,
         }
@@ -288,16 +278,15 @@ def build(cfg: OlmoeConfig) -> Task:
         if "state" in early and not early_dir(run_dir).exists():
             save_early(cfg, run_dir, cfg.analysis_early_step, early["state"])
 
-    tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-    return Task(
-        init=parts.init,
-        train_step=parts.train_step,
-        evaluate=evaluate,
+    return Parts(
+        init=init_fn(cfg),
+        train_step=train_step_fn(cfg, mesh),
+        abstract_batch=batch,
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
+        evaluate=evaluate,
         finalize=finalize,
-        units_per_step=(tokens_per_step, "tok"),
-        place_batch=lambda b: shard_batch(b, parts.mesh, leading=1),
-        state_sharding=lambda abstract: state_shardings(abstract, parts.mesh),
+        units_per_step=(cfg.data.batch_size * cfg.data.seq_len, "tok"),
     )
 
 
@@ -382,64 +371,50 @@ def analyse_routing(
 
 
 def _plots(result: dict[str, Any], out: Path, early_step: int, final_step: int) -> list[Path]:
-    try:
-        import matplotlib
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(
-            "the routing analysis plots need matplotlib: pip install 'jaxlab[viz]'"
-        ) from err
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
     load = result["load"]
     n_layers, e = load.shape
-    fig, ax = plt.subplots(figsize=(1 + 0.4 * e, 1 + 0.5 * n_layers))
-    im = ax.imshow(load * e, aspect="auto", cmap="viridis")
-    ax.set(xlabel="expert", ylabel="MoE layer", title="expert load / mean load (validation)")
-    fig.colorbar(im, ax=ax)
-    paths.append(out / "expert_load.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(4, 3))
-    ax.bar(np.arange(n_layers), result["saturation"])
-    ax.set(
-        xlabel="MoE layer",
-        ylabel="saturation",
-        ylim=(0, 1),
-        title=f"router saturation: step {early_step} vs {final_step}",
-    )
-    paths.append(out / "router_saturation.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, axes = plt.subplots(
-        1, n_layers, figsize=(3.6 * n_layers, 3), squeeze=False, constrained_layout=True
-    )
-    for layer, ax in enumerate(axes[0]):
-        im = ax.imshow(result["coactivation"][layer], vmin=0, vmax=1, cmap="magma")
-        ax.set(title=f"layer {layer} co-activation", xlabel="expert j", ylabel="expert i")
-    fig.colorbar(im, ax=axes[0].tolist())
-    paths.append(out / "coactivation.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths = [
+        media.plot_heatmap(
+            out / "expert_load.png",
+            load * e,
+            xlabel="expert",
+            ylabel="MoE layer",
+            title="expert load / mean load (validation)",
+        ),
+        media.plot_bars(
+            out / "router_saturation.png",
+            result["saturation"],
+            xlabel="MoE layer",
+            ylabel="saturation",
+            ylim=(0, 1),
+            title=f"router saturation: step {early_step} vs {final_step}",
+        ),
+    ]
+    for layer in range(n_layers):
+        paths.append(
+            media.plot_heatmap(
+                out / f"coactivation_layer{layer}.png",
+                result["coactivation"][layer],
+                vmin=0,
+                vmax=1,
+                cmap="magma",
+                xlabel="expert j",
+                ylabel="expert i",
+                title=f"layer {layer} co-activation",
+            )
+        )
     return paths
 
 
 def _restore(directory: Path, cfg: OlmoeConfig, step: int | None = None) -> tuple[Any, int]:
-    init = build_parts(cfg, jax.devices()[:1] if _fits_one(cfg) else None).init
-    ck = Checkpointer(directory, cfg)
+    """Parameters of an (early) checkpoint directory onto one device (its own config check)."""
+    ck = Checkpointer(directory, cfg, create=False)
     try:
-        state, s = ck.restore(jax.eval_shape(init, jax.random.PRNGKey(cfg.seed)), step=step)
+        abstract = jax.eval_shape(init_fn(cfg), jax.random.PRNGKey(cfg.seed))
+        state, s = ck.restore(abstract, step=step)
     finally:
         ck.close()
     return state.params, s
-
-
-def _fits_one(cfg: OlmoeConfig) -> bool:
-    return all(getattr(cfg.mesh, a) in (1, -1) for a in ("data", "fsdp", "tensor", "expert"))
 
 
 def eval_main(cfg: OlmoeConfig, run_dir: Path, argv: list[str]) -> int:
@@ -454,16 +429,11 @@ def eval_main(cfg: OlmoeConfig, run_dir: Path, argv: list[str]) -> int:
     p.add_argument("--batches", type=int, default=cfg.analysis_batches)
     args = p.parse_args(argv)
     run_dir = Path(run_dir)
+    run = run_lib.open_run(run_dir, recipe=RECIPE, devices=jax.devices()[:1])
     if args.analysis is None:
-        task = build(cfg)
-        ck = Checkpointer(run_dir / "checkpoints", cfg)
-        try:
-            state, step = ck.restore(loop_lib.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
-        finally:
-            ck.close()
-        print(json.dumps({"step": step, **task.evaluate(state)}, default=float))
+        print(json.dumps({"step": run.step, **run.parts.evaluate(run.state)}, default=float))
         return 0
-    params, step = _restore(run_dir / "checkpoints", cfg)
+    params, step = run.state.params, run.step
     if early_dir(run_dir).exists():
         params_early, early_step = _restore(early_dir(run_dir), cfg)
     else:

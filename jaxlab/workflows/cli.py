@@ -8,9 +8,9 @@ Prints one table row per round (score, parent, edit), and writes to the run dire
 ``best_workflow.py`` (the best program as code), ``scores.png`` (score over rounds) and
 ``summary.json`` (best validation score and its test score). The validation:test split is 1:4.
 
-The LM executor needs a trained decoder run (``--lm-run-dir``, e.g. an ``lm-tiny`` run); the
-command is the layer that joins the model family to this one (the library modules only see an
-injected ``CausalLM``).
+The LM executor needs a trained decoder run (``--lm-run-dir``, e.g. an ``lm-tiny`` run). Loading
+it is injected (``main(argv, load_lm=...)``): ``jaxlab.commands.workflows`` joins the model
+family to this one, so nothing in ``workflows`` imports ``lm``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -68,32 +69,34 @@ def _plot(state: search.SearchState, path: Path) -> None:
     plt.close(fig)
 
 
-def _executor(args):
+def _executor(args, load_lm):
     if args.executor == "standin":
         from jaxlab.workflows.standin import StandInExecutor, StandInParams
 
         return StandInExecutor(), {"executor": "standin", "params": repr(StandInParams())}
-    from jaxlab.cli import UserError
+    from jaxlab.core.errors import UserError
 
     if not args.lm_run_dir:
         raise UserError(
             "--executor lm needs --lm-run-dir",
-            "train a decoder first, e.g. python benchmarks/bench_workflows.py --train-lm RUN",
+            "train a decoder first, e.g. python benchmarks/bench_workflows.py --parts lm "
+            "--train-lm RUN",
         )
-    from jaxlab.recipes.generate import byte_text_lm, load_decoder_run
+    if load_lm is None:
+        raise UserError("--executor lm: no model loader (run it as `jaxlab workflows ...`)")
     from jaxlab.workflows.lm_executor import LMExecutor
 
-    model, params, _ = load_decoder_run(args.lm_recipe, args.lm_run_dir)
+    text_lm = load_lm(args.lm_recipe, args.lm_run_dir)
     desc = {
         "executor": "lm",
         "lm_run_dir": str(Path(args.lm_run_dir).resolve()),
         "particles": args.particles,
     }
-    return LMExecutor(byte_text_lm(model, params), num_particles=args.particles), desc
+    return LMExecutor(text_lm, num_particles=args.particles), desc
 
 
-def search_main(args) -> int:
-    from jaxlab.cli import UserError
+def search_main(args, load_lm=None) -> int:
+    from jaxlab.core.errors import UserError
 
     run_dir = Path(args.run_dir)
     try:
@@ -102,7 +105,7 @@ def search_main(args) -> int:
         else:
             problems = tasks.load_task_file(args.task)
         val, test = tasks.split(problems, args.seed)
-        executor, desc = _executor(args)
+        executor, desc = _executor(args, load_lm)
         config = search.SearchConfig(
             max_rounds=args.rounds,
             validation_runs=args.validation_runs,
@@ -165,9 +168,15 @@ def search_main(args) -> int:
     return 0
 
 
-def main(argv: Sequence[str]) -> int:
-    """``jaxlab workflows search ...`` (module docstring)."""
+def main(argv: Sequence[str], *, load_lm: Callable[[str, str], Any] | None = None) -> int:
+    """``jaxlab workflows search ...`` (module docstring).
+
+    Args:
+        argv: the arguments after ``workflows``.
+        load_lm: ``(recipe, run_dir) -> jaxlab.workflows.lm_executor.TextLM`` for
+            ``--executor lm``.
+    """
     args = build_parser().parse_args(list(argv))
     if args.action == "search":
-        return search_main(args)
+        return search_main(args, load_lm)
     return 2

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core import config as C
+from jaxlab.core import run as run_lib
 from jaxlab.core import sharding
 from jaxlab.core.checkpoint import Checkpointer, IncompatibleCheckpointError
 
@@ -18,7 +19,7 @@ from toy_recipe import TOY, ToyConfig  # noqa: E402
 
 def test_round_trip_state_and_iterator(tmp_path):
     cfg = ToyConfig()
-    task = TOY.build(cfg)
+    task = run_lib.build(TOY, cfg)
     state = task.init(jax.random.PRNGKey(1))
     it = task.data()
     for _ in range(3):
@@ -38,7 +39,7 @@ def test_round_trip_state_and_iterator(tmp_path):
 
 def test_incompatible_config_names_fields(tmp_path):
     cfg = ToyConfig()
-    task = TOY.build(cfg)
+    task = run_lib.build(TOY, cfg)
     ck = Checkpointer(tmp_path, cfg)
     ck.save(1, task.init(jax.random.PRNGKey(0)))
     ck.close()
@@ -57,7 +58,7 @@ def test_field_added_after_the_save_restores_at_its_default(tmp_path):
     import json
 
     cfg = ToyConfig()
-    task = TOY.build(cfg)
+    task = run_lib.build(TOY, cfg)
     ck = Checkpointer(tmp_path, cfg, async_save=False)
     ck.save(1, task.init(jax.random.PRNGKey(0)))
     ck.close()
@@ -73,7 +74,7 @@ def test_field_added_after_the_save_restores_at_its_default(tmp_path):
     ck.close()
     ck = Checkpointer(tmp_path, C.replace(cfg, dim=8))
     with pytest.raises(IncompatibleCheckpointError) as e:
-        ck.restore(jax.eval_shape(TOY.build(C.replace(cfg, dim=8)).init, jax.random.PRNGKey(0)))
+        ck.restore(jax.eval_shape(run_lib.build(TOY, C.replace(cfg, dim=8)).init, jax.random.PRNGKey(0)))
     assert e.value.fields == ["dim"]
     ck.close()
 

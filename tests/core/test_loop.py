@@ -12,6 +12,7 @@ import pytest
 
 from jaxlab.core import config as C
 from jaxlab.core import loop
+from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.tracking import read_metrics
 
@@ -84,9 +85,6 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
         from jaxlab.core import config as C, loop
         from toy_recipe import TOY, ToyConfig
         c = C.replace(ToyConfig(), **{{"loop.total_steps": 100000, "loop.log_every": 1}})
-        task = TOY.build(c)
-        slow = lambda s, b: (time.sleep(0), task.train_step(s, b))[1]
-        import dataclasses
         def announce(step, state, m):
             if step == 3:
                 print("READY", flush=True)
@@ -123,16 +121,15 @@ def test_step_compiles_once_on_a_mesh():
     from jaxlab.core.loop import _multi_step
     from jaxlab.lm.data import train_iterator
 
+
     recipe = recipe_lib.get("lm-tiny")
     cfg = recipe.config("tiny")
-    task = recipe.build(cfg)
-    key = jax.random.PRNGKey(0)
-    state = jax.jit(task.init, out_shardings=task.state_sharding(jax.eval_shape(task.init, key)))(
-        key
-    )
+    task = run_lib.build(recipe, cfg)
+    state = run_lib.init_state(task, jax.random.PRNGKey(0))
     it = train_iterator(cfg.data)
     step = _multi_step(task.train_step, 2, True, jax.tree.map(lambda x: x.sharding, state))
     for _ in range(3):
-        batch = task.place_batch(jax.tree.map(lambda *x: np.stack(x), next(it), next(it)))
+        batch = jax.tree.map(lambda *x: np.stack(x), next(it), next(it))
+        batch = run_lib.place_batches(batch, task.abstract_batch)
         state, _ = step(state, batch)
     assert step._cache_size() == 1

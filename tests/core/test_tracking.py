@@ -1,6 +1,7 @@
 """Tracker: JSON lines always (scalars only, NaN kept visible), TensorBoard events optionally."""
 
 import math
+import struct
 
 import jax.numpy as jnp
 import numpy as np
@@ -23,4 +24,16 @@ def test_tensorboard_backend_writes_events(tmp_path):
     t = Tracker(tmp_path, tensorboard=True)
     t.log(3, {"loss": 1.25})
     t.close()
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    files = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert len(files) == 1
+    # parse the TFRecord stream: the scalar event carries the tag, the value and the step
+    from tensorboardX.proto import event_pb2
+
+    data, pos, scalars = files[0].read_bytes(), 0, []
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+        pos += 12 + length + 4
+        for v in event.summary.value:
+            scalars.append((v.tag, v.simple_value, event.step))
+    assert scalars == [("loss", 1.25, 3)]

@@ -12,7 +12,11 @@ import numpy as np
 import optax
 
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Recipe, Task
+from jaxlab.core.recipe import Parts, Recipe
+from jaxlab.core.run import batch_spec
+
+#: how many times the train step was traced (a compile-count probe for the sweep tests)
+TRACES = {"train_step": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +35,7 @@ class ToyState:
     opt_state: optax.OptState
     step: jax.Array
     key: jax.Array
+    hparams: dict
 
 
 def _source(dim: int) -> np.ndarray:
@@ -41,15 +46,18 @@ def _source(dim: int) -> np.ndarray:
     return np.concatenate([x, y[:, None]], axis=1)
 
 
-def build(cfg: ToyConfig) -> Task:
-    opt = optax.adam(cfg.lr)
+def build(cfg: ToyConfig, mesh: jax.sharding.Mesh) -> Parts:
     table = _source(cfg.dim)
 
     def init(key):
         w = jax.random.normal(key, (cfg.dim,)) * 0.1
-        return ToyState(w, opt.init(w), jnp.zeros((), jnp.int32), key)
+        opt = optax.adam(cfg.lr)
+        hp = {"lr": jnp.float32(cfg.lr)}
+        return ToyState(w, opt.init(w), jnp.zeros((), jnp.int32), key, hp)
 
     def train_step(state, batch):
+        TRACES["train_step"] += 1
+        opt = optax.adam(state.hparams["lr"])
         x, y = batch[:, :-1], batch[:, -1]
         noise_key, key = jax.random.split(state.key)
 
@@ -61,7 +69,7 @@ def build(cfg: ToyConfig) -> Task:
         loss = jnp.where(state.step + 1 == cfg.nan_at_step, jnp.nan, loss)
         upd, opt_state = opt.update(g, state.opt_state)
         w = optax.apply_updates(state.w, upd)
-        return ToyState(w, opt_state, state.step + 1, key), {"loss": loss}
+        return state.replace(w=w, opt_state=opt_state, step=state.step + 1, key=key), {"loss": loss}
 
     def data():
         ds = (
@@ -75,13 +83,17 @@ def build(cfg: ToyConfig) -> Task:
     def evaluate(state):
         return {"w_err": float(jnp.linalg.norm(state.w - jnp.arange(1, cfg.dim + 1)))}
 
-    return Task(
+    example = jax.ShapeDtypeStruct((cfg.batch, cfg.dim + 1), jnp.float32)
+    return Parts(
         init=init,
         train_step=train_step,
+        abstract_batch=batch_spec(example, mesh),
         data=data,
         evaluate=evaluate,
         units_per_step=(cfg.batch, "ex"),
     )
 
 
-TOY = Recipe(name="toy", config_cls=ToyConfig, build=build, description="test regression")
+TOY = Recipe(
+    name="toy", config_cls=ToyConfig, build=build, description="test regression", traced=("lr",)
+)

@@ -1,4 +1,7 @@
-"""Lowers and compiles each tpu_configs/*.yaml train step on simulated CPU devices (subprocess)."""
+"""Lowers and compiles the train step of each given tpu_configs/*.yaml through
+``jaxlab.core.lowering.lower`` on as many simulated CPU devices as the slice has chips, at the
+file's ``smoke_overrides`` size (subprocess of test_tpu_configs.py). No per-recipe code: the
+recipe's parts give the abstract batch and the state shardings."""
 
 import os
 import sys
@@ -7,61 +10,36 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=64"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
-from jaxlab.core import sharding, tpu_config  # noqa: E402
-
-SHRINK = (
-    "model.n_layers=2",
-    "model.d_model=64",
-    "model.d_ff=128",
-    "model.max_len=64",
-    "data.seq_len=64",
-    "model.head_dim=16",
-)
-#: olmoe configs also shrink the experts (their number stays, so the expert axis still divides it)
-SHRINK_MOE = ("model.moe.expert_ff=32", "model.vocab_size=512")
+from jaxlab.core import recipe as recipe_lib  # noqa: E402
+from jaxlab.core import run as run_lib  # noqa: E402
+from jaxlab.core import tpu_config  # noqa: E402
+from jaxlab.core.lowering import lower  # noqa: E402
 
 
-def lower(path: str) -> str:
-    run = tpu_config.load(path, SHRINK)
-    if run.recipe == "olmoe":
-        run = tpu_config.load(path, SHRINK + SHRINK_MOE)
-        from jaxlab.recipes.olmoe import build_parts
-    else:
-        from jaxlab.recipes.lm_tiny import build_parts
-
-    cfg = run.config
+def lower_file(path: str) -> str:
+    run = tpu_config.load(path, smoke=True)
+    recipe = recipe_lib.get(run.recipe)
     devices = jax.devices()[: run.slice.chips]
-    parts = build_parts(cfg, devices)
-    abstract = jax.eval_shape(parts.init, jax.random.PRNGKey(0))
-    state_sh = sharding.state_shardings(abstract, parts.mesh)
-    batch_sh = {"tokens": sharding.batch_sharding(parts.mesh, 2)}
-    abstract_state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sh
-    )
-    abstract_batch = {
-        "tokens": jax.ShapeDtypeStruct(
-            (cfg.data.batch_size, cfg.data.seq_len + 1), jnp.int32, sharding=batch_sh["tokens"]
-        )
-    }
-    step = jax.jit(
-        parts.train_step,
-        in_shardings=(state_sh, batch_sh),
-        out_shardings=(state_sh, None),
-        donate_argnums=0,
-    )
-    compiled = step.lower(abstract_state, abstract_batch).compile()
-    # The batch really is split over every chip, and FSDP really splits the embedding.
-    shard = batch_sh["tokens"].shard_shape(abstract_batch["tokens"].shape)
-    assert shard[0] * run.slice.chips == cfg.data.batch_size, shard
-    emb = jax.tree.leaves(state_sh["params"] if isinstance(state_sh, dict) else state_sh.params)
+    mesh = run_lib.mesh_for(run.config, devices)
+    assert mesh.devices.size == run.slice.chips
+    compiled = lower(recipe, run.config, mesh)
+    parts = recipe.build(run.config, mesh)
+    state = run_lib.abstract_state(parts, jax.random.PRNGKey(0))
+    leaves = jax.tree.leaves(state)
+    split = [x for x in leaves if x.sharding.shard_shape(x.shape) != tuple(x.shape)]
+    # the work really is split over the chips: the batch (or, for RL, the env state) is sharded
+    if parts.abstract_batch is not None:
+        b = jax.tree.leaves(parts.abstract_batch)[0]
+        shard = b.sharding.shard_shape(b.shape)
+        assert np.prod(b.shape) // np.prod(shard) > 1, (b.shape, shard)
+    else:
+        assert split, "no state leaf is sharded"
     assert compiled is not None
-    return (
-        f"OK {os.path.basename(path)} devices={len(devices)} batch_shard={shard} leaves={len(emb)}"
-    )
+    return f"OK {os.path.basename(path)} recipe={recipe.name} devices={run.slice.chips} sharded_leaves={len(split)}/{len(leaves)}"
 
 
 if __name__ == "__main__":
     for p in sys.argv[1:]:
-        print(lower(p), flush=True)
+        print(lower_file(p), flush=True)

@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding import arithmetic
 from jaxlab.decoding.grammar import compile_grammar
 from jaxlab.decoding.length_bound import bound_length, distance_to_accept
 from jaxlab.decoding.potentials import BoolDFAPotential
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
-from jaxlab.recipes.generate import decoder_lm
 
 MAX_DEPTH, MAX_DIGITS, MAX_TOKENS = 2, 2, 12
 TERMINATOR = ord("\n")

@@ -1,5 +1,5 @@
 """Speculative decoding and cascades with two jaxlab decoder LMs (KV-cached, through
-``recipes.generate.decoder_lm``): at temperature 0 the output is the large model's greedy
+``commands.generate.decoder_lm``): at temperature 0 the output is the large model's greedy
 decoding, and Chow's rule with alpha = 1 (always keep the drafter, bonus token from the cascade
 target too) is the small model's."""
 
@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding import generate, speculative
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.tokenizer import BOS_ID
-from jaxlab.recipes.generate import decoder_lm
 
 MAX_LEN, GAMMA = 20, 3
 GREEDY = SamplingParams(temperature=0.0)

@@ -97,7 +97,7 @@ def test_png_and_gif_files(tmp_path, demo):
     save_gif(tmp_path / "a.gif", frames, fps=10)
     gif = Image.open(tmp_path / "a.gif")
     assert gif.n_frames == 3 and gif.size == (125, 125)
-    with pytest.raises(ValueError, match="images is empty"):
+    with pytest.raises(ValueError, match="frames is empty"):
         save_gif(tmp_path / "b.gif", [])
     with pytest.raises(ValueError, match="expected \\[W, H, 3\\]"):
         to_image(np.zeros((4, 4)))

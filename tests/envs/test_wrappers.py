@@ -38,13 +38,23 @@ def test_episode_statistics_match_a_manual_count():
 
 
 def test_episode_statistics_solved_flag_follows_info():
+    """Ends at the centre: solved; ends away from it: not solved (the flag follows the final
+    step's info["solved"], it is not stuck at either value)."""
     env, params = _env()
     w = EpisodeStatistics(env)
-    _, state = w.reset(jax.random.key(0), params)
-    state = state.replace(env_state=state.env_state.replace(x=jnp.float32(0.0)))
-    for t in range(3):
-        _, state, _, _, trunc, info = w.step(jax.random.key(t), state, jnp.int32(1), params)
-    assert bool(trunc) and bool(info["returned_episode_solved"])
+
+    def episode(x0: float, action: int) -> tuple[bool, bool, bool]:
+        _, state = w.reset(jax.random.key(0), params)
+        state = state.replace(env_state=state.env_state.replace(x=jnp.float32(x0)))
+        for t in range(3):
+            _, state, _, _, trunc, info = w.step(
+                jax.random.key(t), state, jnp.int32(action), params
+            )
+        return bool(trunc), bool(info["solved"]), bool(info["returned_episode_solved"])
+
+    assert episode(0.0, 1) == (True, True, True)  # action 1 holds still at the centre
+    trunc, solved, flag = episode(0.9, 1)
+    assert trunc and not solved and not flag
 
 
 def test_legacy_step_returns_five_values_with_done_flag():

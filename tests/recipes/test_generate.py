@@ -4,15 +4,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxlab import cli
-from jaxlab.core import loop
-from jaxlab.core import recipe as recipe_lib
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import from_logits_fn
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.recipes.generate import decoder_lm
 
 
 def test_cached_greedy_equals_uncached_greedy():
@@ -34,22 +33,74 @@ def test_cached_greedy_equals_uncached_greedy():
     assert int(cached.lengths.min()) == 20
 
 
-def test_generate_command(tmp_path, capsys):
-    r = recipe_lib.get("lm-tiny")
-    loop.run(r, r.config("tiny"), tmp_path)
+def _greedy_reference(model, params, prompt: str, n: int) -> str:
+    """Greedy continuation by full forward passes (no cache, one prompt at a time)."""
+    from jaxlab.lm.tokenizer import ByteTokenizer
+
+    tok = ByteTokenizer()
+    ids = list(tok.encode(prompt, add_bos=True, add_eos=False))
+    start = len(ids)
+    for _ in range(n):
+        logits = model.apply(params, jnp.asarray([ids], jnp.int32))
+        ids.append(int(jnp.argmax(logits[0, -1])))
+    return tok.decode(np.asarray(ids[start:], np.int32), stop_at_eos=True)
+
+
+def test_train_eval_generate_from_the_command_line(tmp_path, capsys):
+    """`jaxlab train` (with evaluations every 4 steps), `jaxlab eval` and `jaxlab generate` with
+    two prompts of different lengths at temperature 0: each line is the prompt followed by the
+    greedy continuation of the trained model computed without the cache."""
+    import json
+
+    from jaxlab.core import run
+
+    run_dir = str(tmp_path / "r")
+    assert (
+        cli.main(
+            ["train", "lm-tiny", "--preset", "tiny", "--run-dir", run_dir, "loop.eval_every=4"]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/val_loss" in r] == [4, 8]
+    assert cli.main(["eval", "lm-tiny", "--run-dir", run_dir]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    # reopened on one device; the run evaluated on 8 (a different reduction order)
+    assert ev["step"] == 8 and ev["val_loss"] == pytest.approx(rows[-1]["eval/val_loss"], rel=1e-5)
+    prompts = ["def ", "import x"]
     code = cli.main(
         [
             "generate",
             "lm-tiny",
             "--run-dir",
-            str(tmp_path),
+            run_dir,
             "--prompt",
-            "def ",
+            prompts[0],
+            "--prompt",
+            prompts[1],
             "--max-new-tokens",
-            "8",
+            "6",
             "--temperature",
             "0",
         ]
     )
-    out = capsys.readouterr().out
-    assert code == 0 and out.startswith("def ")
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0 and len(out) == 2
+    opened = run.open_run(run_dir)
+    model = Decoder(opened.cfg.model)
+    for p, line in zip(prompts, out, strict=True):
+        want = _greedy_reference(model, opened.state.params, p, 6)
+        assert line == p + want, (line, want)
+
+
+def test_train_refuses_a_tpu_config_of_another_recipe(tmp_path, capsys):
+    from pathlib import Path
+
+    cfg = Path(__file__).resolve().parents[2] / "tpu_configs" / "olmoe-1b-7b-v5p-128.yaml"
+    code = cli.main(
+        ["train", "lm-tiny", "--tpu-config", str(cfg), "--run-dir", str(tmp_path / "x")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "olmoe" in err and "lm-tiny" in err
+    assert not (tmp_path / "x").exists()

@@ -8,10 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.decoding.arithmetic import byte_token_strings
+from jaxlab.commands.workflows import byte_text_lm
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
-from jaxlab.recipes.generate import decoder_lm
+from jaxlab.lm.tokenizer import VOCAB_SIZE
 from jaxlab.workflows import interpreter, lm_executor, search, tasks
 from jaxlab.workflows.optimizer import EditOptimizer
 from jaxlab.workflows.program import Step, Workflow, initial_workflow
@@ -23,8 +22,8 @@ def executor():
         d_model=16, n_layers=1, n_heads=2, head_dim=8, d_ff=32, max_len=192, vocab_size=VOCAB_SIZE
     )
     model = Decoder(cfg)
-    params = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
-    text_lm = lm_executor.TextLM(decoder_lm(model), params, byte_token_strings(VOCAB_SIZE), BOS_ID)
+    params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    text_lm = byte_text_lm(model, params)
     return lm_executor.LMExecutor(text_lm, num_particles=2, width_bucket=64)
 
 

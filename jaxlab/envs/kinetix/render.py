@@ -23,14 +23,12 @@ triangles use their 3 vertices, and thrusters are a drawn bar rather than a 16 p
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams
+from jaxlab.media import save_gif, save_png  # noqa: F401  (re-exported: PNG/GIF of renders)
 
 ROLE_COLOURS = np.array(
     [[160.0, 160.0, 160.0], [0.0, 204.0, 0.0], [0.0, 102.0, 204.0], [255.0, 102.0, 102.0]],
@@ -179,29 +177,3 @@ def to_image(pixels) -> np.ndarray:
         raise ValueError(f"pixels has shape {arr.shape}; expected [W, H, 3]")
     arr = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
     return np.ascontiguousarray(arr.transpose(1, 0, 2)[::-1])
-
-
-def save_png(path: str | os.PathLike, image: np.ndarray) -> None:
-    """Write an [H, W, 3] uint8 image (from ``to_image``) as PNG."""
-    from PIL import Image
-
-    Image.fromarray(np.asarray(image, np.uint8)).save(os.fspath(path), format="PNG")
-
-
-def save_gif(path: str | os.PathLike, images: Sequence[np.ndarray], *, fps: float = 30.0) -> None:
-    """Write [H, W, 3] uint8 frames as a looping GIF (pillow)."""
-    from PIL import Image
-
-    if len(images) == 0:
-        raise ValueError("images is empty; expected at least one frame")
-    if fps <= 0:
-        raise ValueError(f"fps={fps}; expected > 0")
-    frames = [Image.fromarray(np.asarray(im, np.uint8)) for im in images]
-    frames[0].save(
-        os.fspath(path),
-        format="GIF",
-        save_all=True,
-        append_images=frames[1:],
-        duration=max(1, int(round(1000.0 / fps))),
-        loop=0,
-    )

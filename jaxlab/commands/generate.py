@@ -1,7 +1,7 @@
 """Text generation from a trained decoder run: the KV-cached model as a ``decoding.CausalLM``,
 and the ``jaxlab generate RECIPE --run-dir DIR --prompt TEXT`` command.
 
-Lives with the recipes because it joins two families (``lm`` models and ``decoding`` algorithms).
+A command, not a recipe: it joins two families (``lm`` models and ``decoding`` algorithms).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.commands import decode_methods
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import CausalLM
 from jaxlab.decoding.sampling import SamplingParams
-from jaxlab.lm.model import Decoder, init_cache
+from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 from jaxlab.lm.tokenizer import EOS_ID, PAD_ID, ByteTokenizer
 
 
@@ -81,18 +82,18 @@ def generate_text(
     out = run(key, params, jnp.asarray(prompt), jnp.asarray(lengths))
     texts = []
     for r in range(len(ids)):
-        row = np.asarray(out.tokens[r, lengths[r] : int(out.lengths[r])])
+        # rows with shorter prompts run on to the batch's max_len: keep max_new_tokens each
+        end = min(int(out.lengths[r]), int(lengths[r]) + max_new_tokens)
+        row = np.asarray(out.tokens[r, lengths[r] : end])
         texts.append(tok.decode(row, stop_at_eos=True))
     return texts
 
 
 def main(argv: Sequence[str]) -> int:
     """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
-    from jaxlab.cli import UserError
-    from jaxlab.core import config as config_lib
-    from jaxlab.core import loop
     from jaxlab.core import recipe as recipe_lib
-    from jaxlab.core.checkpoint import Checkpointer
+    from jaxlab.core.errors import UserError
+    from jaxlab.core.run import open_run
 
     ap = argparse.ArgumentParser(
         prog="jaxlab generate", description="Sample text from a trained decoder run."
@@ -105,6 +106,17 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--method", choices=decode_methods.METHODS, default="sample")
+    ap.add_argument("--draft-run-dir", default=None, help="drafter run (speculative, cascade)")
+    ap.add_argument("--gamma", type=int, default=4, help="draft tokens per verification")
+    ap.add_argument(
+        "--rule", choices=sorted(decode_methods.RULES), default="chow", help="cascade deferral rule"
+    )
+    ap.add_argument("--alpha", type=float, default=0.1, help="the deferral rule's parameter")
+    ap.add_argument("--regex", default=None, help="smc: the continuation must match PATTERN")
+    ap.add_argument("--grammar", default=None, help="smc: a JSON grammar file (start, rules)")
+    ap.add_argument("--particles", type=int, default=16, help="smc particles")
+    ap.add_argument("--max-stack", type=int, default=16, help="smc grammar stack bound")
     args = ap.parse_args(list(argv))
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
@@ -113,17 +125,15 @@ def main(argv: Sequence[str]) -> int:
             f"no run in {run_dir} (missing config.yaml)",
             f"train first: jaxlab train {r.name} --run-dir {run_dir}",
         )
-    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(run_dir / "config.yaml"))
-    if not hasattr(cfg, "model") or not hasattr(r.build(cfg), "init"):
+    if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"recipe {r.name} is not a decoder language model")
-    task = r.build(cfg)
-    ck = Checkpointer(run_dir / "checkpoints", cfg)
-    try:
-        state, step = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
-    finally:
-        ck.close()
+    run = open_run(run_dir, recipe=r)
+    state, cfg = run.state, run.cfg
     model = Decoder(cfg.model)
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    key = jax.random.PRNGKey(args.seed)
+    if args.method != "sample":
+        return _other_method(args, r, model, state.params, cfg, sp, key)
     max_new = min(args.max_new_tokens, cfg.model.max_len - 2 - max(len(p) for p in args.prompt))
     texts = generate_text(
         jax.random.PRNGKey(args.seed),
@@ -138,45 +148,58 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def load_decoder_run(recipe_name: str, run_dir: str | Path):
-    """Restores a trained decoder run: ``(Decoder, params, cfg)`` (used by commands that inject
-    the model into another family, e.g. ``jaxlab workflows search --executor lm``)."""
-    from jaxlab.cli import UserError
-    from jaxlab.core import config as config_lib
-    from jaxlab.core import loop
-    from jaxlab.core import recipe as recipe_lib
-    from jaxlab.core.checkpoint import Checkpointer
+def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
+    """``--method speculative|cascade|smc`` (:mod:`jaxlab.commands.decode_methods`)."""
+    import json
 
-    r = recipe_lib.get(recipe_name)
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise UserError(
-            f"no run in {run_dir} (missing config.yaml)",
-            f"train first: jaxlab train {r.name} --run-dir {run_dir}",
+    from jaxlab.core.errors import UserError
+    from jaxlab.core.run import open_run
+
+    longest = max(len(p) for p in args.prompt) + 1
+    if args.method == "smc":
+        if len(args.prompt) != 1:
+            raise UserError("--method smc takes one --prompt")
+        max_tokens = min(args.max_new_tokens, cfg.model.max_len - longest - 2)
+        grammar = decode_methods.load_grammar(args.grammar) if args.grammar else None
+        posterior, stats = decode_methods.constrained_smc(
+            key,
+            decoder_lm(model),
+            params,
+            args.prompt[0],
+            regex=args.regex,
+            grammar=grammar,
+            max_stack=args.max_stack,
+            particles=args.particles,
+            max_tokens=max(1, max_tokens),
         )
-    cfg = config_lib.from_dict(r.config_cls, config_lib.load_yaml(run_dir / "config.yaml"))
-    if not hasattr(cfg, "model"):
-        raise UserError(f"recipe {r.name} is not a decoder language model")
-    task = r.build(cfg)
-    ck = Checkpointer(run_dir / "checkpoints", cfg)
-    try:
-        state, _ = ck.restore(loop.abstract_state(task, jax.random.PRNGKey(cfg.seed)))
-    finally:
-        ck.close()
-    return Decoder(cfg.model), state.params, cfg
-
-
-def byte_text_lm(model: Decoder, params):
-    """A byte-level decoder as the ``workflows`` executor's text model (token strings: bytes,
-    specials mapped outside the text alphabet)."""
-    from jaxlab.decoding.arithmetic import byte_token_strings
-    from jaxlab.lm.tokenizer import BOS_ID
-    from jaxlab.workflows.lm_executor import TextLM
-
-    return TextLM(
+        for text, w in posterior:
+            sys.stdout.write(f"{w:.3f}\t{args.prompt[0]}{text}\n")
+        print(json.dumps({"method": "smc", **stats}))
+        return 0
+    if not args.draft_run_dir:
+        raise UserError(f"--method {args.method} needs --draft-run-dir (the drafter's run)")
+    draft_run = open_run(args.draft_run_dir)
+    draft_model = Decoder(draft_run.cfg.model)
+    if draft_model.cfg.vocab_size != model.cfg.vocab_size:
+        raise UserError(
+            f"--draft-run-dir {args.draft_run_dir}: vocabulary {draft_model.cfg.vocab_size} "
+            f"differs from the run's {model.cfg.vocab_size}"
+        )
+    room = min(cfg.model.max_len, draft_model.cfg.max_len) - longest - args.gamma - 2
+    texts, stats = decode_methods.speculative(
+        key,
         decoder_lm(model),
         params,
-        byte_token_strings(model.cfg.vocab_size),
-        bos_id=BOS_ID,
-        pad_id=EOS_ID,
+        decoder_lm(draft_model),
+        draft_run.state.params,
+        args.prompt,
+        max_new_tokens=max(1, min(args.max_new_tokens, room)),
+        sampling_params=sp,
+        gamma=args.gamma,
+        rule="speed" if args.method == "speculative" else args.rule,
+        alpha=args.alpha,
     )
+    for p, t in zip(args.prompt, texts, strict=True):
+        sys.stdout.write(f"{p}{t}\n")
+    print(json.dumps({"method": args.method, **stats}))
+    return 0

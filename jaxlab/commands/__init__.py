@@ -1,0 +1,2 @@
+"""Commands that join families (e.g. ``lm`` models with ``decoding`` algorithms); they import
+families and ``core``, never ``cli`` or a recipe module."""

@@ -1,0 +1,80 @@
+"""Checks every recipe's tests make through the public interface: one train step on a mesh equals
+the same step on one device (loss, metrics, updated parameters and optimizer state).
+
+Used by the recipe tests (8 simulated CPU devices, see ``tests/conftest.py``) and available to
+anyone writing a recipe::
+
+    from jaxlab.core.testing import sharded_step_matches
+    sharded_step_matches(RECIPE, cfg, {"mesh.data": 2, "mesh.fsdp": 4})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.core import config as config_lib
+from jaxlab.core import run as run_lib
+from jaxlab.core.recipe import Recipe
+
+_ONE = {"mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 1, "mesh.expert": 1}
+
+
+def one_step(recipe: Recipe, cfg: Any, devices: Any, steps: int = 1) -> tuple[Any, list[dict]]:
+    """``steps`` train steps of ``recipe`` on ``cfg``'s mesh over ``devices`` from the seed's
+    initial state, with the first batches of the recipe's data iterator (if any)."""
+    parts = run_lib.build(recipe, cfg, devices)
+    state = run_lib.init_state(parts, jax.random.PRNGKey(cfg.seed))
+    it = parts.data() if parts.data is not None else None
+    step = jax.jit(parts.train_step)
+    metrics = []
+    for _ in range(steps):
+        batch = None
+        if it is not None:
+            batch = run_lib.place_batches(next(it), parts.abstract_batch, leading=0)
+        state, m = step(state, batch)
+        metrics.append(jax.device_get(m))
+    return jax.device_get(state), metrics
+
+
+def sharded_step_matches(
+    recipe: Recipe,
+    cfg: Any,
+    mesh: Mapping[str, int],
+    *,
+    steps: int = 1,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> tuple[Any, Any]:
+    """Asserts that ``steps`` train steps on the mesh ``mesh`` (e.g. ``{"mesh.data": 8}``) over
+    as many devices as it has equal the same steps on one device: every metric and every leaf of
+    the new state (parameters, optimizer moments, keys). Returns both states."""
+    single_cfg = config_lib.replace(cfg, **_ONE)
+    multi_cfg = config_lib.replace(cfg, **{**_ONE, **mesh})
+    n = int(np.prod([v for v in mesh.values()]))
+    s1, m1 = one_step(recipe, single_cfg, jax.devices()[:1], steps)
+    sn, mn = one_step(recipe, multi_cfg, jax.devices()[:n], steps)
+    for a, b in zip(m1, mn, strict=True):
+        for k in a:
+            np.testing.assert_allclose(
+                np.asarray(b[k], np.float64),
+                np.asarray(a[k], np.float64),
+                rtol=rtol,
+                atol=atol,
+                err_msg=f"metric {k}",
+            )
+    flat1 = jax.tree_util.tree_leaves_with_path(s1)
+    flatn = jax.tree_util.tree_leaves_with_path(sn)
+    assert len(flat1) == len(flatn)
+    for (path, a), (_, b) in zip(flat1, flatn, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(
+                b, a, rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path)
+            )
+        else:
+            np.testing.assert_array_equal(b, a, err_msg=jax.tree_util.keystr(path))
+    return s1, sn

@@ -1,0 +1,49 @@
+"""Shared array aliases for jaxtyping annotations at module boundaries.
+
+Use the dimension names in docstrings too (``Float[Array, "batch seq dim"]``). Runtime checking of
+these annotations is switched on for the whole test suite (jaxtyping's pytest hook with beartype,
+see ``pyproject.toml``), so a wrong shape at a module boundary fails a test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree, Scalar, UInt8
+
+#: a PRNG key (legacy ``uint32[2]`` or typed key)
+PRNGKey = PRNGKeyArray
+#: a pytree of parameters (flax variables dict, task vector, ...)
+Params = PyTree[Any]
+#: a scalar float array (a loss, a metric)
+FloatScalar = Float[Array, ""]
+#: a scalar integer array (a step counter)
+IntScalar = Int[Array, ""]
+#: metrics of one step: name -> scalar (or small) array
+Metrics = dict[str, Array]
+#: a batch of token ids
+Tokens = Int[Array, "batch seq"]
+#: an ``[H, W, 3]`` uint8 image
+Image = UInt8[Array, "height width 3"]
+#: a mesh
+Mesh = jax.sharding.Mesh
+
+__all__ = [
+    "Array",
+    "ArrayLike",
+    "Bool",
+    "Float",
+    "FloatScalar",
+    "Image",
+    "Int",
+    "IntScalar",
+    "Mesh",
+    "Metrics",
+    "PRNGKey",
+    "Params",
+    "PyTree",
+    "Scalar",
+    "Tokens",
+    "UInt8",
+]

@@ -1,0 +1,158 @@
+"""The language-model train state and step shared by the LM recipes (``lm-tiny``, ``olmoe``, ...).
+
+AdamW with linear warmup and cosine decay and global-norm clipping (optax). The learning rate and
+weight decay are *traced* hyper-parameters: they live in ``LmState.hparams`` and the optimizer is
+built from them inside the compiled step, so ``jaxlab sweep lm-tiny optim.lr=1e-3,3e-3`` trains
+both values in one vmapped program. Parameters are annotated with logical axes and placed on the
+mesh by ``jaxlab.core.sharding``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.config import ConfigError
+from jaxlab.core.run import batch_spec
+from jaxlab.lm.data import ByteLMDataConfig
+from jaxlab.lm.model import Decoder, next_token_loss
+
+#: the LM recipes' traced hyper-parameters (dotted config keys)
+TRACED: tuple[str, ...] = ("optim.lr", "optim.weight_decay")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr``; global-norm clipping."""
+
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    clip_norm: float = 1.0
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ConfigError("optim.lr", self.lr, "a positive float")
+        if self.warmup_steps < 0:
+            raise ConfigError("optim.warmup_steps", self.warmup_steps, "an integer >= 0")
+
+
+@flax.struct.dataclass
+class LmState:
+    """Parameters (boxed with logical axis names), optimiser state, step counter and the traced
+    hyper-parameters (``{"optim.lr": ..., "optim.weight_decay": ...}``)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
+def lr_schedule(
+    cfg: OptimConfig, total_steps: int, lr: float | jax.Array | None = None
+) -> optax.Schedule:
+    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to
+    ``min_lr_ratio * lr`` at ``total_steps`` (held after). Linear in ``lr``, so ``lr`` may be a
+    traced value."""
+    lr = cfg.lr if lr is None else lr
+    unit = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=1.0,
+        warmup_steps=cfg.warmup_steps,
+        decay_steps=max(total_steps, cfg.warmup_steps + 1),
+        end_value=cfg.min_lr_ratio,
+    )
+    return lambda count: lr * unit(count)
+
+
+def make_optimizer(
+    cfg: OptimConfig,
+    total_steps: int,
+    lr: float | jax.Array | None = None,
+    weight_decay: float | jax.Array | None = None,
+) -> optax.GradientTransformation:
+    """The LM optimizer; ``lr``/``weight_decay`` (traced values allowed) default to ``cfg``'s."""
+    weight_decay = cfg.weight_decay if weight_decay is None else weight_decay
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm),
+        optax.adamw(
+            lr_schedule(cfg, total_steps, lr),
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=weight_decay,
+        ),
+    )
+
+
+def loss_fn(model: Decoder, params: Any, tokens: Int[Array, "batch seq1"]) -> Float[Array, ""]:
+    """Mean next-token cross-entropy (nats/token) of packed windows ``tokens [B, T+1]``."""
+    logits = model.apply(params, tokens[:, :-1])
+    return next_token_loss(logits, tokens[:, 1:])
+
+
+Objective = Callable[[Decoder, Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def plain_objective(model: Decoder, params: Any, tokens: jax.Array):
+    return loss_fn(model, params, tokens), {}
+
+
+def make_init(
+    model: Decoder, optim: OptimConfig, total_steps: int, seq_len: int
+) -> Callable[[jax.Array], LmState]:
+    """``key -> LmState`` (parameters of ``model`` on a ``[1, seq_len]`` dummy batch)."""
+    opt = make_optimizer(optim, total_steps)
+
+    def init(key: jax.Array) -> LmState:
+        tokens = jnp.zeros((1, seq_len), jnp.int32)
+        params = {"params": model.init(key, tokens)["params"]}
+        hparams = {
+            "optim.lr": jnp.float32(optim.lr),
+            "optim.weight_decay": jnp.float32(optim.weight_decay),
+        }
+        return LmState(params, opt.init(params), jnp.zeros((), jnp.int32), hparams)
+
+    return init
+
+
+def make_train_step(
+    model: Decoder, optim: OptimConfig, total_steps: int, objective: Objective = plain_objective
+) -> Callable[[LmState, dict[str, jax.Array]], tuple[LmState, dict[str, jax.Array]]]:
+    """One AdamW step on ``objective(model, params, batch["tokens"]) -> (loss, metrics)``, the
+    optimizer built from the state's traced hyper-parameters."""
+
+    def train_step(state: LmState, batch: dict[str, jax.Array]):
+        opt = make_optimizer(
+            optim,
+            total_steps,
+            lr=state.hparams["optim.lr"],
+            weight_decay=state.hparams["optim.weight_decay"],
+        )
+        (loss, extra), grads = jax.value_and_grad(
+            functools.partial(objective, model), has_aux=True
+        )(state.params, batch["tokens"])
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), **extra}
+        return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+    return train_step
+
+
+def abstract_batch(data: ByteLMDataConfig, mesh: jax.sharding.Mesh) -> dict[str, Any]:
+    """One step's global batch ``{"tokens": [B, T+1] int32}`` split over the data axes."""
+    tokens = jax.ShapeDtypeStruct((data.batch_size, data.seq_len + 1), jnp.int32)
+    return batch_spec({"tokens": tokens}, mesh)
