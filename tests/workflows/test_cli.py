@@ -46,3 +46,13 @@ def test_task_file_with_missing_answer_is_a_clear_error_and_keeps_the_state(tmp_
     err = capsys.readouterr().err
     assert "task.jsonl:4: item 'How many?' has no 'answer'" in err and "unchanged" in err
     assert (run / search.STATE_FILE).read_bytes() == before
+
+
+def test_lm_executor_without_a_trained_run_is_a_clear_error(tmp_path, capsys):
+    base = ["workflows", "search", "--executor", "lm", "--run-dir", str(tmp_path / "run")]
+    assert cli.main(base) == 2
+    assert "--executor lm needs --lm-run-dir" in capsys.readouterr().err
+    assert cli.main([*base, "--lm-run-dir", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert "nothing: no run there (missing config.yaml)" in err and "hint: train first" in err
+    assert not (tmp_path / "run" / "state.json").exists()
