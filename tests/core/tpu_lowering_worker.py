@@ -36,7 +36,9 @@ def lower_file(path: str) -> str:
         assert np.prod(b.shape) // np.prod(shard) > 1, (b.shape, shard)
     else:
         assert split, "no state leaf is sharded"
-    assert compiled is not None
+    # data parallelism: gradients (and metrics) are reduced across the chips
+    text = compiled.as_text()
+    assert "all-reduce" in text or "reduce-scatter" in text, "no cross-chip reduction"
     return f"OK {os.path.basename(path)} recipe={recipe.name} devices={run.slice.chips} sharded_leaves={len(split)}/{len(leaves)}"
 
 
