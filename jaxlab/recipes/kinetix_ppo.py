@@ -244,11 +244,12 @@ def eval_main(cfg: KinetixPPOConfig, run_dir: Path, argv: list[str]) -> int:
     except ValueError as e:
         raise ConfigError("--levels", spec, str(e)) from None
     run = open_run(run_dir, recipe=RECIPE)
+    ag = agent(run.cfg)
     max_steps = cfg.eval.max_steps or cfg.env.max_timesteps
+    # the run's own level set: the levels its policy plays; a named one: all of them or an error
+    levels = spec if args.levels else ke.eval_files(ag, run.cfg.eval)[0]
     try:
-        evaluator = ke.Evaluator(
-            agent(run.cfg), spec, num_attempts=args.attempts, max_steps=max_steps
-        )
+        evaluator = ke.Evaluator(ag, levels, num_attempts=args.attempts, max_steps=max_steps)
     except ValueError as e:
         raise ConfigError("--levels", spec, str(e)) from None
     key = jax.random.PRNGKey(args.seed)

@@ -39,7 +39,9 @@ key of the env's *global* index, the advantages are standardised with statistics
 and each minibatch holds ``num_steps / num_minibatches`` time steps of *every* env (drawn per env),
 so a device's share of a minibatch is its own envs' share. An update on ``D`` data shards is then
 the same computation as on one device (up to the order of float sums), at the price of
-minibatches stratified by env instead of drawn uniformly from the whole rollout.
+minibatches stratified by env instead of drawn uniformly from the whole rollout. This holds for
+curricula without per-device state (``uniform``); an SFL buffer split over devices draws its own
+levels on each device.
 """
 
 from __future__ import annotations
@@ -344,10 +346,13 @@ class PPO:
     def _pmean(self, x):
         return jax.lax.pmean(x, self.axis_name) if self.axis_name is not None else x
 
-    def _local_key(self, key):
-        if self.axis_name is None or self.cfg.shard_invariant:
+    def _device_key(self, key):
+        if self.axis_name is None:
             return key
         return jax.random.fold_in(key, jax.lax.axis_index(self.axis_name))
+
+    def _local_key(self, key):
+        return key if self.cfg.shard_invariant else self._device_key(key)
 
     def _env_keys(self, key, n: int):
         """``n`` keys for this device's envs: with ``shard_invariant`` on a mesh axis, the
@@ -559,7 +564,9 @@ class PPO:
         """One PPO update (module docstring); the shared loop's ``train_step``."""
         cfg = self.cfg
         key, k_cur, k_roll, k_train = jax.random.split(state.key, 4)
-        k_cur, k_roll, k_train = map(self._local_key, (k_cur, k_roll, k_train))
+        # The curriculum's state (e.g. the SFL buffer) is per device: its draws always differ.
+        k_cur = self._device_key(k_cur)
+        k_roll, k_train = self._local_key(k_roll), self._local_key(k_train)
         params, opt_state, obs_stats = state.params, state.opt_state, state.obs_stats
         env_state, obs, levels, cstate = state.env_state, state.obs, state.levels, state.curriculum
         metrics: dict[str, Array] = {}
