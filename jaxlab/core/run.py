@@ -36,14 +36,14 @@ class RunNotFoundError(FileNotFoundError):
 def mesh_for(cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The mesh of ``cfg.mesh`` (a :class:`MeshConfig`) over ``devices`` (default: all).
 
-    A config without a ``mesh`` field runs on one device; a mesh with fixed sizes (no ``-1``) whose
-    product is smaller than the number of devices takes the first ones."""
+    A mesh of fixed sizes (no ``-1`` axis) takes the first devices it needs, so e.g.
+    ``mesh.data=1`` runs on one device of a multi-device host. A config without a ``mesh`` field
+    runs on one device."""
     mesh_cfg = getattr(cfg, "mesh", None)
     if isinstance(mesh_cfg, MeshConfig):
         devices = list(devices if devices is not None else jax.devices())
-        sizes = mesh_cfg.sizes()
-        if -1 not in sizes and math.prod(sizes) < len(devices):
-            devices = devices[: math.prod(sizes)]
+        if -1 not in mesh_cfg.sizes():
+            devices = devices[: math.prod(mesh_cfg.sizes())]
         return make_mesh(mesh_cfg, devices)
     devices = list(devices if devices is not None else jax.devices())[:1]
     return make_mesh(MeshConfig(data=1), devices)
