@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from jaxlab.core import tpu_config
-from jaxlab.core.config import ConfigError
+from jaxlab.core.config import ConfigError, load_yaml
+from jaxlab.core.recipe import config_value
 
 ROOT = Path(__file__).resolve().parents[2]
-# The language-model slices (global batch = data.batch_size); the RL ones (batch = ppo.num_envs)
-# are checked and lowered by tests/rl/test_kinetix_tpu_configs.py.
+# Every slice but the RL ones (batch = ppo.num_envs), which tests/rl/test_kinetix_tpu_configs.py
+# checks and lowers; the global batch is the file's ``batch_key`` (default data.batch_size).
 CONFIGS = sorted(
     p for p in (ROOT / "tpu_configs").glob("*.yaml") if not p.name.startswith("kinetix-ppo-")
 )
@@ -34,7 +35,8 @@ def test_olmoe_config_has_an_expert_axis():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_resolves(path):
     run = tpu_config.load(path)
-    assert run.config.data.batch_size % run.slice.chips == 0
+    batch_key = load_yaml(path).get("batch_key", "data.batch_size")
+    assert config_value(run.config, batch_key) % run.slice.chips == 0
     assert "{run_dir}" in run.launch
 
 
