@@ -158,7 +158,7 @@ def model_and_schedule(cfg: LD3Config):
         schedule = sched_lib.make_schedule(cfg.schedule)
         ring = ring_mixture(cfg.ring_components, cfg.ring_radius, cfg.ring_std)
         return gmm_eps_fn(ring, schedule), schedule, cfg.schedule, (2,)
-    from jaxlab.recipes.diffusion import load_model
+    from jaxlab.diffusion.pretrained import load_model
 
     model, params = load_model(cfg.checkpoint)
     if model.data_shape != cfg.static.data_shape:

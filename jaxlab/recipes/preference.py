@@ -34,14 +34,10 @@ from jaxlab.diffusion.datasets import digits_images, digits_labels
 from jaxlab.diffusion.images import save_image_grid, save_scatter
 from jaxlab.diffusion.samplers import SamplerSpec
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
-from jaxlab.recipes.diffusion import (
-    DiffusionConfig,
-    DiffusionModel,
-    NetConfig,
-    build_parts,
-    load_model,
-    ring_of,
-)
+from jaxlab.diffusion import training as diffusion_training
+from jaxlab.diffusion.config import DiffusionConfig, NetConfig
+from jaxlab.diffusion.model import DiffusionModel, make_model, ring_of
+from jaxlab.diffusion.pretrained import load_model
 
 #: The reference trained at initialisation when ``pretrained`` is empty: the ring preset of the
 #: ``diffusion`` recipe; its ``loop.total_steps`` is the number of pretraining steps.
@@ -123,10 +119,13 @@ def build(cfg: PreferenceConfig) -> Task:
             raise ConfigError(
                 "pretrained", cfg.pretrained, "a diffusion run with parametrization=eps"
             )
-        ref_parts = None
+        ref_init = ref_step = None
     else:
-        ref_parts = build_parts(cfg.reference)
-        model, pretrained_params = ref_parts.model, None
+        model, pretrained_params = make_model(cfg.reference), None
+        ref_init = diffusion_training.make_init(model)
+        ref_step = diffusion_training.make_train_step(
+            model, diffusion_training.make_data(cfg.reference)[0]
+        )
     a = _reward_vector(model, cfg)
     spec = SamplerSpec("dpm_solver++", 2)
     opt = optax.chain(
@@ -138,9 +137,9 @@ def build(cfg: PreferenceConfig) -> Task:
         return x.reshape(x.shape[0], -1) @ a.reshape(-1)
 
     def pretrain(key):
-        state = ref_parts.init(key)
+        state = ref_init(key)
         state, _ = jax.lax.scan(
-            lambda s, _: ref_parts.train_step(s), state, None, length=cfg.reference.loop.total_steps
+            lambda s, _: ref_step(s), state, None, length=cfg.reference.loop.total_steps
         )
         return state.ema_params
 

@@ -11,7 +11,9 @@ import pytest
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import run
 from jaxlab.core.tracking import read_metrics
+from jaxlab.core.testing import sharded_step_matches
 from jaxlab.diffusion.ld3 import load_time_steps
+from jaxlab.diffusion.pretrained import load_model
 from jaxlab.recipes import diffusion as diffusion_recipe
 from jaxlab.recipes import ld3 as ld3_recipe
 from jaxlab.recipes import preference as preference_recipe
@@ -32,10 +34,18 @@ def test_diffusion_tiny_trains_writes_samples_and_reloads(ring_run):
     assert rows[-1]["loss"] < rows[0]["loss"]
     assert (run_dir / "samples.png").is_file()
     assert {"sw_to_data", "sample_log_lik"} <= set(res.eval_metrics)
-    model, ema = diffusion_recipe.load_model(run_dir)
+    model, ema = load_model(run_dir)
     for a, b in zip(jax.tree.leaves(ema), jax.tree.leaves(res.state.ema_params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert model.data_shape == (2,)
+
+
+def test_diffusion_eight_devices_equal_one():
+    """Two steps with the in-step batch split over 8 devices equal one device."""
+    recipe = diffusion_recipe.RECIPE
+    cfg = recipe.config("tiny", ["lr=0.01", "warmup_steps=1"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    assert set(s8.hparams) == {"lr"} and float(s8.hparams["lr"]) == np.float32(0.01)
 
 
 def test_diffusion_digits_tiny_writes_a_png_grid(tmp_path):
