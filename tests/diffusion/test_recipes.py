@@ -70,6 +70,16 @@ def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
     assert res.step == 4
 
 
+def test_ld3_eight_devices_equal_one():
+    """Two LD3 iterations with the latents split over 8 devices equal one device; the traced
+    starting rate is the optimizer's rate after the first steps."""
+    recipe = ld3_recipe.RECIPE
+    cfg = recipe.config("tiny", ["n_train=8", "n_valid=8", "lr_time_1=0.02"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    lr1 = s8.ld3.opt1[1].hyperparams["learning_rate"]
+    assert set(s8.hparams) == {"lr_time_1", "lr_time_2", "shift_lr"} and lr1 == np.float32(0.02)
+
+
 def test_preference_tiny_from_scratch_and_from_a_checkpoint(tmp_path, ring_run):
     recipe = preference_recipe.RECIPE
     res = run(recipe, recipe.config("tiny"), tmp_path / "a")
