@@ -91,6 +91,15 @@ def test_preference_tiny_from_scratch_and_from_a_checkpoint(tmp_path, ring_run):
     assert np.isfinite(res.metrics["loss"]) and (tmp_path / "b" / "samples.png").is_file()
 
 
+def test_preference_eight_devices_equal_one():
+    """Two DSPO steps with the pairs and the batch split over 8 devices equal one device (the
+    reference pretrained at init on the same mesh); beta and lr are traced."""
+    recipe = preference_recipe.RECIPE
+    cfg = recipe.config("tiny", ["reference.loop.total_steps=4"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    assert set(s8.hparams) == {"lr", "beta"} and s8.pairs_w.shape == (64, 2)
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="schedule"):
         diffusion_recipe.RECIPE.config(None, ["parametrization=edm"])
