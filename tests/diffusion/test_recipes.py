@@ -10,8 +10,8 @@ import pytest
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import run
-from jaxlab.core.tracking import read_metrics
 from jaxlab.core.testing import sharded_step_matches
+from jaxlab.core.tracking import read_metrics
 from jaxlab.diffusion.ld3 import load_time_steps
 from jaxlab.diffusion.pretrained import load_model
 from jaxlab.recipes import diffusion as diffusion_recipe
