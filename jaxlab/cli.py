@@ -165,11 +165,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     result = sweep_lib.sweep(r, base, axes, seeds=args.seeds, out_dir=out)
     print(sweep_lib.format_table(result.summary, list(axes)), end="")
-    print(
-        f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
-        f"table in {out / 'table.txt'}, rows in {out / 'sweep.jsonl'}",
-        file=sys.stderr,
-    )
+    print(f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
+          f"table in {out / 'table.txt'}, rows in {out / 'sweep.jsonl'}", file=sys.stderr)
     return 0
 
 
