@@ -51,20 +51,7 @@ def mesh_for(cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
 
 def build(recipe: Recipe, cfg: Any, devices: Sequence[jax.Device] | None = None) -> Parts:
     """``recipe.build(cfg, mesh_for(cfg, devices))``."""
-    import inspect
-
     mesh = mesh_for(cfg, devices)
-    if len(inspect.signature(recipe.build).parameters) == 1:  # TRANSITION: legacy build(cfg)
-        task = recipe.build(cfg)
-        return Parts(
-            init=task.init,
-            train_step=task.train_step,
-            state_sharding=task.state_sharding,
-            data=task.data,
-            evaluate=task.evaluate,
-            finalize=task.finalize,
-            units_per_step=task.units_per_step,
-        )
     return recipe.build(cfg, mesh)
 
 
