@@ -31,7 +31,10 @@ import numpy as np
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import run as run_lib
+from jaxlab.lm import training
 from jaxlab.lm.data import train_iterator, validation_iterator
+from jaxlab.lm.model import Decoder
 from jaxlab.recipes import lm_tiny, olmoe
 
 
@@ -70,7 +73,13 @@ def _moe_active(cfg, params) -> int:
     return _count(params) - cfg.model.n_layers * (moe.num_experts - moe.top_k) * per_expert
 
 
+def _one(cfg):
+    return C.replace(cfg, **{"mesh.data": 1})
+
+
 def _run(name, parts, cfg, steps, eval_every, val_batches, seed):
+    model = Decoder(cfg.model)  # plain cross-entropy on validation, for both models
+    eval_loss = jax.jit(lambda p, t: training.loss_fn(model, p, t))
     state = jax.jit(parts.init)(jax.random.PRNGKey(seed))
     params = state.params
     n_total = _count(params)
@@ -84,7 +93,7 @@ def _run(name, parts, cfg, steps, eval_every, val_batches, seed):
         state, metrics = multi(state, {"tokens": tokens})
         val = np.mean(
             [
-                float(parts.eval_loss(state.params, b["tokens"]))
+                float(eval_loss(state.params, b["tokens"]))
                 for _, b in zip(range(val_batches), validation_iterator(cfg.data), strict=False)
             ]
         )
@@ -124,8 +133,8 @@ def main() -> None:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         moe_cfg, dense_cfg = _configs(args.steps, seed, args.lr)
         runs = (
-            ("moe", olmoe.build_parts(moe_cfg, jax.devices()[:1]), moe_cfg),
-            ("dense", lm_tiny.build_parts(dense_cfg, jax.devices()[:1]), dense_cfg),
+            ("moe", run_lib.build(olmoe.RECIPE, _one(moe_cfg), jax.devices()[:1]), moe_cfg),
+            ("dense", run_lib.build(lm_tiny.RECIPE, _one(dense_cfg), jax.devices()[:1]), dense_cfg),
         )
         for name, parts, cfg in runs:
             curves[name].append(
