@@ -159,10 +159,12 @@ def check_config(cfg: SACConfig) -> None:
 @dataclasses.dataclass(frozen=True)
 class SACParts:
     """The compiled-program pieces: ``init(key) -> SACState``, ``iteration(state) -> (state,
-    metrics)``, the env and networks."""
+    metrics)``, one gradient step ``update(state, key) -> (state, metrics)`` (needs a buffer
+    that ``can_sample``), the env and networks."""
 
     init: Callable[[PRNGKeyArray], SACState]
     iteration: Callable[[SACState], tuple[SACState, dict]]
+    update: Callable[[SACState, PRNGKeyArray], tuple[SACState, dict]]
     env: Any
     env_params: Any
     actor: Actor
@@ -322,7 +324,7 @@ def make_parts(cfg: SACConfig) -> SACParts:
         metrics = {**metrics, "episode_return": state.last_return.mean(), "learning": can}
         return state, metrics
 
-    return SACParts(init, iteration, env, env_params, actor, critic, replay)
+    return SACParts(init, iteration, update, env, env_params, actor, critic, replay)
 
 
 def make_train(cfg: SACConfig) -> Callable[[PRNGKeyArray], tuple[SACState, dict]]:
