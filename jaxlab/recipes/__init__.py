@@ -15,5 +15,6 @@ NAMES: dict[str, str] = {
     "kinetix-ppo": "kinetix_ppo",
     "distill": "distill",
     "task-arithmetic": "task_arithmetic",
+    "sac": "sac",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

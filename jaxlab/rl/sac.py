@@ -148,6 +148,14 @@ def check_config(cfg: SACConfig) -> None:
             raise ConfigError(f, v, "an int >= 1")
     if cfg.total_env_steps < cfg.num_envs:
         raise ConfigError("total_env_steps", cfg.total_env_steps, f">= num_envs ({cfg.num_envs})")
+    if (
+        isinstance(cfg.buffer_size, bool)
+        or not isinstance(cfg.buffer_size, int)
+        or (cfg.buffer_size < max(cfg.batch_size, cfg.num_envs))
+    ):
+        raise ConfigError(
+            "buffer_size", cfg.buffer_size, f">= batch_size ({cfg.batch_size}) and >= num_envs"
+        )
     if not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError("gamma", cfg.gamma, "a float in [0, 1]")
     if not 0.0 < cfg.tau <= 1.0:
@@ -339,3 +347,31 @@ def make_train(cfg: SACConfig) -> Callable[[PRNGKeyArray], tuple[SACState, dict]
         return jax.lax.scan(body, parts.init(key), None, length=cfg.num_iterations)
 
     return train
+
+
+def make_evaluate(parts: SACParts, episodes: int, steps: int):
+    """``evaluate(state, key) -> {"return", "success"}``: ``episodes`` rollouts of ``steps`` env
+    steps (one episode each) with the deterministic policy ``a = tanh(mu(s))``; ``return`` is the
+    mean episode return and ``success`` the fraction whose last step has ``info["success"]``."""
+    env, env_params, actor = parts.env, parts.env_params, parts.actor
+
+    def one(key, actor_params):
+        k_reset, k_steps = jax.random.split(key)
+        obs, s = env.reset(k_reset, env_params)
+
+        def body(carry, k):
+            obs, s = carry
+            a = jnp.tanh(actor.apply(actor_params, obs.reshape(1, -1)).distribution.mean()[0])
+            obs, s, r, _, _, info = env.step(k, s, a, env_params)
+            return (obs, s), (r, info.get("success", jnp.asarray(False)))
+
+        _, (r, success) = jax.lax.scan(body, (obs, s), jax.random.split(k_steps, steps))
+        return r.sum(), success[-1]
+
+    def evaluate(state: SACState, key: PRNGKeyArray) -> dict[str, Array]:
+        ret, success = jax.vmap(one, in_axes=(0, None))(
+            jax.random.split(key, episodes), state.actor
+        )
+        return {"return": ret.mean(), "success": success.astype(jnp.float32).mean()}
+
+    return evaluate
