@@ -46,6 +46,7 @@ from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.envs.kinetix.actions import random_action
 from jaxlab.recipes import kinetix_ppo as kp
+from jaxlab.rl import kinetix_eval as ke
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "kinetix-levels"
@@ -99,10 +100,10 @@ def config(size: str, net: str, envs: int, grad_chunks: int = 0) -> kp.KinetixPP
 def bench_train(size: str, net: str, envs: int, updates: int, grad_chunks: int = 0) -> None:
     cfg = config(size, net, envs, grad_chunks)
     with Clock() as build:
-        parts = kp.build_parts(cfg)
-        state = jax.jit(parts.init)(jax.random.PRNGKey(0))
+        agent = kp.agent(cfg)
+        state = jax.jit(agent.ppo.init)(jax.random.PRNGKey(0))
         jax.block_until_ready(state)
-    step = jax.jit(parts.train_step, donate_argnums=0)
+    step = jax.jit(agent.ppo.update, donate_argnums=0)
     with Clock() as comp:
         compiled = step.lower(state).compile()
     state, m = compiled(state)  # warm-up
@@ -135,10 +136,10 @@ def bench_train(size: str, net: str, envs: int, updates: int, grad_chunks: int =
 def bench_profile(size: str, net: str, envs: int, reps: int = 2) -> None:
     """Env-only rollout, rollout with the policy, and the update on a fixed rollout."""
     cfg = config(size, net, envs)
-    parts = kp.build_parts(cfg)
-    ppo = parts.ppo
-    state = jax.jit(parts.init)(jax.random.PRNGKey(0))
-    T, at, sp = cfg.ppo.num_steps, cfg.env.action_type, parts.static
+    agent = kp.agent(cfg)
+    ppo = agent.ppo
+    state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    T, at, sp = cfg.ppo.num_steps, cfg.env.action_type, agent.static
 
     @jax.jit
     def env_only(state):
@@ -203,11 +204,11 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2) -> None:
 def bench_curve(max_updates: int, attempts: int) -> None:
     recipe = recipe_lib.get("kinetix-ppo")
     cfg = recipe.config("cpu-single")
-    parts = kp.build_parts(cfg)
-    state = jax.jit(parts.init)(jax.random.PRNGKey(cfg.seed))
-    step = jax.jit(parts.train_step, donate_argnums=0)
-    evaluator = kp.Evaluator(
-        parts, "s/h2_one_wheel_car", num_attempts=attempts, max_steps=cfg.env.max_timesteps
+    agent = kp.agent(cfg)
+    state = jax.jit(agent.ppo.init)(jax.random.PRNGKey(cfg.seed))
+    step = jax.jit(agent.ppo.update, donate_argnums=0)
+    evaluator = ke.Evaluator(
+        agent, "s/h2_one_wheel_car", num_attempts=attempts, max_steps=cfg.env.max_timesteps
     )
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     per = cfg.ppo.num_envs * cfg.ppo.num_steps

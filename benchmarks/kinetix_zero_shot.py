@@ -28,6 +28,7 @@ Usage: ``python benchmarks/kinetix_zero_shot.py [--updates 40] [--max-minutes M]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -41,9 +42,12 @@ import numpy as np
 from jaxlab.core import config as C
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import run as run_lib
 from jaxlab.core.loop import Hook
+from jaxlab.envs.kinetix import level_sets
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import evaluate as ev
+from jaxlab.rl import kinetix_eval as ke
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "kinetix-levels"
@@ -94,7 +98,7 @@ def pretrain(args, recipe) -> tuple[kp.KinetixPPOConfig, Path]:
         }
     )
     cfg = C.replace(base, **over)
-    if kp.generator_available():
+    if level_sets.generator_available():
         source = "random S levels (procedural generator)"
     else:
         cfg = C.replace(cfg, **{"env.size": "m", "env.train_levels": args.fallback_levels})
@@ -137,10 +141,10 @@ def pretrain(args, recipe) -> tuple[kp.KinetixPPOConfig, Path]:
 
 
 def zero_shot(args, cfg, run_dir) -> None:
-    state, _ = kp.restore_state(cfg, run_dir)
-    parts = kp.build_parts(cfg, devices=jax.devices()[:1])
-    evaluator = kp.Evaluator(
-        parts, args.eval_levels, num_attempts=args.attempts, max_steps=cfg.env.max_timesteps
+    run = run_lib.open_run(run_dir, recipe="kinetix-ppo", cfg=cfg)
+    state = run.state
+    evaluator = ke.Evaluator(
+        kp.agent(cfg), args.eval_levels, num_attempts=args.attempts, max_steps=cfg.env.max_timesteps
     )
     key = jax.random.PRNGKey(args.seed)
     names, agent, _ = evaluator(state, key)
@@ -198,16 +202,19 @@ def finetune(args, recipe, pre_cfg, pre_dir) -> None:
                 }
             )
             cfg = C.replace(recipe.config("finetune"), **over)
-            parts = kp.build_parts(cfg)
+            parts = run_lib.build(recipe, cfg, jax.devices()[:1])
             keys = jax.random.split(jax.random.PRNGKey(args.seed), seeds)
             # Seeds initialised one by one and stacked: vmapping the init (orthogonal
-            # initialisers) compiles far slower on XLA:CPU than the init itself runs.
-            init_fn = jax.jit(parts.init)
-            state = jax.tree.map(lambda *x: jnp.stack(x), *[init_fn(k) for k in keys])
-            step = jax.jit(jax.vmap(parts.train_step), donate_argnums=0)
+            # initialisers) compiles far slower on XLA:CPU than the init itself runs. The
+            # pretrained parameters come in through the recipe's finetune (open_run).
+            states = [recipe.finetune(cfg, run_lib.init_state(parts, k)) for k in keys]
+            state = jax.tree.map(lambda *x: jnp.stack(x), *states)
+            step = jax.jit(
+                jax.vmap(functools.partial(parts.train_step, batch=None)), donate_argnums=0
+            )
             if evaluator is None:  # the evaluation takes parameters as arguments: share it
-                evaluator = kp.Evaluator(
-                    parts,
+                evaluator = ke.Evaluator(
+                    kp.agent(cfg),
                     level,
                     num_attempts=args.finetune_attempts,
                     max_steps=cfg.env.max_timesteps,

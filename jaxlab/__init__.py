@@ -6,7 +6,7 @@ The public surface kept small on purpose; families are imported as sub-packages
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import Hook, LoopConfig, NonFiniteLossError, RunResult, run
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.recipe import get as get_recipe
 from jaxlab.core.sharding import MeshConfig, make_mesh
 
@@ -20,7 +20,7 @@ __all__ = [
     "NonFiniteLossError",
     "Recipe",
     "RunResult",
-    "Task",
+    "Parts",
     "get_recipe",
     "make_mesh",
     "register",

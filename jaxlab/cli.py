@@ -21,6 +21,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "causal": ("jaxlab.causal.cli:main", "causal discovery under selection bias (CDIS) from a CSV"),
     "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
     "levels": ("jaxlab.envs.kinetix.cli:main", "Kinetix level files: show, rollout, render"),
+    "workflows": ("jaxlab.commands.workflows:main", "AFlow: MCTS search over agentic workflows"),
 }
 
 

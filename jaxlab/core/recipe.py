@@ -87,21 +87,6 @@ class Parts:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
-    """TRANSITION: the legacy ``build(cfg) -> Task`` form, adapted to :class:`Parts` by
-    ``core.run.build`` until every recipe is migrated."""
-
-    init: Callable[[Any], Any]
-    train_step: Callable[[Any, Any], tuple[Any, dict[str, Any]]]
-    evaluate: Callable[[Any], dict[str, Any]] | None = None
-    data: Callable[[], Any] | None = None
-    finalize: Callable[[Any, Path], None] | None = None
-    units_per_step: tuple[int, str] | None = None
-    place_batch: Callable[[Any], Any] | None = None
-    state_sharding: Callable[[Any], Any] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class Recipe:
     """A runnable method.
 

@@ -36,14 +36,14 @@ class RunNotFoundError(FileNotFoundError):
 def mesh_for(cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The mesh of ``cfg.mesh`` (a :class:`MeshConfig`) over ``devices`` (default: all).
 
-    A config without a ``mesh`` field runs on one device; a mesh with fixed sizes (no ``-1``) whose
-    product is smaller than the number of devices takes the first ones."""
+    A mesh of fixed sizes (no ``-1`` axis) takes the first devices it needs, so e.g.
+    ``mesh.data=1`` runs on one device of a multi-device host. A config without a ``mesh`` field
+    runs on one device."""
     mesh_cfg = getattr(cfg, "mesh", None)
     if isinstance(mesh_cfg, MeshConfig):
         devices = list(devices if devices is not None else jax.devices())
-        sizes = mesh_cfg.sizes()
-        if -1 not in sizes and math.prod(sizes) < len(devices):
-            devices = devices[: math.prod(sizes)]
+        if -1 not in mesh_cfg.sizes():
+            devices = devices[: math.prod(mesh_cfg.sizes())]
         return make_mesh(mesh_cfg, devices)
     devices = list(devices if devices is not None else jax.devices())[:1]
     return make_mesh(MeshConfig(data=1), devices)
@@ -51,20 +51,7 @@ def mesh_for(cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
 
 def build(recipe: Recipe, cfg: Any, devices: Sequence[jax.Device] | None = None) -> Parts:
     """``recipe.build(cfg, mesh_for(cfg, devices))``."""
-    import inspect
-
     mesh = mesh_for(cfg, devices)
-    if len(inspect.signature(recipe.build).parameters) == 1:  # TRANSITION: legacy build(cfg)
-        task = recipe.build(cfg)
-        return Parts(
-            init=task.init,
-            train_step=task.train_step,
-            state_sharding=task.state_sharding,
-            data=task.data,
-            evaluate=task.evaluate,
-            finalize=task.finalize,
-            units_per_step=task.units_per_step,
-        )
     return recipe.build(cfg, mesh)
 
 
@@ -138,6 +125,22 @@ def batch_spec(batch: Any, mesh: Mesh, batch_axes: tuple[str, ...] = ("data", "f
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec))
 
     return jax.tree.map(one, batch)
+
+
+def batch_constraint(mesh: Mesh, batch_axes: tuple[str, ...] = ("data", "fsdp", "expert")) -> Any:
+    """``x -> x`` constrained to be split along its leading (batch) axis over the mesh's
+    data-parallel axes: for recipes that sample their batch inside the train step (synthetic
+    data, RL), so the step runs data parallel. The identity on a one-device mesh."""
+    axes = tuple(a for a in batch_axes if mesh.shape.get(a, 1) > 1)
+    if not axes:
+        return lambda x: x
+    entry = axes[0] if len(axes) == 1 else axes
+
+    def constrain(x: Any) -> Any:
+        spec = PartitionSpec(entry, *([None] * (x.ndim - 1)))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    return constrain
 
 
 @dataclasses.dataclass

@@ -206,3 +206,27 @@ def maybe_initialize_distributed() -> bool:
 def is_main_process() -> bool:
     """Process 0 writes logs and checkpoint metadata."""
     return jax.process_index() == 0
+
+
+def leading_axis_sharding(
+    shape: Sequence[int], mesh: Mesh, axes: tuple[str, ...] = ("data", "fsdp", "expert")
+) -> NamedSharding:
+    """An array of ``shape`` split along its leading axis over the mesh's data-parallel ``axes``
+    (those of size > 1 that divide it, as :func:`state_shardings`; replicated otherwise).
+
+    For per-example pieces of a state (per-seed states, stored pairs or latents) and for batches
+    sampled inside a train step (see :func:`constrain_leading`)."""
+    if not len(shape):
+        return NamedSharding(mesh, PartitionSpec())
+    return NamedSharding(mesh, _drop_trivial(PartitionSpec(axes), mesh, shape))
+
+
+def constrain_leading(tree: Any, mesh: Mesh) -> Any:
+    """``jax.lax.with_sharding_constraint`` of every leaf of ``tree`` (inside a jitted step) to
+    :func:`leading_axis_sharding`: a batch sampled inside the step is split over the data axes.
+
+    The values do not depend on the mesh (``jax.random`` is sharding-invariant), so the same step
+    gives the same batch on one device and on a slice."""
+    return jax.tree.map(
+        lambda x: jax.lax.with_sharding_constraint(x, leading_axis_sharding(x.shape, mesh)), tree
+    )

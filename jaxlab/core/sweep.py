@@ -109,6 +109,15 @@ def _run_group(
         return recipe_lib.with_hparams(parts.init(key), hp)
 
     states = jax.jit(jax.vmap(init_point))(keys, hps)
+    if recipe.finetune is not None:  # a fresh start from another run, as the loop does
+        tuned = [
+            recipe.finetune(
+                config_lib.replace(cfg, seed=seed, **vals),
+                jax.tree.map(lambda x, i=i: x[i], states),
+            )
+            for i, (vals, seed) in enumerate(points)
+        ]
+        states = jax.tree.map(lambda *xs: jnp.stack(xs), *tuned)
 
     seeds = sorted({seed for _, seed in points})
     iters: dict[int, Any] = {}

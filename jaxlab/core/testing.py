@@ -29,7 +29,10 @@ def one_step(recipe: Recipe, cfg: Any, devices: Any, steps: int = 1) -> tuple[An
     parts = run_lib.build(recipe, cfg, devices)
     state = run_lib.init_state(parts, jax.random.PRNGKey(cfg.seed))
     it = parts.data() if parts.data is not None else None
-    step = jax.jit(parts.train_step)
+    # the output state keeps the input's shardings (as in the loop), so step 2 reuses step 1's
+    # compilation
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    step = jax.jit(parts.train_step, out_shardings=(shardings, None))
     metrics = []
     for _ in range(steps):
         batch = None

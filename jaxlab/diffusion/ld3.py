@@ -217,6 +217,17 @@ def _set_lr(opt_state, lr):
     return (opt_state[0], inner._replace(hyperparams=hp)) + tuple(opt_state[2:])
 
 
+def set_rates(state: LD3State, static: LD3Static, hyper: LD3Hyper) -> LD3State:
+    """``state`` with its starting rates from ``hyper`` (traced values allowed): the learning
+    rates of p (``lr_time_1``) and p' (``lr_time_2 / N``) and the latent shift rate
+    (``shift_lr / N``), as :func:`ld3_init` sets them. LD3 then decays them itself."""
+    return state.replace(
+        opt1=_set_lr(state.opt1, hyper.lr_time_1),
+        opt2=_set_lr(state.opt2, hyper.lr_time_2 / static.steps),
+        shift_lr=jnp.asarray(hyper.shift_lr / static.steps, jnp.float32),
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # time steps from parameters
 # ----------------------------------------------------------------------------------------------

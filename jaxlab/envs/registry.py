@@ -11,6 +11,8 @@ Registered names (see ``describe(name)`` for each one's options):
   episode distribution is a level file (``level=PATH``), several files (``levels=[...]``, one
   drawn uniformly per episode), a ``reset_fn(key) -> EnvState``, or (default) the built-in demo
   level of that size.
+* ``"game24"``: Game of 24 (``jaxlab.envs.game24``), 48 actions, reset pool of instances.
+* ``"grid-maze"``: procedurally generated grid mazes with a BFS oracle (``jaxlab.envs.grid_maze``).
 * ``"kinetix-level"``: one Kinetix level file at the sizes stored in the file
   (``make("kinetix-level", level=PATH, action_type=..., observation_type=...)``).
 
@@ -169,6 +171,31 @@ register(
     # Same configuration as kinetix-s's test options on the same (demo) level, so the contract
     # tests share one compiled program.
     test_options={"level": "@demo-s", "observation_type": "symbolic_flat", "max_timesteps": 4},
+)
+register(
+    "game24",
+    "jaxlab.envs.game24:make_game24",
+    description="Game of 24 (four numbers, 48 pair-operator actions, reward 1 on reaching 24)",
+    options={
+        "auto_reset": "start a new episode when one ends (default True)",
+        "instances": "list of [a, b, c, d] instances in 1..13 (default: all 1362 solvable ones)",
+    },
+    test_options={},
+)
+register(
+    "grid-maze",
+    "jaxlab.envs.grid_maze:make_grid_maze",
+    description="procedurally generated grid mazes, BFS oracle, symbolic or pixel observations",
+    options={
+        "height": "grid rows including the border wall (default 8)",
+        "width": "grid columns including the border wall (default 8)",
+        "observation_type": "'symbolic' (float32[H, W, 3]) or 'pixels' (uint8 RGB)",
+        "cell_pixels": "pixels per cell of the pixel observation (default 4)",
+        "wall_prob": "probability of an interior wall (default 0.3)",
+        "max_steps": "episode length limit (default 64)",
+        "auto_reset": "start a new episode when one ends (default True)",
+    },
+    test_options={"height": 6, "width": 6, "max_steps": 4},
 )
 
 

@@ -4,8 +4,9 @@ graph (cSBM or karate)  ->  rewiring (none | DIGL | JDR)  ->  GCN normalisation 
 ->  many seeds of GCN/GPRGNN in one ``vmap`` (:mod:`jaxlab.graph.node_classification`).
 
 :class:`GnnConfig` is the frozen, nested config shared by the ``gnn`` recipe (one run through the
-shared loop) and the phi sweep (:mod:`jaxlab.graph.sweep`); dotted overrides such as
-``graph.phi=0.25 rewire=jdr model=gprgnn num_seeds=10`` address its fields.
+shared loop, also swept by ``jaxlab sweep gnn graph.phi=-0.5,0,0.5 rewire=none,jdr --seeds 10``) and
+by :func:`run_experiment`; dotted overrides such as ``graph.phi=0.25 rewire=jdr model=gprgnn
+num_seeds=10`` address its fields.
 
 The whole data pipeline is one pure function (:func:`make_data_fn`) that is traced inside the
 recipe's ``init``, so large arrays never become compile-time constants. The only host work is
@@ -26,6 +27,7 @@ import numpy as np
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.graph.csbm import CSBMParams, sample_csbm
 from jaxlab.graph.datasets import KARATE_NUM_NODES, NodeGraph, karate_club
 from jaxlab.graph.digl import digl
@@ -171,12 +173,14 @@ class GnnConfig:
       dprate: GPRGNN dropout before propagation (paper 0.5).
       gpr_k: GPRGNN hops (paper 10).
       gpr_alpha: GPRGNN PPR init (paper 0.1).
-      lr: Adam learning rate (paper 0.01).
-      weight_decay: L2 (paper 5e-4).
+      lr: Adam learning rate (paper 0.01); traced (a sweep over it is one program).
+      weight_decay: L2 (paper 5e-4); traced.
       patience: early-stopping patience in epochs on validation accuracy (paper 200).
       graph: the data.
       jdr: JDR settings (used when ``rewire=jdr``).
       digl: DIGL settings (used when ``rewire=digl``).
+      mesh: the device mesh; the ``num_seeds`` seeds are split over its data axes (when they
+        divide ``num_seeds``), the graph is replicated.
       loop: run control; ``loop.total_steps`` is the number of epochs (one full-batch step each).
     """
 
@@ -195,6 +199,7 @@ class GnnConfig:
     graph: GraphConfig = GraphConfig()
     jdr: JdrConfig = JdrConfig()
     digl: DiglConfig = DiglConfig()
+    mesh: MeshConfig = MeshConfig()
     loop: LoopConfig = LoopConfig(
         total_steps=500, steps_per_call=50, log_every=50, eval_every=0, checkpoint_every=0
     )

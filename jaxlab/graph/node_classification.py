@@ -141,8 +141,16 @@ def make_model(spec: TrainerSpec) -> nn.Module:
     )
 
 
-def make_optimizer(spec: TrainerSpec) -> optax.GradientTransformation:
-    """Adam with coupled L2 decay (PyTorch semantics); GPRGNN's ``gamma`` is not decayed."""
+def make_optimizer(
+    spec: TrainerSpec,
+    lr: float | Float[Array, ""] | None = None,
+    weight_decay: float | Float[Array, ""] | None = None,
+) -> optax.GradientTransformation:
+    """Adam with coupled L2 decay (PyTorch semantics); GPRGNN's ``gamma`` is not decayed.
+
+    ``lr``/``weight_decay`` (traced values allowed, e.g. a sweep's) default to ``spec``'s."""
+    lr = spec.lr if lr is None else lr
+    weight_decay = spec.weight_decay if weight_decay is None else weight_decay
 
     def decay_mask(params):
         return jax.tree_util.tree_map_with_path(
@@ -150,9 +158,13 @@ def make_optimizer(spec: TrainerSpec) -> optax.GradientTransformation:
         )
 
     return optax.chain(
-        optax.add_decayed_weights(spec.weight_decay, mask=decay_mask),
-        optax.adam(spec.lr),
+        optax.add_decayed_weights(weight_decay, mask=decay_mask),
+        optax.adam(lr),
     )
+
+
+#: ``(lr, weight_decay)``: the optimiser's traced rates
+Rates = tuple[Float[Array, ""], Float[Array, ""]]
 
 
 def _accuracy(correct: Bool[Array, " n"], mask: Bool[Array, " n"]) -> Float[Array, ""]:
@@ -188,9 +200,11 @@ def init_seeds(key: jax.Array, data: NodeData, spec: TrainerSpec, num_seeds: int
     )
 
 
-def _step_one(st: SeedState, data: NodeData, spec: TrainerSpec) -> tuple[SeedState, dict]:
+def _step_one(
+    st: SeedState, data: NodeData, spec: TrainerSpec, rates: Rates | None
+) -> tuple[SeedState, dict]:
     model = make_model(spec)
-    tx = make_optimizer(spec)
+    tx = make_optimizer(spec, *(rates if rates is not None else (None, None)))
     key, k_drop = jax.random.split(st.key)
     onehot = jax.nn.one_hot(data.labels, spec.num_classes)
     train = st.split.train
@@ -244,15 +258,16 @@ def _step_one(st: SeedState, data: NodeData, spec: TrainerSpec) -> tuple[SeedSta
 
 
 def train_epoch(
-    data: NodeData, seeds: SeedState, spec: TrainerSpec
+    data: NodeData, seeds: SeedState, spec: TrainerSpec, rates: Rates | None = None
 ) -> tuple[SeedState, dict[str, Float[Array, ""]]]:
     """One full-batch step of every seed, then evaluation and early-stopping bookkeeping.
 
-    Pure and jit-able (``spec`` static). Metrics are means over seeds: ``loss`` (training NLL
+    Pure and jit-able (``spec`` static). ``rates``: ``(lr, weight_decay)`` as traced scalars
+    (default ``spec``'s), so a sweep over them is one program. Metrics are means over seeds: ``loss`` (training NLL
     before the step), ``train_acc``/``val_acc``/``test_acc`` (after the step),
     ``best_val_acc``, ``test_acc_at_best`` and ``active_seeds`` (not yet stopped).
     """
-    seeds, per_seed = jax.vmap(_step_one, in_axes=(0, None, None))(seeds, data, spec)
+    seeds, per_seed = jax.vmap(_step_one, in_axes=(0, None, None, None))(seeds, data, spec, rates)
     metrics = {k: jnp.mean(v) for k, v in per_seed.items()}
     metrics["best_val_acc"] = jnp.mean(seeds.best_val_acc)
     metrics["test_acc_at_best"] = jnp.mean(seeds.test_acc_at_best)

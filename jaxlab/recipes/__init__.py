@@ -16,5 +16,6 @@ NAMES: dict[str, str] = {
     "distill": "distill",
     "task-arithmetic": "task_arithmetic",
     "sac": "sac",
+    "dtsn": "dtsn",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

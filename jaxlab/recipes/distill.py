@@ -30,6 +30,8 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
+from jaxlab.core.run import batch_constraint
+from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 
@@ -66,6 +68,7 @@ class DistillConfig:
     tau: float = 1.0
     seeds: int = 3
     probe_samples: int = 16384
+    mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=1500, steps_per_call=50, log_every=50, eval_every=500, checkpoint_every=500
     )
@@ -133,9 +136,10 @@ class TeacherState:
     hparams: dict
 
 
-def build(cfg: DistillConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
-    """The recipe's parts (one device; ``mesh`` is unused)."""
-    del mesh
+def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
+    """The recipe's parts: data parallel over ``mesh`` (each step's batch is split over the data
+    axes, the parameters are replicated)."""
+    spread = batch_constraint(mesh)
     task, spec = cfg.task, cfg.teacher_spec()
     teacher = distill.ParityMLP(cfg.teacher_width)
     student = distill.ParityMLP(cfg.student_width)
@@ -160,6 +164,7 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
     def train_step(state: TeacherState, batch: None) -> tuple[TeacherState, dict]:
         del batch
         x, y = sp.sample(jax.random.fold_in(state.key, state.step), task, spec.batch)
+        x, y = spread(x), spread(y)
 
         def loss_fn(p):
             logits = teacher.apply(p, x)
@@ -198,6 +203,7 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
     return Parts(
         init=init,
         train_step=train_step,
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(spec.batch, "sample"),

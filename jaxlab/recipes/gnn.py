@@ -6,26 +6,36 @@ bookkeeping on validation accuracy (best validation accuracy and the test accura
 are kept in the state). ``loop.total_steps`` is the number of epochs.
 
 The data (graph sample, rewiring, GCN normalisation) are computed inside ``init`` from the config,
-so the run is a pure function of the config and resumes from a checkpoint bit for bit.
+so the run is a pure function of the config and resumes from a checkpoint bit for bit. The seeds
+are the data-parallel axis: their stacked states are split over the mesh's data axes (the graph is
+replicated), so ``num_seeds`` seeds train on as many devices as divide them.
+
+Traced hyper-parameters (``state.hparams``): ``lr`` and ``weight_decay``. The JDR rates
+(``jdr.eta_*``), ``graph.phi`` and the rewiring run in ``init`` (they make the data), so they are
+static: a sweep over them is a sequence of runs.
 
 Examples::
 
     jaxlab train gnn graph.phi=0.25 rewire=jdr
     jaxlab train gnn --preset karate model=gprgnn
+    jaxlab sweep gnn graph.phi=-0.5,0,0.5 rewire=none,jdr --seeds 10
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.sharding import leading_axis_sharding, state_shardings
 from jaxlab.graph.experiment import GnnConfig, make_data_fn, trainer_spec
 from jaxlab.graph.node_classification import (
     NodeData,
@@ -35,7 +45,7 @@ from jaxlab.graph.node_classification import (
     train_epoch,
 )
 
-__all__ = ["GnnConfig", "GnnState", "build", "RECIPE"]
+__all__ = ["GnnConfig", "GnnState", "TRACED", "build", "RECIPE"]
 
 
 @flax.struct.dataclass
@@ -46,11 +56,16 @@ class GnnState:
       step: epochs done.
       data: features, labels and normalised graph shared by all seeds.
       seeds: per-seed states stacked on a leading ``num_seeds`` axis.
+      hparams: the traced ``{"lr": ..., "weight_decay": ...}``.
     """
 
     step: Int[Array, ""]
     data: NodeData
     seeds: SeedState
+    hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
+TRACED: tuple[str, ...] = ("lr", "weight_decay")
 
 
 def _summary(state: GnnState, current: dict[str, np.ndarray]) -> dict[str, float]:
@@ -69,8 +84,24 @@ def _summary(state: GnnState, current: dict[str, np.ndarray]) -> dict[str, float
     }
 
 
-def build(cfg: GnnConfig) -> Task:
-    """The ``gnn`` task: data + seeds in ``init``, one vmapped epoch per ``train_step``."""
+@functools.partial(jax.jit, static_argnums=0)
+def _current_accuracy(model: nn.Module, state: GnnState) -> dict[str, jax.Array]:
+    """Per-seed validation and test accuracy of the current parameters (no dropout)."""
+
+    def one(params, split):
+        logp = model.apply({"params": params}, state.data.features, state.data.graph)
+        correct = jnp.argmax(logp, axis=-1) == state.data.labels
+        return {
+            name: jnp.sum(correct & mask) / jnp.maximum(jnp.sum(mask), 1)
+            for name, mask in (("val", split.val), ("test", split.test))
+        }
+
+    return jax.vmap(one)(state.seeds.params, state.seeds.split)
+
+
+def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
+    """The ``gnn`` parts: data + seeds in ``init``, one vmapped epoch per ``train_step``, the
+    seeds split over the mesh's data axes."""
     spec = trainer_spec(cfg)
     data_fn = make_data_fn(cfg)
     model = make_model(spec)
@@ -81,27 +112,22 @@ def build(cfg: GnnConfig) -> Task:
             step=jnp.zeros((), jnp.int32),
             data=data,
             seeds=init_seeds(key, data, spec, cfg.num_seeds),
+            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
         )
+
+    def state_sharding(abstract: GnnState) -> GnnState:
+        replicated = state_shardings(abstract, mesh)
+        seeds = jax.tree.map(lambda x: leading_axis_sharding(x.shape, mesh), abstract.seeds)
+        return replicated.replace(seeds=seeds)
 
     def train_step(state: GnnState, batch: None) -> tuple[GnnState, dict]:
         del batch
-        seeds, metrics = train_epoch(state.data, state.seeds, spec)
+        rates = (state.hparams["lr"], state.hparams["weight_decay"])
+        seeds, metrics = train_epoch(state.data, state.seeds, spec, rates)
         return state.replace(step=state.step + 1, seeds=seeds), metrics
 
-    @jax.jit
-    def current_accuracy(state: GnnState) -> dict[str, jax.Array]:
-        def one(params, split):
-            logp = model.apply({"params": params}, state.data.features, state.data.graph)
-            correct = jnp.argmax(logp, axis=-1) == state.data.labels
-            return {
-                name: jnp.sum(correct & mask) / jnp.maximum(jnp.sum(mask), 1)
-                for name, mask in (("val", split.val), ("test", split.test))
-            }
-
-        return jax.vmap(one)(state.seeds.params, state.seeds.split)
-
     def evaluate(state: GnnState) -> dict[str, float]:
-        return _summary(state, jax.device_get(current_accuracy(state)))
+        return _summary(state, jax.device_get(_current_accuracy(model, state)))
 
     def finalize(state: GnnState, run_dir: Path) -> None:
         s = jax.device_get(state.seeds)
@@ -120,9 +146,10 @@ def build(cfg: GnnConfig) -> Task:
         }
         (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
 
-    return Task(
+    return Parts(
         init=init,
         train_step=train_step,
+        state_sharding=state_sharding,
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(cfg.num_seeds, "seed-epoch"),
@@ -136,5 +163,6 @@ RECIPE = register(
         build=build,
         description="GCN/GPRGNN node classification on cSBM/karate with DIGL or JDR rewiring",
         presets_dir=Path(__file__).parent / "presets" / "gnn",
+        traced=TRACED,
     )
 )

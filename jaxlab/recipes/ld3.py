@@ -6,6 +6,12 @@ checkpoint=RUN_DIR`` learns them for a model trained by the ``diffusion`` recipe
 (noise, output) pairs are generated once when the task is built; each loop step is one LD3
 iteration (:func:`jaxlab.diffusion.ld3.ld3_step`), a no-op once LD3's own stopping rule fires.
 
+The per-sample pieces of the LD3 state (training and validation latents, their original noise and
+the teacher's outputs) are split over the mesh's data axes; the learned step parameters are
+replicated. Traced hyper-parameters (``state.hparams``): the starting rates ``lr_time_1``,
+``lr_time_2`` and ``shift_lr``, set into the LD3 state at the first step (LD3 decays them itself);
+the other ``LD3Hyper`` values enter the validation at ``init`` and stay static.
+
 ``evaluate`` compares the learned steps with the time-uniform, time-quadratic, logSNR-uniform and
 EDM baselines on held-out noise (mean squared L2 to the teacher's outputs and sliced Wasserstein
 distance to the teacher's samples). ``finalize`` writes ``steps.json`` (the learned integration and
@@ -20,12 +26,14 @@ import json
 from pathlib import Path
 from typing import Literal
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.sharding import MeshConfig, leading_axis_sharding, state_shardings
 from jaxlab.diffusion import ld3 as ld3_lib
 from jaxlab.diffusion import schedules as sched_lib
 from jaxlab.diffusion.gmm import gmm_eps_fn, ring_mixture
@@ -33,6 +41,17 @@ from jaxlab.diffusion.samplers import SAMPLER_NAMES, SamplerSpec, sample
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
 
 BASELINES: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm")
+#: the traced starting rates (config keys)
+TRACED: tuple[str, ...] = ("lr_time_1", "lr_time_2", "shift_lr")
+#: the per-sample fields of ``LD3State`` (split over the data axes)
+PER_SAMPLE: tuple[str, ...] = (
+    "ori_train",
+    "train_latent",
+    "train_target",
+    "ori_valid",
+    "valid_latent",
+    "valid_target",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +101,7 @@ class LD3Config:
     shift_lr_decay: float = 0.5
     prior_bound_scale: float = 0.05
     win_rate: float = 0.5
+    mesh: MeshConfig = MeshConfig()
     loop: LoopConfig = LoopConfig(
         total_steps=175, steps_per_call=25, log_every=25, eval_every=0, checkpoint_every=0
     )
@@ -152,13 +172,22 @@ class LD3Config:
         )
 
 
+@flax.struct.dataclass
+class Ld3RunState:
+    """The LD3 state, the loop steps done and the traced starting rates."""
+
+    ld3: ld3_lib.LD3State
+    step: jax.Array
+    hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
 def model_and_schedule(cfg: LD3Config):
     """(eps_fn, schedule, schedule name, data shape) of the model whose steps are learned."""
     if cfg.model == "mixture":
         schedule = sched_lib.make_schedule(cfg.schedule)
         ring = ring_mixture(cfg.ring_components, cfg.ring_radius, cfg.ring_std)
         return gmm_eps_fn(ring, schedule), schedule, cfg.schedule, (2,)
-    from jaxlab.recipes.diffusion import load_model
+    from jaxlab.diffusion.pretrained import load_model
 
     model, params = load_model(cfg.checkpoint)
     if model.data_shape != cfg.static.data_shape:
@@ -168,7 +197,7 @@ def model_and_schedule(cfg: LD3Config):
     return model.eps_fn(params), model.schedule, model.cfg.schedule, model.data_shape
 
 
-def build(cfg: LD3Config) -> Task:
+def build(cfg: LD3Config, mesh: jax.sharding.Mesh) -> Parts:
     eps_fn, schedule, schedule_name, shape = model_and_schedule(cfg)
     static, hyper = cfg.static, cfg.hyper
     n = cfg.n_train + cfg.n_valid + cfg.n_test
@@ -189,15 +218,29 @@ def build(cfg: LD3Config) -> Task:
     train, valid, test = (z[:a], y[:a]), (z[a:b], y[a:b]), (z[b:], y[b:])
     kw = dict(eps_fn=eps_fn, schedule=schedule, static=static, hyper=hyper)
 
-    def init(key):
-        return ld3_lib.ld3_init(key, train, valid, **kw)
+    def init(key) -> Ld3RunState:
+        hparams = {k: jnp.float32(getattr(cfg, k)) for k in TRACED}
+        return Ld3RunState(
+            ld3_lib.ld3_init(key, train, valid, **kw), jnp.zeros((), jnp.int32), hparams
+        )
 
-    def train_step(state, batch=None):
+    def state_sharding(abstract: Ld3RunState) -> Ld3RunState:
+        out = state_shardings(abstract, mesh)
+        per_sample = {
+            f: leading_axis_sharding(getattr(abstract.ld3, f).shape, mesh) for f in PER_SAMPLE
+        }
+        return out.replace(ld3=out.ld3.replace(**per_sample))
+
+    def train_step(state: Ld3RunState, batch=None):
         del batch
-        return ld3_lib.ld3_step(state, **kw)
+        hyper_t = hyper.replace(**state.hparams)
+        first = ld3_lib.set_rates(state.ld3, static, hyper_t)
+        s = jax.tree.map(lambda a, b: jnp.where(state.step == 0, a, b), first, state.ld3)
+        s, metrics = ld3_lib.ld3_step(s, **{**kw, "hyper": hyper_t})
+        return state.replace(ld3=s, step=state.step + 1), metrics
 
     @jax.jit
-    def compare(state):
+    def compare(state: ld3_lib.LD3State):
         t1, t2 = ld3_lib.learned_time_steps(state, schedule, static, hyper)
         steps = {k: (sched_lib.get_time_steps(schedule, static.steps, k),) * 2 for k in BASELINES}
         steps["ld3"] = (t1, t2)
@@ -211,14 +254,14 @@ def build(cfg: LD3Config) -> Task:
             out[f"sw/{name}"] = sliced_wasserstein(jax.random.PRNGKey(7), res, test[1])
         return out
 
-    def evaluate(state) -> dict[str, float]:
-        res = {k: float(v) for k, v in compare(state).items()}
-        res["best_valid_loss"] = float(state.best_loss)
-        res["iterations"] = int(state.iteration)
+    def evaluate(state: Ld3RunState) -> dict[str, float]:
+        res = {k: float(v) for k, v in compare(state.ld3).items()}
+        res["best_valid_loss"] = float(state.ld3.best_loss)
+        res["iterations"] = int(state.ld3.iteration)
         return res
 
-    def finalize(state, run_dir: Path) -> None:
-        t1, t2 = ld3_lib.learned_time_steps(state, schedule, static, hyper)
+    def finalize(state: Ld3RunState, run_dir: Path) -> None:
+        t1, t2 = ld3_lib.learned_time_steps(state.ld3, schedule, static, hyper)
         comparison = evaluate(state)
         ld3_lib.save_time_steps(
             run_dir / "steps.json",
@@ -231,7 +274,13 @@ def build(cfg: LD3Config) -> Task:
         )
         (run_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
 
-    return Task(init=init, train_step=train_step, evaluate=evaluate, finalize=finalize)
+    return Parts(
+        init=init,
+        train_step=train_step,
+        state_sharding=state_sharding,
+        evaluate=evaluate,
+        finalize=finalize,
+    )
 
 
 RECIPE = register(
@@ -241,5 +290,6 @@ RECIPE = register(
         build=build,
         description="LD3: learn few-NFE solver time steps by distilling a many-NFE teacher",
         presets_dir=Path(__file__).parent / "presets" / "ld3",
+        traced=TRACED,
     )
 )

@@ -484,5 +484,6 @@ RECIPE = register(
         presets_dir=Path(__file__).parent / "presets" / "olmoe",
         eval_main=eval_main,
         hooks=lambda cfg, run_dir: (early_checkpoint_hook(cfg, run_dir),),
+        traced=training.TRACED,
     )
 )

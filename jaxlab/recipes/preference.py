@@ -12,6 +12,12 @@ Each step draws a batch of pairs and applies :func:`jaxlab.diffusion.preference.
 mean reward of samples of the fine-tuned and of the reference model, the implicit accuracy (margin
 > 0) on held-out pairs, and on 2-D data the sliced Wasserstein distance of both to the analytically
 tilted target p_data(x) e^{reward_scale r(x)} / Z (a Gaussian mixture again).
+
+Data parallel: the stored pairs are split over the mesh's data axes and each step's batch of pairs
+is constrained to be split the same way (parameters replicated). Traced hyper-parameters
+(``state.hparams``): ``lr`` (the optimizer is built from it inside the step) and ``beta`` (the
+DPO/DSPO preference weight); the reward scale labels the pairs at ``init`` and is static, as are
+``method``, ``variant`` and ``stop_grad_weight``, which select the loss.
 """
 
 from __future__ import annotations
@@ -28,20 +34,27 @@ import optax
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Recipe, Task, register
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.sharding import (
+    MeshConfig,
+    constrain_leading,
+    leading_axis_sharding,
+    state_shardings,
+)
 from jaxlab.diffusion import preference as pref_lib
+from jaxlab.diffusion import training as diffusion_training
+from jaxlab.diffusion.config import DiffusionConfig, NetConfig
 from jaxlab.diffusion.datasets import digits_images, digits_labels
 from jaxlab.diffusion.images import save_image_grid, save_scatter
+from jaxlab.diffusion.model import DiffusionModel, make_model, ring_of
+from jaxlab.diffusion.pretrained import load_model
 from jaxlab.diffusion.samplers import SamplerSpec
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
-from jaxlab.recipes.diffusion import (
-    DiffusionConfig,
-    DiffusionModel,
-    NetConfig,
-    build_parts,
-    load_model,
-    ring_of,
-)
+
+#: the traced hyper-parameters (config keys)
+TRACED: tuple[str, ...] = ("lr", "beta")
+#: the state fields holding pairs (split over the data axes)
+PAIRS: tuple[str, ...] = ("pairs_w", "pairs_l", "holdout_w", "holdout_l")
 
 #: The reference trained at initialisation when ``pretrained`` is empty: the ring preset of the
 #: ``diffusion`` recipe; its ``loop.total_steps`` is the number of pretraining steps.
@@ -72,6 +85,7 @@ class PreferenceConfig:
     clip_norm: float = 1.0
     eval_samples: int = 2000
     eval_nfe: int = 20
+    mesh: MeshConfig = MeshConfig()
     loop: LoopConfig = LoopConfig(
         total_steps=1000, steps_per_call=50, log_every=100, eval_every=500, checkpoint_every=500
     )
@@ -103,6 +117,15 @@ class PreferenceState:
     holdout_l: jax.Array
     key: jax.Array
     step: jax.Array
+    hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
+def _optimizer(cfg: PreferenceConfig, lr: float | jax.Array) -> optax.GradientTransformation:
+    """Clipping, then Adam warmed up linearly from 0 to ``lr`` (traced) over ``warmup_steps``."""
+    unit = optax.linear_schedule(0.0, 1.0, max(cfg.warmup_steps, 1))
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm), optax.adam(lambda count: lr * unit(count))
+    )
 
 
 def _reward_vector(model: DiffusionModel, cfg: PreferenceConfig) -> jax.Array:
@@ -116,31 +139,31 @@ def _reward_vector(model: DiffusionModel, cfg: PreferenceConfig) -> jax.Array:
     return jnp.asarray(d / np.linalg.norm(d))
 
 
-def build(cfg: PreferenceConfig) -> Task:
+def build(cfg: PreferenceConfig, mesh: jax.sharding.Mesh) -> Parts:
     if cfg.pretrained:
         model, pretrained_params = load_model(cfg.pretrained)
         if model.cfg.parametrization != "eps":
             raise ConfigError(
                 "pretrained", cfg.pretrained, "a diffusion run with parametrization=eps"
             )
-        ref_parts = None
+        ref_init = ref_step = None
     else:
-        ref_parts = build_parts(cfg.reference)
-        model, pretrained_params = ref_parts.model, None
+        model, pretrained_params = make_model(cfg.reference), None
+        ref_init = diffusion_training.make_init(model)
+        ref_step = diffusion_training.make_train_step(
+            model, diffusion_training.make_data(cfg.reference)[0], mesh
+        )
     a = _reward_vector(model, cfg)
     spec = SamplerSpec("dpm_solver++", 2)
-    opt = optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm),
-        optax.adam(optax.linear_schedule(0.0, cfg.lr, max(cfg.warmup_steps, 1))),
-    )
+    opt = _optimizer(cfg, cfg.lr)
 
     def reward(x):
         return x.reshape(x.shape[0], -1) @ a.reshape(-1)
 
     def pretrain(key):
-        state = ref_parts.init(key)
+        state = ref_init(key)
         state, _ = jax.lax.scan(
-            lambda s, _: ref_parts.train_step(s), state, None, length=cfg.reference.loop.total_steps
+            lambda s, _: ref_step(s), state, None, length=cfg.reference.loop.total_steps
         )
         return state.ema_params
 
@@ -161,28 +184,36 @@ def build(cfg: PreferenceConfig) -> Task:
             holdout_l=lo[n:],
             key=kk,
             step=jnp.zeros((), jnp.int32),
+            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
         )
+
+    def state_sharding(abstract: PreferenceState) -> PreferenceState:
+        out = state_shardings(abstract, mesh)
+        pairs = {f: leading_axis_sharding(getattr(abstract, f).shape, mesh) for f in PAIRS}
+        return out.replace(**pairs)
 
     def train_step(state: PreferenceState, batch=None):
         del batch
         key, kb, kl = jax.random.split(state.key, 3)
         idx = jax.random.randint(kb, (cfg.batch_size,), 0, cfg.num_pairs)
+        x_w, x_l = constrain_leading((state.pairs_w[idx], state.pairs_l[idx]), mesh)
 
         def loss_fn(params):
             return pref_lib.preference_loss(
                 kl,
                 model.eps_fn(params),
                 model.eps_fn(state.ref_params),
-                state.pairs_w[idx],
-                state.pairs_l[idx],
+                x_w,
+                x_l,
                 model.schedule,
                 method=cfg.method,
-                beta=cfg.beta,
+                beta=state.hparams["beta"],
                 stop_grad_weight=cfg.stop_grad_weight,
                 variant=cfg.variant,
             )
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        opt = _optimizer(cfg, state.hparams["lr"])
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state.replace(params=params, opt_state=opt_state, key=key, step=state.step + 1)
@@ -228,7 +259,14 @@ def build(cfg: PreferenceConfig) -> Task:
         else:
             save_image_grid(run_dir / "samples.png", xs[:100], ncols=10)
 
-    return Task(init=init, train_step=train_step, evaluate=evaluate, finalize=finalize)
+    return Parts(
+        init=init,
+        train_step=train_step,
+        state_sharding=state_sharding,
+        evaluate=evaluate,
+        finalize=finalize,
+        units_per_step=(cfg.batch_size, "pair"),
+    )
 
 
 RECIPE = register(
@@ -238,5 +276,6 @@ RECIPE = register(
         build=build,
         description="preference fine-tuning of a diffusion model: DSPO, Diffusion-DPO or SFT",
         presets_dir=Path(__file__).parent / "presets" / "preference",
+        traced=TRACED,
     )
 )

@@ -30,6 +30,8 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
+from jaxlab.core.run import batch_constraint
+from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.lm import task_arithmetic as ta
 
 RELATIONS = tuple(ta.RELATIONS)
@@ -46,6 +48,7 @@ class TaskArithmeticConfig:
 
     seed: int = 0
     experiment: ta.ExperimentConfig = ta.ExperimentConfig()
+    mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=200, steps_per_call=50, log_every=50, eval_every=100, checkpoint_every=100
     )
@@ -72,9 +75,10 @@ class EditState:
     hparams: dict
 
 
-def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh | None = None) -> Parts:
-    """The recipe's parts (one device: the state is small; ``mesh`` is unused)."""
-    del mesh
+def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
+    """The recipe's parts: data parallel over ``mesh`` (each fine-tuning batch is split over the
+    data axes, the small state is replicated)."""
+    spread = batch_constraint(mesh)
     ex = cfg.experiment
     alphas = jnp.asarray([ta.RELATIONS[r] for r in RELATIONS])
     # SGD keeps no state, so the traced learning rate only scales the update in train_step
@@ -108,6 +112,7 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh | None = None) -> P
 
         def one(p, o, mu, irrelevant, key):
             x, y = ta.sample(key, ex.data, mu, irrelevant, ex.batch)
+            x, y = spread(x), spread(y)
             loss, g = jax.value_and_grad(lambda q: ta.hinge_loss(model.apply(q, x), y))(p)
             u, o = opt.update(g, o, p)
             return optax.apply_updates(p, jax.tree.map(lambda v: lr * v, u)), o, loss
@@ -170,6 +175,7 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh | None = None) -> P
     return Parts(
         init=init,
         train_step=train_step,
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(2 * len(RELATIONS) * ex.batch, "sample"),

@@ -10,17 +10,14 @@ time, and reports for each level (the original's ``kinetix/util/eval_utils.py`` 
 counting only the first episode of each attempt (an attempt that never ends within
 ``max_steps`` counts as unsolved with length ``max_steps``).
 
-Level sets (``resolve_level_files``) are given as text: a JSON file, a directory (every ``*.json``
-below it, sorted), ``library`` or ``library/<sub>`` for the project's shipped levels
-(``jaxlab/envs/kinetix/levels``), a name inside the library such as ``s/h2_one_wheel_car``, or
-several of these separated by commas. ``format_table`` prints the per-level table and a summary.
+Level sets are given as text (``resolve_level_files``, from ``jaxlab.envs.kinetix.level_sets``).
+``format_table`` prints the per-level table and a summary.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -30,9 +27,17 @@ from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.envs.base import Environment
+from jaxlab.envs.kinetix.level_sets import LIBRARY, level_name, resolve_level_files
 
-#: The project's level library (shipped with the package).
-LIBRARY = Path(__file__).resolve().parent.parent / "envs" / "kinetix" / "levels"
+__all__ = [
+    "LIBRARY",
+    "LevelResults",
+    "evaluate_levels",
+    "format_table",
+    "level_name",
+    "resolve_level_files",
+    "summary",
+]
 
 
 @struct.dataclass
@@ -43,73 +48,6 @@ class LevelResults:
     mean_return: Float[Array, " l"]
     mean_length: Float[Array, " l"]
     num_attempts: int = struct.field(pytree_node=False)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    """Whether ``path`` (resolved, links followed) lies in ``root``."""
-    return path.resolve().is_relative_to(root.resolve())
-
-
-def resolve_level_files(spec: str, *, library: Path = LIBRARY) -> list[Path]:
-    """Level files named by ``spec`` (module docstring), in a stable order.
-
-    Raises:
-        ValueError: an empty spec, or a part that names no existing file, directory or library
-            level (the message names the part and what was expected).
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"levels={spec!r}; expected a level file, directory, or 'library[/sub]'")
-    files: list[Path] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        if part == "library" or part.startswith("library/"):
-            root = library / part[len("library/") :] if part != "library" else library
-            if not _inside(root, library):
-                raise ValueError(
-                    f"levels part {part!r}: {root} is outside the level library {library}; "
-                    "expected 'library' or 'library/SUB' with SUB a folder inside it (s, m, l)"
-                )
-            # Levels live in the size folders; other JSON files (solutions.json) are not levels.
-            found = (
-                sorted(f for f in root.rglob("*.json") if f.parent != library)
-                if root.is_dir()
-                else []
-            )
-            if not found:
-                raise ValueError(f"levels part {part!r}: no *.json level under {root}")
-            files += found
-            continue
-        path = Path(part).expanduser()
-        if path.is_dir():
-            found = sorted(path.rglob("*.json"))
-            if not found:
-                raise ValueError(f"levels part {part!r}: directory has no *.json level files")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            lib = library / (part if part.endswith(".json") else part + ".json")
-            if lib.is_file() and _inside(lib, library):
-                files.append(lib)
-            else:
-                raise ValueError(
-                    f"levels part {part!r}: expected an existing .json file, a directory, "
-                    f"'library[/sub]' or a library level name (looked for {lib})"
-                )
-    seen: dict[Path, None] = {}
-    for f in files:
-        seen.setdefault(f.resolve(), None)
-    return list(seen)
-
-
-def level_name(path: Path, *, library: Path = LIBRARY) -> str:
-    """A short display name: ``<size dir>/<stem>`` (e.g. ``s/h2_one_wheel_car``)."""
-    path = Path(path)
-    try:
-        return str(path.resolve().relative_to(library.resolve()).with_suffix(""))
-    except ValueError:
-        return f"{path.parent.name}/{path.stem}"
 
 
 def evaluate_levels(

@@ -28,6 +28,20 @@ Gradients are clipped by global norm and the Adam learning rate is optionally an
 to 0 over the run. With ``axis_name`` set (inside ``shard_map`` over the ``data`` mesh axis) each
 device steps its own share of the envs and gradients, metrics and observation statistics are
 averaged over devices.
+
+Traced hyper-parameters: the learning rate, clip range and the two loss coefficients live in
+``PPOState.hparams`` (float32 scalars keyed by their dotted config keys, :data:`TRACED`) and are
+read inside the compiled update (the optimizer is built there from the traced learning rate), so a
+sweep vmaps over them in one program. ``init`` fills them from the config.
+
+Shard invariance (``shard_invariant``): every random draw of an env (actions, env steps) uses the
+key of the env's *global* index, the advantages are standardised with statistics over all devices,
+and each minibatch holds ``num_steps / num_minibatches`` time steps of *every* env (drawn per env),
+so a device's share of a minibatch is its own envs' share. An update on ``D`` data shards is then
+the same computation as on one device (up to the order of float sums), at the price of
+minibatches stratified by env instead of drawn uniformly from the whole rollout. This holds for
+curricula without per-device state (``uniform``); an SFL buffer split over devices draws its own
+levels on each device.
 """
 
 from __future__ import annotations
@@ -48,6 +62,10 @@ from jaxlab.envs.base import Environment
 from jaxlab.envs.wrappers import EpisodeStatistics, EpisodeStatisticsState
 from jaxlab.rl import normalization as norm
 from jaxlab.rl.ued import Curriculum, RolloutStats, success_rate
+
+#: the traced hyper-parameters of PPO (keys of ``PPOState.hparams``: recipes hold PPOConfig at
+#: the config key ``ppo``)
+TRACED: tuple[str, ...] = ("ppo.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +97,8 @@ class PPOConfig:
         normalize_advantages: standardise advantages per minibatch.
         normalize_obs: running observation normalisation (``normalization.py``).
         bootstrap_truncation: bootstrap the value of truncated episodes.
+        shard_invariant: make the update the same on any number of data shards (module
+            docstring); needs ``num_minibatches`` to divide ``num_steps``.
     """
 
     num_envs: int = 256
@@ -99,6 +119,7 @@ class PPOConfig:
     normalize_advantages: bool = True
     normalize_obs: bool = False
     bootstrap_truncation: bool = False
+    shard_invariant: bool = False
 
     def __post_init__(self):
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "grad_chunks"):
@@ -116,6 +137,13 @@ class PPOConfig:
                 "ppo.grad_chunks",
                 self.grad_chunks,
                 f"a divisor of the minibatch size {batch // self.num_minibatches}",
+            )
+        if self.shard_invariant and self.num_steps % self.num_minibatches:
+            raise ConfigError(
+                "ppo.num_minibatches",
+                self.num_minibatches,
+                f"a divisor of num_steps={self.num_steps} with ppo.shard_invariant "
+                "(each minibatch holds the same steps of every env)",
             )
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
@@ -137,6 +165,11 @@ class PPOConfig:
         return self.batch_size // self.num_minibatches
 
 
+def hparams_from(cfg: PPOConfig) -> dict[str, jax.Array]:
+    """The traced hyper-parameters (:data:`TRACED`) valued from ``cfg``."""
+    return {k: jnp.float32(getattr(cfg, k.split(".", 1)[1])) for k in TRACED}
+
+
 @struct.dataclass
 class PPOState:
     """Everything one PPO run carries between updates (a checkpointable pytree).
@@ -151,6 +184,7 @@ class PPOState:
         curriculum: the curriculum's state.
         key: raw ``uint32[2]`` PRNG key.
         update: number of updates done.
+        hparams: the traced hyper-parameters (:data:`TRACED` -> float32 scalar).
     """
 
     params: Any
@@ -162,6 +196,7 @@ class PPOState:
     curriculum: Any
     key: jax.Array
     update: jax.Array
+    hparams: dict[str, jax.Array] = struct.field(default_factory=dict)
 
 
 @struct.dataclass
@@ -204,45 +239,57 @@ def compute_gae(
 
 
 def ppo_loss(
-    pi, value: Float[Array, " b"], batch: dict[str, Any], cfg: PPOConfig
+    pi,
+    value: Float[Array, " b"],
+    batch: dict[str, Any],
+    cfg: PPOConfig,
+    hparams: dict[str, Any] | None = None,
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
-    """Clipped surrogate + value + entropy loss of one minibatch (module docstring)."""
+    """Clipped surrogate + value + entropy loss of one minibatch (module docstring); the clip
+    range and coefficients come from ``hparams`` (traced, :data:`TRACED`), else from ``cfg``."""
+    hp = hparams or {}
+    clip_eps = hp.get("ppo.clip_eps", cfg.clip_eps)
+    vf_coef, ent_coef = hp.get("ppo.vf_coef", cfg.vf_coef), hp.get("ppo.ent_coef", cfg.ent_coef)
     log_prob = pi.log_prob(batch["action"])
     log_ratio = log_prob - batch["log_prob"]
     ratio = jnp.exp(log_ratio)
     adv = batch["advantage"]
     if cfg.normalize_advantages:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    pg = -jnp.mean(
-        jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
-    )
+    pg = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv))
     target, old_v = batch["target"], batch["value"]
     v_loss = jnp.square(value - target)
     if cfg.clip_value:
-        clipped = old_v + jnp.clip(value - old_v, -cfg.clip_eps, cfg.clip_eps)
+        clipped = old_v + jnp.clip(value - old_v, -clip_eps, clip_eps)
         v_loss = jnp.maximum(v_loss, jnp.square(clipped - target))
     v_loss = 0.5 * jnp.mean(v_loss)
     entropy = jnp.mean(pi.entropy())
-    total = pg + cfg.vf_coef * v_loss - cfg.ent_coef * entropy
+    total = pg + vf_coef * v_loss - ent_coef * entropy
     aux = {
         "policy_loss": pg,
         "value_loss": v_loss,
         "entropy": entropy,
         "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-        "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32)),
+        "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)),
     }
     return total, aux
 
 
-def make_optimizer(cfg: PPOConfig, num_updates: int) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam, with a linear decay to 0 over ``num_updates`` updates."""
+def make_optimizer(
+    cfg: PPOConfig, num_updates: int, lr: float | jax.Array | None = None
+) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam, with (``anneal_lr``) a linear decay to 0 over
+    ``num_updates`` updates. ``lr`` (a traced value allowed) defaults to ``cfg.lr``; the schedule
+    is ``lr * unit(count)``, linear in ``lr``, so a traced learning rate keeps its annealing."""
+    peak = cfg.lr if lr is None else lr
     if cfg.anneal_lr:
         steps = max(1, num_updates * cfg.update_epochs * cfg.num_minibatches)
-        lr: Any = optax.linear_schedule(cfg.lr, 0.0, steps)
+        unit = optax.linear_schedule(1.0, 0.0, steps)
+        lr_arg: Any = lambda count: peak * unit(count)
     else:
-        lr = cfg.lr
+        lr_arg = peak
     return optax.chain(
-        optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=cfg.adam_eps)
+        optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr_arg, eps=cfg.adam_eps)
     )
 
 
@@ -250,9 +297,13 @@ def _is_empty(tree) -> bool:
     return isinstance(tree, tuple) and len(tree) == 0
 
 
-def _mean_where(x, w):
+def _mean_where(x, w, axis_name: str | None = None):
+    """Mean of ``x`` where ``w``, over all devices of ``axis_name``."""
     w = w.astype(jnp.float32)
-    return jnp.sum(x * w) / jnp.maximum(jnp.sum(w), 1.0)
+    num, den = jnp.sum(x * w), jnp.sum(w)
+    if axis_name is not None:
+        num, den = jax.lax.psum((num, den), axis_name)
+    return num / jnp.maximum(den, 1.0)
 
 
 class PPO:
@@ -295,10 +346,34 @@ class PPO:
     def _pmean(self, x):
         return jax.lax.pmean(x, self.axis_name) if self.axis_name is not None else x
 
-    def _local_key(self, key):
+    def _device_key(self, key):
         if self.axis_name is None:
             return key
         return jax.random.fold_in(key, jax.lax.axis_index(self.axis_name))
+
+    def _local_key(self, key):
+        return key if self.cfg.shard_invariant else self._device_key(key)
+
+    def _env_keys(self, key, n: int):
+        """``n`` keys for this device's envs: with ``shard_invariant`` on a mesh axis, the
+        slice of the keys of *all* envs (global index order) that belongs to this device."""
+        if self.axis_name is None or not self.cfg.shard_invariant:
+            return jax.random.split(key, n)
+        shards = jax.lax.axis_size(self.axis_name)
+        keys = jax.random.split(key, n * shards)
+        return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(self.axis_name) * n, n)
+
+    def hparams(self, state: PPOState) -> dict[str, Any]:
+        """The state's traced hyper-parameters (the config's value for a missing key)."""
+        own = hparams_from(self.cfg)
+        return {k: state.hparams.get(k, v) for k, v in own.items()}
+
+    def _sample(self, key, pi, n: int):
+        """Actions for ``n`` envs from the batched distribution ``pi`` (per-env keys when
+        ``shard_invariant``)."""
+        if not self.cfg.shard_invariant:
+            return pi.sample(seed=key)
+        return jax.vmap(lambda d, k: d.sample(seed=k))(pi, self._env_keys(key, n))
 
     def normalise(self, obs_stats: norm.RunningStats, obs):
         return norm.normalise(obs_stats, obs) if self.cfg.normalize_obs else obs
@@ -323,7 +398,7 @@ class PPO:
         return (jax.tree.leaves(tree)[0].shape[0],)
 
     def _step_envs(self, key, env_state, action, levels):
-        keys = jax.random.split(key, self._batch(env_state)[0])
+        keys = self._env_keys(key, self._batch(env_state)[0])
         if _is_empty(levels):
             return jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
                 keys, env_state, action, self.env_params
@@ -357,6 +432,7 @@ class PPO:
             curriculum=curriculum,
             key=key,
             update=jnp.zeros((), jnp.int32),
+            hparams=hparams_from(cfg),
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -368,7 +444,7 @@ class PPO:
             env_state, obs = carry
             k_act, k_env = jax.random.split(k)
             pi, value = self.policy(params, obs_stats, obs)
-            action = pi.sample(seed=k_act)
+            action = self._sample(k_act, pi, self._batch(obs)[0])
             log_prob = pi.log_prob(action)
             obs2, env_state2, reward, term, trunc, info = self._step_envs(
                 k_env, env_state, action, levels
@@ -403,33 +479,39 @@ class PPO:
         return success_rate(traj.done, traj.solved)
 
     # ------------------------------------------------------------------ the update
-    def _train(self, key, params, opt_state, obs_stats, traj, advantages, targets):
+    def _train(self, key, params, opt_state, obs_stats, traj, advantages, targets, hparams=None):
+        """``update_epochs`` epochs of ``num_minibatches`` Adam steps on one rollout ``[T, B]``;
+        the optimizer and loss read the traced ``hparams`` (default: the config's values)."""
         cfg = self.cfg
-        n = cfg.num_envs * cfg.num_steps
-        flat = lambda x: x.reshape((n,) + x.shape[2:])
+        hp = hparams_from(cfg) if hparams is None else hparams
+        optimizer = make_optimizer(cfg, self.num_updates, lr=hp["ppo.lr"])
+        steps, envs = traj.reward.shape
+        n = steps * envs
         data = {
-            "obs": jax.tree.map(flat, traj.obs),
-            "action": jax.tree.map(flat, traj.action),
-            "log_prob": flat(traj.log_prob),
-            "value": flat(traj.value),
-            "advantage": flat(advantages),
-            "target": flat(targets),
+            "obs": traj.obs,
+            "action": traj.action,
+            "log_prob": traj.log_prob,
+            "value": traj.value,
+            "advantage": advantages,
+            "target": targets,
         }
 
-        # Advantages are standardised over the whole minibatch here, so that gradient chunks
-        # see the minibatch's statistics; the loss itself then leaves them as they are.
+        # Advantages are standardised over the whole minibatch here (over all devices), so that
+        # gradient chunks see the minibatch's statistics; the loss then leaves them as they are.
         loss_cfg = dataclasses.replace(cfg, normalize_advantages=False)
 
         def loss_fn(p, batch):
             pi, value = self.policy(p, obs_stats, batch["obs"])
-            return ppo_loss(pi, value, batch, loss_cfg)
+            return ppo_loss(pi, value, batch, loss_cfg, hp)
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
         def minibatch_grad(p, batch):
             if cfg.normalize_advantages:
                 adv = batch["advantage"]
-                batch = dict(batch, advantage=(adv - adv.mean()) / (adv.std() + 1e-8))
+                mean = self._pmean(jnp.mean(adv))
+                std = jnp.sqrt(self._pmean(jnp.mean(jnp.square(adv - mean))))
+                batch = dict(batch, advantage=(adv - mean) / (std + 1e-8))
             if cfg.grad_chunks == 1:
                 return grad_fn(p, batch)
             chunks = jax.tree.map(lambda x: x.reshape((cfg.grad_chunks, -1) + x.shape[1:]), batch)
@@ -448,17 +530,30 @@ class PPO:
             p, o = carry
             (loss, aux), grads = minibatch_grad(p, batch)
             grads = self._pmean(grads)
-            updates, o = self.optimizer.update(grads, o, p)
+            updates, o = optimizer.update(grads, o, p)
             p = optax.apply_updates(p, updates)
             aux = dict(aux, loss=loss, grad_norm=optax.global_norm(grads))
             return (p, o), aux
 
-        def epoch(carry, k):
-            perm = jax.random.permutation(k, n)
-            shaped = jax.tree.map(
-                lambda x: x[perm].reshape((cfg.num_minibatches, -1) + x.shape[1:]), data
+        def shuffled(k):
+            """The epoch's minibatches ``[num_minibatches, n / num_minibatches, ...]``."""
+            if not cfg.shard_invariant:
+                perm = jax.random.permutation(k, n)
+                flat = lambda x: x.reshape((n,) + x.shape[2:])
+                return jax.tree.map(
+                    lambda x: flat(x)[perm].reshape((cfg.num_minibatches, -1) + x.shape[2:]),
+                    data,
+                )
+            # Stratified per env: each env's steps in its own random order (its global key),
+            # minibatch j = steps [j T/M, (j+1) T/M) of that order in every env.
+            perms = jax.vmap(lambda kk: jax.random.permutation(kk, steps))(self._env_keys(k, envs))
+            take = jax.vmap(lambda xe, pe: xe[pe], in_axes=(1, 0), out_axes=1)
+            return jax.tree.map(
+                lambda x: take(x, perms).reshape((cfg.num_minibatches, -1) + x.shape[2:]), data
             )
-            return jax.lax.scan(minibatch, carry, shaped)
+
+        def epoch(carry, k):
+            return jax.lax.scan(minibatch, carry, shuffled(k))
 
         (params, opt_state), aux = jax.lax.scan(
             epoch, (params, opt_state), jax.random.split(key, cfg.update_epochs)
@@ -469,7 +564,9 @@ class PPO:
         """One PPO update (module docstring); the shared loop's ``train_step``."""
         cfg = self.cfg
         key, k_cur, k_roll, k_train = jax.random.split(state.key, 4)
-        k_cur, k_roll, k_train = map(self._local_key, (k_cur, k_roll, k_train))
+        # The curriculum's state (e.g. the SFL buffer) is per device: its draws always differ.
+        k_cur = self._device_key(k_cur)
+        k_roll, k_train = self._local_key(k_roll), self._local_key(k_train)
         params, opt_state, obs_stats = state.params, state.opt_state, state.obs_stats
         env_state, obs, levels, cstate = state.env_state, state.obs, state.levels, state.curriculum
         metrics: dict[str, Array] = {}
@@ -499,8 +596,10 @@ class PPO:
             cstate, train, m = cur.observe(k_obs_cur, cstate, aux, levels, stats)
             metrics.update(m)
 
+        hp = self.hparams(state)
+
         def do_train(_):
-            return self._train(k_train, params, opt_state, obs_stats, traj, advantages, targets)
+            return self._train(k_train, params, opt_state, obs_stats, traj, advantages, targets, hp)
 
         def skip(_):
             zero = jnp.zeros((), jnp.float32)
@@ -518,9 +617,9 @@ class PPO:
         metrics.update(losses)
         metrics.update(
             {
-                "episode_return": _mean_where(traj.ep_return, traj.done),
-                "episode_length": _mean_where(traj.ep_length, traj.done),
-                "solve_rate": _mean_where(traj.solved, traj.done),
+                "episode_return": _mean_where(traj.ep_return, traj.done, self.axis_name),
+                "episode_length": _mean_where(traj.ep_length, traj.done, self.axis_name),
+                "solve_rate": _mean_where(traj.solved, traj.done, self.axis_name),
                 "episodes": jnp.sum(traj.done).astype(jnp.float32),
                 "value": jnp.mean(traj.value),
                 "reward": jnp.mean(traj.reward),
@@ -539,6 +638,7 @@ class PPO:
             curriculum=cstate,
             key=key,
             update=state.update + 1,
+            hparams=state.hparams,
         )
         return new_state, metrics
 

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from jaxlab.core import config as config_lib
+from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import tpu_config
 from jaxlab.core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-# The language-model slices (global batch = data.batch_size); the RL ones (batch = ppo.num_envs)
-# are checked and lowered by tests/rl/test_kinetix_tpu_configs.py.
-CONFIGS = sorted(
-    p for p in (ROOT / "tpu_configs").glob("*.yaml") if not p.name.startswith("kinetix-ppo-")
-)
+CONFIGS = sorted((ROOT / "tpu_configs").glob("*.yaml"))
 
 
 def test_there_are_configs_for_v5e_8_and_v5p_128():
@@ -34,8 +32,10 @@ def test_olmoe_config_has_an_expert_axis():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_resolves(path):
     run = tpu_config.load(path)
-    assert run.config.data.batch_size % run.slice.chips == 0
+    batch_key = config_lib.load_yaml(path).get("batch_key", "data.batch_size")
+    assert recipe_lib.config_value(run.config, batch_key) % run.slice.chips == 0
     assert "{run_dir}" in run.launch
+    assert run.smoke_overrides, "a smoke size for the lowering test"
 
 
 def test_bad_mesh_is_refused(tmp_path):
@@ -53,7 +53,7 @@ def test_train_step_lowers_for_every_slice():
         [sys.executable, str(worker), *map(str, CONFIGS)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("OK")]

@@ -10,8 +10,10 @@ import pytest
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import run
+from jaxlab.core.testing import sharded_step_matches
 from jaxlab.core.tracking import read_metrics
 from jaxlab.diffusion.ld3 import load_time_steps
+from jaxlab.diffusion.pretrained import load_model
 from jaxlab.recipes import diffusion as diffusion_recipe
 from jaxlab.recipes import ld3 as ld3_recipe
 from jaxlab.recipes import preference as preference_recipe
@@ -32,10 +34,18 @@ def test_diffusion_tiny_trains_writes_samples_and_reloads(ring_run):
     assert rows[-1]["loss"] < rows[0]["loss"]
     assert (run_dir / "samples.png").is_file()
     assert {"sw_to_data", "sample_log_lik"} <= set(res.eval_metrics)
-    model, ema = diffusion_recipe.load_model(run_dir)
+    model, ema = load_model(run_dir)
     for a, b in zip(jax.tree.leaves(ema), jax.tree.leaves(res.state.ema_params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert model.data_shape == (2,)
+
+
+def test_diffusion_eight_devices_equal_one():
+    """Two steps with the in-step batch split over 8 devices equal one device."""
+    recipe = diffusion_recipe.RECIPE
+    cfg = recipe.config("tiny", ["lr=0.01", "warmup_steps=1"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    assert set(s8.hparams) == {"lr"} and float(s8.hparams["lr"]) == np.float32(0.01)
 
 
 def test_diffusion_digits_tiny_writes_a_png_grid(tmp_path):
@@ -60,6 +70,16 @@ def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
     assert res.step == 4
 
 
+def test_ld3_eight_devices_equal_one():
+    """Two LD3 iterations with the latents split over 8 devices equal one device; the traced
+    starting rate is the optimizer's rate after the first steps."""
+    recipe = ld3_recipe.RECIPE
+    cfg = recipe.config("tiny", ["n_train=8", "n_valid=8", "lr_time_1=0.02"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    lr1 = s8.ld3.opt1[1].hyperparams["learning_rate"]
+    assert set(s8.hparams) == {"lr_time_1", "lr_time_2", "shift_lr"} and lr1 == np.float32(0.02)
+
+
 def test_preference_tiny_from_scratch_and_from_a_checkpoint(tmp_path, ring_run):
     recipe = preference_recipe.RECIPE
     res = run(recipe, recipe.config("tiny"), tmp_path / "a")
@@ -69,6 +89,15 @@ def test_preference_tiny_from_scratch_and_from_a_checkpoint(tmp_path, ring_run):
     cfg = recipe.config("tiny", [f"pretrained={ring_run[0]}", "method=dpo", "beta=10"])
     res = run(recipe, cfg, tmp_path / "b")
     assert np.isfinite(res.metrics["loss"]) and (tmp_path / "b" / "samples.png").is_file()
+
+
+def test_preference_eight_devices_equal_one():
+    """Two DSPO steps with the pairs and the batch split over 8 devices equal one device (the
+    reference pretrained at init on the same mesh); beta and lr are traced."""
+    recipe = preference_recipe.RECIPE
+    cfg = recipe.config("tiny", ["reference.loop.total_steps=4"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
+    assert set(s8.hparams) == {"lr", "beta"} and s8.pairs_w.shape == (64, 2)
 
 
 def test_config_errors_name_the_field():

@@ -1,4 +1,5 @@
-"""The ``gnn`` recipe end to end on the shared loop (tiny preset), and the phi sweep command."""
+"""The ``gnn`` recipe end to end on the shared loop (tiny preset), the phi sweep through
+``jaxlab sweep``, 8 devices equal one, traced learning rate."""
 
 import json
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core import loop
-from jaxlab.graph import sweep
+from jaxlab.core.testing import sharded_step_matches
 from jaxlab.recipes import gnn
 
 
@@ -39,25 +40,60 @@ def test_presets_resolve():
     assert c.graph.phi == 0.25 and c.rewire == "jdr"
 
 
-def test_sweep_main_prints_table(capsys, tmp_path):
-    out_json = tmp_path / "cells.json"
-    status = sweep.main(
+def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
+    """``jaxlab sweep gnn graph.phi=... rewire=... lr=... --seeds N``: phi and the rewiring make
+    the data in ``init`` (static keys: one program per cell), the traced ``lr`` and the seeds are
+    vmapped in that program."""
+    from jaxlab import cli
+
+    status = cli.main(
         [
+            "sweep",
             "gnn",
-            "--phis=-0.5,0.5",
-            "--methods=none,digl",
             "--preset=tiny",
-            f"--json={out_json}",
+            "graph.phi=-0.5,0.5",
+            "rewire=none,digl",
+            "lr=0.01,0.05",
             "graph.layout=dense",
-            "num_seeds=2",
             "loop.total_steps=5",
+            "--seeds=2",
+            f"--out={tmp_path / 'sweep'}",
         ]
     )
     assert status == 0
-    text = capsys.readouterr().out.splitlines()
-    header = next(i for i, line in enumerate(text) if line.startswith("phi"))
-    assert text[header].split() == ["phi", "none", "digl"]
-    body = text[header + 1 :]
-    assert [line.split()[0] for line in body] == ["-0.500", "+0.500"]
-    cells = json.loads(out_json.read_text())
-    assert len(cells) == 4 and all(len(c["test_acc_at_best"]) == 2 for c in cells)
+    captured = capsys.readouterr()
+    assert "16 runs, 4 compiled programs" in captured.err
+    text = captured.out.splitlines()
+    assert text[0].split()[:4] == ["graph.phi", "rewire", "lr", "graph.layout"]
+    cells = [line.split()[:3] for line in text[1:]]
+    assert len(cells) == 8 and {tuple(c[:2]) for c in cells} == {
+        ("-0.5", "none"),
+        ("-0.5", "digl"),
+        ("0.5", "none"),
+        ("0.5", "digl"),
+    }
+    rows = [
+        json.loads(line) for line in (tmp_path / "sweep" / "sweep.jsonl").read_text().splitlines()
+    ]
+    assert len(rows) == 16 and {r["seed"] for r in rows} == {0, 1}
+    assert all(0.0 <= r["eval/test_acc_at_best"] <= 1.0 for r in rows)
+    summary = [
+        json.loads(r) for r in (tmp_path / "sweep" / "summary.jsonl").read_text().splitlines()
+    ]
+    assert len(summary) == 8 and all(r["seeds"] == 2 for r in summary)
+    # lr is traced: the two rates give different parameters inside one program
+    by_lr = {
+        r["lr"]: r["loss"]
+        for r in rows
+        if r["rewire"] == "none" and r["seed"] == 0 and r["graph.phi"] == 0.5
+    }
+    assert len(set(by_lr.values())) == 2
+
+
+def test_eight_devices_equal_one():
+    """Two epochs with the seeds split over 8 devices equal one device (params, Adam moments,
+    early-stopping state, metrics)."""
+    cfg = gnn.RECIPE.config("tiny", ["num_seeds=8", "rewire=none", "graph.layout=dense"])
+    s1, s8 = sharded_step_matches(gnn.RECIPE, cfg, {"mesh.data": 8}, steps=2)
+    assert int(s8.step) == 2 and s8.seeds.best_val_acc.shape == (8,)
+    assert set(s8.hparams) == set(gnn.TRACED) == {"lr", "weight_decay"}

@@ -32,3 +32,11 @@ def test_config_needs_intermediate_checkpoints():
         C.replace(RECIPE.config("tiny"), checkpoint_every=100)
     with pytest.raises(ConfigError, match="'k'"):
         C.replace(RECIPE.config("tiny"), k=9)
+
+
+def test_teacher_step_data_parallel_equals_one_device():
+    """The teacher batch split over 8 simulated devices: two SGD steps equal one device
+    (parameters, snapshots, losses)."""
+    from jaxlab.core.testing import sharded_step_matches
+
+    sharded_step_matches(RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=2)

@@ -19,3 +19,11 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     for rel in table:
         for panel in ("T1", "T2", "both", "ood"):
             assert (tmp_path / f"heatmap_{rel}_{panel}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_finetune_step_data_parallel_equals_one_device():
+    """Each fine-tuning batch split over 8 simulated devices: two steps equal one device."""
+    from jaxlab.core.testing import sharded_step_matches
+
+    cfg = RECIPE.config("tiny", ["experiment.batch=16"])
+    sharded_step_matches(RECIPE, cfg, {"mesh.data": 8}, steps=2)

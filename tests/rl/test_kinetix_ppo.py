@@ -18,8 +18,11 @@ from jaxlab import cli
 from jaxlab.core import config as C
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.testing import sharded_step_matches
 from jaxlab.recipes import kinetix_ppo as kp
+from jaxlab.rl import kinetix_eval as ke
 from jaxlab.rl import ppo as ppo_mod
 
 RECIPE = recipe_lib.get("kinetix-ppo")
@@ -80,18 +83,20 @@ def test_resume_is_bit_identical(tiny_run, tmp_path):
 
 
 def test_finetune_starts_from_pretrained_params(tiny_run):
+    """``Recipe.finetune`` (what the loop calls on a fresh start) loads the pretrained run's
+    parameters through ``open_run``; without ``init_from`` the state is the fresh one."""
     cfg, run_dir, full = tiny_run
     ft = C.replace(cfg, **{"init_from": str(run_dir), "seed": 5})
-    parts = kp.build_parts(ft)
-    state = jax.jit(parts.init)(jax.random.PRNGKey(5))
+    fresh = run_lib.init_state(run_lib.build(RECIPE, ft), jax.random.PRNGKey(5))
+    state = RECIPE.finetune(ft, fresh)
     for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(full.state.params), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    fresh = jax.jit(kp.build_parts(C.replace(ft, init_from="")).init)(jax.random.PRNGKey(5))
+    assert RECIPE.finetune(C.replace(ft, init_from=""), fresh) is fresh
     assert not np.array_equal(
         np.asarray(jax.tree.leaves(fresh.params)[0]), np.asarray(jax.tree.leaves(state.params)[0])
     )
     with pytest.raises(ConfigError, match="network"):
-        kp.build_parts(C.replace(ft, **{"network.width": 32}))
+        RECIPE.finetune(C.replace(ft, **{"network.width": 32}), fresh)
 
 
 def test_eval_command_prints_the_table(tiny_run, capsys):
@@ -114,13 +119,72 @@ def test_eval_command_prints_the_table(tiny_run, capsys):
     assert "1 levels x 2 attempts" in out
 
 
+def test_data_sharded_updates_equal_one_device():
+    """Two PPO updates with the envs split over 4 simulated devices (``shard_map`` over ``data``)
+    equal the same updates on one device: metrics, parameters, Adam moments, env states, keys.
+    ``ppo.shard_invariant`` keys each env's randomness by its global index, averages the
+    advantage statistics over devices and stratifies minibatches per env (an MLP on flat
+    observations keeps the compile short; the sharding is the transformer's too)."""
+    cfg = RECIPE.config(
+        "tiny",
+        [
+            "ppo.shard_invariant=true",
+            "network.kind=mlp",
+            "env.observation_type=symbolic_flat",
+            "network.width=16",
+        ],
+    )
+    single, sharded = sharded_step_matches(RECIPE, cfg, {"mesh.data": 4}, steps=2)
+    assert int(single.update) == int(sharded.update) == 2
+
+
+def test_flat_policy_evaluates_only_levels_that_fit(tmp_path):
+    """Issue 27: an MLP on flat observations trained at size S with the library as evaluation
+    levels used to train and then crash in the final evaluation. Now it evaluates the levels
+    that fit S (naming those left out), and a level set with none that fits is refused with a
+    ConfigError before anything is trained or written."""
+    cfg = RECIPE.config(
+        "tiny",
+        [
+            "network.kind=mlp",
+            "env.observation_type=symbolic_flat",
+            "network.width=16",
+            "eval.levels=library",
+            "eval.gif_levels=0",
+            "loop.total_steps=1",
+            "loop.steps_per_call=1",
+            "loop.checkpoint_every=0",
+        ],
+    )
+    result = loop.run(RECIPE, cfg, tmp_path / "ok")
+    assert result.step == 1 and np.isfinite(result.eval_metrics["solve_rate"])
+    data = json.loads((tmp_path / "ok" / "eval_levels.json").read_text())
+    names = {r["level"] for r in data["levels"]}
+    assert "s/h2_one_wheel_car" in names and "l/car_hill" not in names
+    assert "l/car_hill" in data["left_out"]
+    bad = C.replace(cfg, **{"eval.levels": "library/l"})
+    with pytest.raises(ConfigError, match="eval.levels"):
+        loop.run(RECIPE, bad, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_traced_hyperparameters():
+    """PPO's swept hyper-parameters are the recipe's traced keys and live in the state."""
+    assert set(RECIPE.traced) == {"ppo.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef"}
+    cfg = RECIPE.config("tiny", ["ppo.lr=1e-3", "ppo.ent_coef=0.05"])
+    state = jax.eval_shape(run_lib.build(RECIPE, cfg).init, jax.random.PRNGKey(0))
+    assert set(state.hparams) == set(RECIPE.traced)
+    hp = recipe_lib.hparams_of(RECIPE, cfg)
+    assert float(hp["ppo.lr"]) == np.float32(1e-3) and float(hp["ppo.ent_coef"]) == np.float32(0.05)
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="network.kind"):
         RECIPE.config("tiny", ["network.kind=mlp"])
     with pytest.raises(ConfigError, match="curriculum.kind"):
         RECIPE.config("tiny", ["mesh.data=2", "curriculum.kind=plr"])
     with pytest.raises(ConfigError, match="train_levels"):
-        kp.build_parts(RECIPE.config("tiny", ["env.train_levels=no/such_level"]))
+        run_lib.build(RECIPE, RECIPE.config("tiny", ["env.train_levels=no/such_level"]))
     cfg = RECIPE.config("s-pretrain")
     assert cfg.curriculum.kind == "sfl" and cfg.env.train_levels == "random"
     for preset in ("cpu-single", "m-pretrain", "l-pretrain", "finetune"):
@@ -136,7 +200,7 @@ def test_cpu_single_learns_and_flipped_advantage_does_not():
     runs are one program, ``vmap``-ed over the advantage sign (one compilation, and a check that
     the recipe's train step vmaps); ``benchmarks/bench_ppo.py --curve`` records the curve."""
     cfg = RECIPE.config("cpu-single")
-    parts = kp.build_parts(cfg)
+    parts = run_lib.build(RECIPE, cfg)
     state = jax.jit(parts.init)(jax.random.PRNGKey(cfg.seed))
     gae = ppo_mod.compute_gae
 
@@ -147,12 +211,12 @@ def test_cpu_single_learns_and_flipped_advantage_does_not():
 
         with pytest.MonkeyPatch.context() as mp:  # patched while tracing only
             mp.setattr(ppo_mod, "compute_gae", signed)
-            return jax.lax.scan(lambda s, _: parts.train_step(s), s, None, length=10)
+            return jax.lax.scan(lambda s, _: parts.train_step(s, None), s, None, length=10)
 
     signs = jax.numpy.asarray([1.0, -1.0])
     final, m = jax.jit(jax.vmap(train, in_axes=(0, None)))(signs, state)
     assert np.isfinite(np.asarray(m["loss"])).all()
-    evaluator = kp.Evaluator(parts, "s/h2_one_wheel_car", num_attempts=20, max_steps=256)
+    evaluator = ke.Evaluator(kp.agent(cfg), "s/h2_one_wheel_car", num_attempts=20, max_steps=256)
     rate = lambda s: float(evaluator(s, jax.random.PRNGKey(1))[1].solve_rate[0])
     before = rate(state)
     learned, flipped = (rate(jax.tree.map(lambda x, i=i: x[i], final)) for i in (0, 1))

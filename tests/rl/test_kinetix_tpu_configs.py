@@ -1,8 +1,7 @@
-"""tpu_configs/kinetix-ppo-*.yaml validate, and their sharded PPO update lowers and compiles for
-the slice's mesh on simulated CPU devices (envs split over `data`, gradients all-reduced)."""
+"""tpu_configs/kinetix-ppo-*.yaml validate as RL slices (envs split over `data`); their sharded
+PPO update is lowered and compiled for the slice's mesh by the generic worker of
+tests/core/test_tpu_configs.py (at the files' ``smoke_overrides`` size)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,5 @@ def test_config_resolves(path):
     assert cfg.ppo.num_envs % run.slice.chips == 0
     assert cfg.curriculum.kind == "sfl" and cfg.network.kind == "transformer"
     assert "{run_dir}" in run.launch
-
-
-@pytest.mark.slow
-def test_sharded_update_lowers_for_every_slice():
-    worker = Path(__file__).parent / "kinetix_tpu_lowering_worker.py"
-    out = subprocess.run(
-        [sys.executable, str(worker), *map(str, CONFIGS)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("OK")]
-    assert len(lines) == len(CONFIGS), out.stdout
+    smoke = tpu_config.load(path, smoke=True).config
+    assert smoke.mesh.data == run.slice.chips and smoke.ppo.num_envs == run.slice.chips

@@ -236,3 +236,43 @@ def test_gradient_chunks_give_the_minibatch_gradient():
         np.testing.assert_allclose(float(m1[k]), float(m4[k]), rtol=1e-4, atol=1e-7)
     with pytest.raises(ConfigError, match="grad_chunks"):
         PPOConfig(num_envs=32, num_steps=20, num_minibatches=4, grad_chunks=3)
+
+
+def test_traced_hyperparameters_are_read_in_the_compiled_update():
+    """The learning rate, clip range and loss coefficients live in ``state.hparams`` (valued from
+    the config) and are read inside the compiled update: one compiled update with ``ppo.lr = 0``
+    leaves the parameters unchanged, with the config's rate it moves them, a traced
+    ``ppo.vf_coef`` changes the loss, and a vmap over two learning rates equals the two updates."""
+    ppo = PPO(CFG, ENV, PARAMS, NET, num_updates=1)
+    state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    assert set(state.hparams) == set(ppo_mod.TRACED)
+    np.testing.assert_allclose(float(state.hparams["ppo.lr"]), CFG.lr, rtol=1e-7)
+    traces = []
+
+    def update(s):
+        traces.append(1)
+        return ppo.update(s)
+
+    step = jax.jit(update)
+    with_hp = lambda **kw: state.replace(
+        hparams={**state.hparams, **{f"ppo.{k}": jnp.float32(v) for k, v in kw.items()}}
+    )
+    frozen, _ = step(with_hp(lr=0.0))
+    moved, m = step(state)
+    _, m_vf = step(with_hp(vf_coef=0.0))
+    assert len(traces) == 1  # one program for every value
+    leaves = lambda s: [np.asarray(x) for x in jax.tree.leaves(s.params)]
+    for a, b in zip(leaves(frozen), leaves(state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(leaves(moved), leaves(state), strict=True))
+    assert float(m_vf["loss"]) != float(m["loss"])
+    pair = jax.tree.map(lambda a, b: jnp.stack([a, b]), with_hp(lr=0.0), state)
+    both, _ = jax.jit(jax.vmap(ppo.update))(pair)
+    for a, b in zip(
+        leaves(moved), [np.asarray(x)[1] for x in jax.tree.leaves(both.params)], strict=True
+    ):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    for a, b in zip(
+        leaves(state), [np.asarray(x)[0] for x in jax.tree.leaves(both.params)], strict=True
+    ):
+        np.testing.assert_array_equal(b, a)

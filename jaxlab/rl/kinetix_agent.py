@@ -1,0 +1,145 @@
+"""The Kinetix general agent's pieces: the env of a :class:`KinetixEnvConfig` on its training
+levels, the actor-critic network, the level curriculum and PPO, and the PPO update placed on a
+mesh (envs and the SFL buffer split over the ``data`` axis with ``shard_map``; each device rolls
+out its share and the gradients are averaged, ``ppo.py``).
+
+``make_agent(...)`` is what the ``kinetix-ppo`` recipe, its evaluation, the benchmarks and the
+tests share; ``agent.ppo.make_train(n)(key)`` is a whole run as one pure function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxlab.core.config import ConfigError
+from jaxlab.core.sharding import shard_map
+from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
+from jaxlab.envs.kinetix import level_sets as ls
+from jaxlab.rl.action_heads import head_for_space
+from jaxlab.rl.networks import ActorCritic, NetworkConfig
+from jaxlab.rl.ppo import PPO, PPOConfig, PPOState
+from jaxlab.rl.ued import CurriculumConfig, make_curriculum
+
+#: PPOState fields with one entry per env (and the SFL buffer): split over the ``data`` axis
+PER_ENV_FIELDS: tuple[str, ...] = ("env_state", "obs", "levels", "curriculum")
+
+
+@dataclasses.dataclass(frozen=True)
+class KinetixAgent:
+    """Env, network and PPO of one Kinetix run (all static; the PPO methods are pure)."""
+
+    env_cfg: ls.KinetixEnvConfig
+    network_cfg: NetworkConfig
+    ppo_cfg: PPOConfig
+    curriculum_cfg: CurriculumConfig
+    num_updates: int
+    levels: ls.TrainLevels
+    env: KinetixEnv
+    network: ActorCritic
+    ppo: PPO
+    mutate: Callable | None
+
+    @property
+    def static(self) -> StaticEnvParams:
+        return self.levels.static
+
+    @property
+    def env_params(self) -> Any:
+        return self.levels.env_params
+
+    @property
+    def train_files(self) -> tuple[Path, ...]:
+        return self.levels.files
+
+    def make_ppo(
+        self, ppo_cfg: PPOConfig, curriculum_cfg: CurriculumConfig, axis_name: str | None = None
+    ) -> PPO:
+        curriculum = make_curriculum(
+            curriculum_cfg, self.levels.sample, ppo_cfg.num_envs, mutate_fn=self.mutate
+        )
+        return PPO(
+            ppo_cfg,
+            self.env,
+            self.env_params,
+            self.network,
+            num_updates=self.num_updates,
+            curriculum=curriculum,
+            axis_name=axis_name,
+        )
+
+    def update_on(self, mesh: jax.sharding.Mesh) -> Callable[[PPOState], tuple[PPOState, Any]]:
+        """The PPO update for ``mesh``: ``ppo.update`` on one data shard, else the per-device
+        update (``num_envs / D`` envs, ``1 / D`` of the SFL buffer) under ``shard_map``."""
+        data = mesh.shape["data"]
+        if data == 1:
+            return self.ppo.update
+        for key, value in (
+            ("ppo.num_envs", self.ppo_cfg.num_envs),
+            ("curriculum.sfl.buffer_size", self.curriculum_cfg.sfl.buffer_size),
+            ("curriculum.sfl.batch_size", self.curriculum_cfg.sfl.batch_size),
+        ):
+            if value % data:
+                raise ConfigError(key, value, f"a multiple of the {data} data shards")
+        local_ppo = dataclasses.replace(self.ppo_cfg, num_envs=self.ppo_cfg.num_envs // data)
+        sfl = self.curriculum_cfg.sfl
+        local_cur = dataclasses.replace(
+            self.curriculum_cfg,
+            sfl=dataclasses.replace(
+                sfl, buffer_size=sfl.buffer_size // data, batch_size=sfl.batch_size // data
+            ),
+        )
+        local = self.make_ppo(local_ppo, local_cur, axis_name="data")
+        specs = state_specs(jax.eval_shape(self.ppo.init, jax.random.PRNGKey(0)))
+        return shard_map(local.update, mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()))
+
+
+def make_agent(
+    env_cfg: ls.KinetixEnvConfig,
+    network_cfg: NetworkConfig,
+    ppo_cfg: PPOConfig,
+    curriculum_cfg: CurriculumConfig,
+    num_updates: int,
+) -> KinetixAgent:
+    """The agent on ``env_cfg.train_levels`` (a ConfigError names a bad level spec)."""
+    levels = ls.train_levels(env_cfg)
+    env = ls.make_env(env_cfg, levels.static, levels.env_params, reset_fn=levels.sample)
+    obs_ndim = 2 if env_cfg.observation_type == "symbolic_flat_padded" else 1
+    space = env.action_space(levels.env_params)
+    network = ActorCritic(network_cfg, head_for_space(space), obs_ndim)
+    mutate = None
+    if curriculum_cfg.kind == "accel":
+        mutate = ls.mutate_function(levels.static, levels.env_params)
+    agent = KinetixAgent(
+        env_cfg,
+        network_cfg,
+        ppo_cfg,
+        curriculum_cfg,
+        num_updates,
+        levels,
+        env,
+        network,
+        None,
+        mutate,
+    )
+    return dataclasses.replace(agent, ppo=agent.make_ppo(ppo_cfg, curriculum_cfg))
+
+
+def state_specs(state: PPOState) -> PPOState:
+    """PartitionSpecs of a PPOState: per-env leaves (and the SFL buffer) split over ``data``,
+    everything else (parameters, optimizer, statistics, key, hyper-parameters) replicated."""
+    specs = {}
+    for f in dataclasses.fields(state):
+        spec = PartitionSpec("data") if f.name in PER_ENV_FIELDS else PartitionSpec()
+        specs[f.name] = jax.tree.map(lambda _, s=spec: s, getattr(state, f.name))
+    return PPOState(**specs)
+
+
+def state_shardings(abstract: PPOState, mesh: jax.sharding.Mesh) -> PPOState:
+    """NamedShardings of :func:`state_specs` on ``mesh``."""
+    return jax.tree.map(lambda _, s: NamedSharding(mesh, s), abstract, state_specs(abstract))

@@ -1,0 +1,211 @@
+"""Evaluating a Kinetix agent on level sets: the per-level solve table, the agent GIF, and the
+random / no-op baselines (``evaluate.evaluate_levels`` per static size group).
+
+The evaluation levels of a run (:func:`eval_files`) are ``eval.levels``, else the training levels,
+else the shipped ``library``. A policy on a flat observation (MLP) plays only the levels that fit
+its training size ``env.size``; the entity transformer plays every level at the smallest size it
+fits. Levels that the policy cannot play are left out of the evaluation (and named); a level set
+with none left is a ConfigError before training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core.config import ConfigError
+from jaxlab.envs.kinetix import level_sets as ls
+from jaxlab.envs.kinetix import make_render_pixels, save_gif, to_image
+from jaxlab.envs.kinetix.actions import noop_action, random_action
+from jaxlab.rl import evaluate as ev
+from jaxlab.rl.kinetix_agent import KinetixAgent
+from jaxlab.rl.ppo import PPOState
+
+
+@dataclasses.dataclass(frozen=True)
+class KinetixEvalConfig:
+    """Evaluation (during training, at the end, and in ``jaxlab eval``); config keys ``eval.*``.
+
+    Attributes:
+        levels: level spec; empty = the training levels (or ``library`` for random levels).
+        num_attempts: episodes per level (the paper: 20).
+        max_steps: steps per attempt; 0 = ``env.max_timesteps``.
+        gif_levels: levels shown in ``agent.gif`` (0: no GIF).
+    """
+
+    levels: str = ""
+    num_attempts: int = 20
+    max_steps: int = 0
+    gif_levels: int = 4
+
+    def __post_init__(self):
+        if self.num_attempts < 1:
+            raise ConfigError("eval.num_attempts", self.num_attempts, "an integer >= 1")
+        if self.max_steps < 0 or self.gif_levels < 0:
+            raise ConfigError("eval.max_steps/gif_levels", self.max_steps, "integers >= 0")
+
+
+def eval_level_spec(env_cfg: ls.KinetixEnvConfig, eval_cfg: KinetixEvalConfig) -> str:
+    """The evaluation level spec: ``eval.levels``, else the training levels, else the library."""
+    if eval_cfg.levels.strip():
+        return eval_cfg.levels
+    if not env_cfg.random_levels:
+        return env_cfg.train_levels
+    return "library"
+
+
+def plays_any_size(agent: KinetixAgent) -> bool:
+    """Whether the agent plays levels of any size (the entity transformer)."""
+    return agent.network_cfg.kind == "transformer"
+
+
+def eval_files(agent: KinetixAgent, eval_cfg: KinetixEvalConfig) -> tuple[list[Path], list[Path]]:
+    """``(played, left out)``: the evaluation level files the agent plays and those it cannot
+    (larger than ``env.size`` for a flat-observation policy). No playable level is a ConfigError
+    naming ``eval.levels``, ``env.size`` and ``network.kind``."""
+    spec = eval_level_spec(agent.env_cfg, eval_cfg)
+    try:
+        files = ls.resolve_level_files(spec)
+    except ValueError as e:
+        raise ConfigError("eval.levels", spec, str(e)) from None
+    played, left = ls.split_playable(files, agent.env_cfg, plays_any_size(agent))
+    if not played:
+        raise ConfigError(
+            "eval.levels",
+            spec,
+            f"levels that fit env.size={agent.env_cfg.size!r} for network.kind="
+            f"{agent.network_cfg.kind!r} on {agent.env_cfg.observation_type} observations (only "
+            "the transformer on symbolic_entity plays larger sizes); none of its "
+            f"{len(files)} levels does",
+        )
+    return played, left
+
+
+def policy_fn_for(agent: KinetixAgent, kind: str = "agent") -> Callable:
+    """``policy(params, obs_stats) -> (key, obs [B]) -> actions [B]``: the agent (sampling from
+    its policy), ``random`` (the original's random actions) or ``noop``."""
+    sp, at = agent.static, agent.env_cfg.action_type
+    batch = lambda obs: jax.tree.leaves(obs)[0].shape[0]
+    if kind == "random":
+        return lambda params, stats: (
+            lambda key, obs: jax.vmap(lambda k: random_action(k, at, sp))(
+                jax.random.split(key, batch(obs))
+            )
+        )
+    if kind == "noop":
+        a = noop_action(at, sp)
+        return lambda params, stats: lambda key, obs: jnp.broadcast_to(a, (batch(obs),) + a.shape)
+    if kind != "agent":
+        raise ValueError(f"policy kind={kind!r}; expected agent, random or noop")
+
+    def make(params, stats):
+        return lambda key, obs: agent.ppo.policy(params, stats, obs)[0].sample(seed=key)
+
+    return make
+
+
+class Evaluator:
+    """An agent's evaluation levels with one compiled evaluation per (level group, policy kind);
+    parameters are arguments, so evaluating a new checkpoint does not recompile.
+
+    ``levels`` is a level spec or a list of files; a level the agent cannot play is a ValueError
+    (filter with :func:`eval_files` first). ``record``: levels of the first group whose states
+    are returned for the GIF."""
+
+    def __init__(
+        self,
+        agent: KinetixAgent,
+        levels: str | Sequence[Path],
+        *,
+        num_attempts: int,
+        max_steps: int,
+        record: int = 0,
+    ):
+        files = ls.resolve_level_files(levels) if isinstance(levels, str) else list(levels)
+        self.agent = agent
+        self.groups = ls.load_eval_groups(agent.env_cfg, files, plays_any_size(agent))
+        self.num_attempts = num_attempts
+        self.max_steps = max_steps
+        self.record = record
+        self._fns: dict[tuple[int, str], Callable] = {}
+
+    def _fn(self, i: int, kind: str) -> Callable:
+        if (i, kind) not in self._fns:
+            g, make = self.groups[i], policy_fn_for(self.agent, kind)
+            record = self.record if i == 0 else 0
+
+            def run(key, levels, params, stats):
+                return ev.evaluate_levels(
+                    key,
+                    make(params, stats),
+                    g.env,
+                    g.env_params,
+                    levels,
+                    num_attempts=self.num_attempts,
+                    max_steps=self.max_steps,
+                    record=record,
+                )
+
+            self._fns[(i, kind)] = jax.jit(run)
+        return self._fns[(i, kind)]
+
+    def __call__(self, state: PPOState, key: jax.Array, kind: str = "agent"):
+        """``(names, LevelResults over all groups, recorded states of the first group)``."""
+        names, results, shown = [], [], None
+        params, stats = jax.device_get((state.params, state.obs_stats))
+        for i, g in enumerate(self.groups):
+            key, sub = jax.random.split(key)
+            res, rec = jax.device_get(self._fn(i, kind)(sub, g.levels, params, stats))
+            results.append(res)
+            names += g.names
+            shown = rec if i == 0 else shown
+        cat = lambda f: np.concatenate([np.asarray(getattr(r, f)) for r in results])
+        res = ev.LevelResults(
+            solve_rate=cat("solve_rate"),
+            mean_return=cat("mean_return"),
+            mean_length=cat("mean_length"),
+            num_attempts=self.num_attempts,
+        )
+        return names, res, shown
+
+
+def write_gif(group: ls.EvalGroup, shown: Any, path: Path) -> None:
+    """``path``: recorded states ``[T, G]`` of ``group`` rendered side by side as a GIF."""
+    render = jax.jit(jax.vmap(make_render_pixels(group.env.static_params), in_axes=(0, None)))
+    steps = jax.tree.leaves(shown)[0].shape[0]
+    frames = []
+    for t in range(steps):
+        imgs = np.asarray(render(jax.tree.map(lambda x, t=t: x[t], shown), group.env_params))
+        frames.append(np.concatenate([to_image(im) for im in imgs], axis=1))
+    save_gif(path, frames, fps=30)
+
+
+def write_table(
+    run_dir: Path, names: list[str], res: ev.LevelResults, left_out: Sequence[str] = ()
+) -> None:
+    """``eval_levels.txt`` (the printed table) and ``eval_levels.json`` (per level + summary);
+    ``left_out``: names of evaluation levels the agent cannot play (:func:`eval_files`)."""
+    text = ev.format_table(names, res)
+    if left_out:
+        text += f"\nleft out (larger than the training size): {', '.join(left_out)}"
+    (run_dir / "eval_levels.txt").write_text(text + "\n")
+    rows = [
+        {
+            "level": n,
+            "solve_rate": float(res.solve_rate[i]),
+            "return": float(res.mean_return[i]),
+            "length": float(res.mean_length[i]),
+        }
+        for i, n in enumerate(names)
+    ]
+    out = {"levels": rows, "summary": ev.summary(res), "attempts": res.num_attempts}
+    if left_out:
+        out["left_out"] = list(left_out)
+    (run_dir / "eval_levels.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -1,0 +1,351 @@
+"""Training D-TSN and its baselines from oracle demonstrations, and held-out evaluation.
+
+One :class:`LearnerConfig` describes a run on ``"maze"`` (``grid-maze``, learned latent world
+model) or ``"game24"`` (known model, learned value) with ``method``:
+
+* ``"dtsn"``: the D-TSN objective (``dtsn.dtsn_loss``: root-Q cross-entropy through a stochastic
+  best-first search, latent/reward consistency, REINFORCE with the telescoping baseline);
+* ``"fixed"``: the same networks and losses, but the search expands breadth-first (a fixed,
+  non-learned expansion policy; no REINFORCE term);
+* ``"bc"``: behaviour cloning with the same encoder and (matched) parameter count.
+
+Data: ``num_demos`` oracle episodes (BFS shortest paths / the stored solutions of training Game
+of 24 instances, drawn uniformly), flattened to transitions; every step draws a batch uniformly
+with the key kept in the state, so a run is a pure function of its config and seed (bit-identical
+resume). Evaluation plays greedy episodes on held-out layouts (maze keys disjoint from the
+training ones) or held-out instances (a fixed 20 % split of the solvable pool): success rate and,
+for mazes, the ratio of steps taken to the BFS optimum on solved episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from jaxlab.core.config import ConfigError
+from jaxlab.envs import demonstrations as demos_lib
+from jaxlab.envs import game24, grid_maze
+from jaxlab.rl.search import bc, dtsn, models
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Static configuration of one D-TSN / baseline run.
+
+    Attributes:
+        env: ``"maze"`` or ``"game24"``.
+        method: ``"dtsn"``, ``"fixed"`` (breadth-first search) or ``"bc"``.
+        height, width: maze grid size (with the border wall).
+        wall_prob: maze interior wall probability.
+        num_demos: demonstration episodes (training layouts / instances).
+        demo_length: steps per demonstration episode (longer ones are cut).
+        num_expansions: ``K``.
+        temperature: ``T`` of the expansion policy.
+        gamma: discount.
+        latent_dim, hidden, channels: network sizes (maze); ``hidden`` is the value MLP width
+            for Game of 24.
+        latent_weight, reward_weight: consistency-loss weights (maze; 0 for the known model).
+        learning_rate, batch_size: Adam step size and transitions per step.
+        eval_episodes: held-out episodes (maze) per evaluation; Game of 24 uses every held-out
+            instance.
+        eval_max_steps: step limit of a maze evaluation episode.
+        holdout_fraction: Game of 24 instances held out.
+    """
+
+    env: Literal["maze", "game24"] = "maze"
+    method: Literal["dtsn", "fixed", "bc"] = "dtsn"
+    height: int = 8
+    width: int = 8
+    wall_prob: float = 0.3
+    num_demos: int = 500
+    demo_length: int = 32
+    num_expansions: int = 10
+    temperature: float = 1.0
+    gamma: float = 0.9
+    latent_dim: int = 32
+    hidden: int = 64
+    channels: int = 16
+    latent_weight: float = 0.01
+    reward_weight: float = 0.1
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    eval_episodes: int = 200
+    eval_max_steps: int = 48
+    holdout_fraction: float = 0.2
+
+    def __post_init__(self):
+        if self.env not in ("maze", "game24"):
+            raise ConfigError("env", self.env, "'maze' or 'game24'")
+        if self.method not in ("dtsn", "fixed", "bc"):
+            raise ConfigError("method", self.method, "'dtsn', 'fixed' or 'bc'")
+        for name in ("num_demos", "demo_length", "batch_size", "eval_episodes", "eval_max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, v, "an int >= 1")
+        if not self.learning_rate > 0:
+            raise ConfigError("learning_rate", self.learning_rate, "a float > 0")
+        self.search_config()  # validates K, T, gamma
+
+    @property
+    def num_actions(self) -> int:
+        return grid_maze.NUM_ACTIONS if self.env == "maze" else game24.NUM_ACTIONS
+
+    def search_config(self) -> dtsn.SearchConfig:
+        return dtsn.SearchConfig(
+            num_expansions=self.num_expansions,
+            num_actions=self.num_actions,
+            gamma=self.gamma,
+            temperature=self.temperature,
+            expansion="breadth_first" if self.method == "fixed" else "best_first",
+        )
+
+    def loss_config(self) -> dtsn.LossConfig:
+        known = self.env == "game24"
+        return dtsn.LossConfig(
+            latent_weight=0.0 if known else self.latent_weight,
+            reward_weight=0.0 if known else self.reward_weight,
+        )
+
+
+@flax.struct.dataclass
+class LearnerState:
+    """Train state: ``params``, Adam ``opt_state``, the step's PRNG ``key``, ``step`` count and
+    the demonstration ``data`` (transitions, fixed during the run)."""
+
+    params: Any
+    opt_state: Any
+    key: PRNGKeyArray
+    step: Int[Array, ""]
+    data: dtsn.Transitions
+
+
+def maze_env(cfg: LearnerConfig):
+    """The grid-maze env (no auto-reset) and params of a config."""
+    return grid_maze.make_grid_maze(
+        height=cfg.height,
+        width=cfg.width,
+        wall_prob=cfg.wall_prob,
+        max_steps=cfg.eval_max_steps,
+        auto_reset=False,
+    )
+
+
+def _game24_pools(cfg: LearnerConfig):
+    """``(train instances, their stored solutions, held-out instances)``."""
+    inst, sol = game24.solvable_instances(), game24.stored_solutions()
+    rows = np.arange(len(inst))
+    train, held = game24.split_instances(rows, cfg.holdout_fraction, seed=0)
+    return inst[train], sol[train], inst[held]
+
+
+@functools.cache
+def networks(cfg: LearnerConfig):
+    """``(module, example_obs)`` of the config's method (BC width matched to D-TSN's count)."""
+    if cfg.env == "maze":
+        obs = np.zeros((cfg.height, cfg.width, 3), np.float32)  # numpy: cached outside traces
+        wm = models.MazeWorldModel(grid_maze.NUM_ACTIONS, cfg.latent_dim, cfg.hidden, cfg.channels)
+        if cfg.method != "bc":
+            return wm, obs
+        target = models.param_count(jax.eval_shape(wm.init, jax.random.key(0), obs))
+
+        def count(w):
+            m = models.MazeBC(grid_maze.NUM_ACTIONS, cfg.latent_dim, w, cfg.channels)
+            return models.param_count(jax.eval_shape(m.init, jax.random.key(0), obs))
+
+        w = models.matched_width(count, target)
+        return models.MazeBC(grid_maze.NUM_ACTIONS, cfg.latent_dim, w, cfg.channels), obs
+    obs = np.zeros((8,), np.float32)
+    value = models.Game24Value(cfg.hidden)
+    if cfg.method != "bc":
+        return value, obs
+    target = models.param_count(jax.eval_shape(value.init, jax.random.key(0), obs[:4], obs[4:] > 0))
+
+    def count(w):
+        return models.param_count(jax.eval_shape(models.Game24BC(w).init, jax.random.key(0), obs))
+
+    return models.Game24BC(models.matched_width(count, target)), obs
+
+
+def search_model(cfg: LearnerConfig) -> dtsn.SearchModel:
+    net, _ = networks(cfg)
+    if cfg.env == "maze":
+        return models.maze_search_model(net)
+    return models.game24_search_model(net)
+
+
+def make_demonstrations(key: PRNGKeyArray, cfg: LearnerConfig) -> dtsn.Transitions:
+    """``num_demos`` oracle episodes on training layouts / instances, as masked transitions."""
+    if cfg.env == "maze":
+        env, params = maze_env(cfg)
+        policy = demos_lib.maze_oracle_policy
+        length = cfg.demo_length
+        d = demos_lib.oracle_demonstrations(
+            key, env, params, policy, num_episodes=cfg.num_demos, length=length
+        ).transitions()
+    else:
+        inst, sol, _ = _game24_pools(cfg)
+        env, params = game24.make_game24(instances=inst, auto_reset=False)
+        starts = jax.vmap(env.init_state)(jnp.asarray(inst))
+        d = demos_lib.replay_demonstrations(
+            key, env, params, starts, jnp.asarray(sol), num_episodes=cfg.num_demos
+        ).transitions()
+    return dtsn.Transitions(
+        obs=d.obs,
+        action=d.action,
+        reward=d.reward,
+        next_obs=d.next_obs,
+        weight=d.mask.astype(jnp.float32),
+    )
+
+
+def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(10.0), optax.adam(cfg.learning_rate))
+
+
+def init(key: PRNGKeyArray, cfg: LearnerConfig) -> LearnerState:
+    """Demonstrations (from a key split off ``key``), parameters and optimizer state."""
+    k_data, k_params, k_run = jax.random.split(key, 3)
+    data = make_demonstrations(k_data, cfg)
+    net, obs = networks(cfg)
+    if cfg.env == "game24" and cfg.method != "bc":
+        params = net.init(k_params, obs[:4], obs[4:] > 0)
+    else:
+        params = net.init(k_params, obs)
+    return LearnerState(
+        params=params,
+        opt_state=optimizer(cfg).init(params),
+        key=k_run,
+        step=jnp.zeros((), jnp.int32),
+        data=data,
+    )
+
+
+def sample_batch(key: PRNGKeyArray, data: dtsn.Transitions, batch_size: int) -> dtsn.Transitions:
+    """A uniform batch of real (weight > 0) transitions, drawn with replacement."""
+    idx = jax.random.choice(
+        key, data.weight.shape[0], (batch_size,), p=data.weight / jnp.sum(data.weight)
+    )
+    return jax.tree.map(lambda x: x[idx], data)
+
+
+def objective(key, params, batch: dtsn.Transitions, cfg: LearnerConfig):
+    """The method's loss: ``dtsn_loss`` (``dtsn``/``fixed``) or ``bc_loss``."""
+    if cfg.method == "bc":
+        net, _ = networks(cfg)
+        return bc.bc_loss(params, batch, net.apply)
+    return dtsn.dtsn_loss(
+        key,
+        params,
+        batch,
+        model=search_model(cfg),
+        config=cfg.search_config(),
+        loss=cfg.loss_config(),
+    )
+
+
+def train_step(
+    state: LearnerState, cfg: LearnerConfig, constrain: Callable[[Array], Array] | None = None
+) -> tuple[LearnerState, dict[str, Array]]:
+    """One Adam step on ``jax.grad`` of the method's objective. ``constrain`` (e.g.
+    ``jaxlab.core.run.batch_constraint(mesh)``) places every leaf of the sampled batch, so the
+    step runs data parallel."""
+    key, k_batch, k_search = jax.random.split(state.key, 3)
+    batch = sample_batch(k_batch, state.data, cfg.batch_size)
+    if constrain is not None:
+        batch = jax.tree.map(constrain, batch)
+    grads, metrics = jax.grad(lambda p: objective(k_search, p, batch, cfg), has_aux=True)(
+        state.params
+    )
+    updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    new = state.replace(params=params, opt_state=opt_state, key=key, step=state.step + 1)
+    return new, metrics
+
+
+def act(params, obs, cfg: LearnerConfig) -> Int[Array, ""]:
+    """The evaluation policy for one observation: greedy search's arg max Q, or BC's arg max."""
+    if cfg.method == "bc":
+        net, _ = networks(cfg)
+        return bc.bc_action(params, obs, net.apply)
+    search_cfg = dataclasses.replace(cfg.search_config())
+    return dtsn.greedy_action(params, obs, model=search_model(cfg), config=search_cfg)
+
+
+def heldout_mazes(key: PRNGKeyArray, cfg: LearnerConfig, num: int) -> grid_maze.Maze:
+    """``num`` layouts from keys folded away from the training ones (unseen layouts)."""
+    keys = jax.random.split(jax.random.fold_in(key, 0x5EED), num)
+    return jax.vmap(lambda k: grid_maze.generate(k, cfg.height, cfg.width, cfg.wall_prob))(keys)
+
+
+def maze_episodes(params, mazes: grid_maze.Maze, cfg: LearnerConfig):
+    """Greedy episodes on ``mazes``: ``(solved [M], steps [M], optimal [M])``."""
+    env, env_params = maze_env(cfg)
+
+    def one(maze):
+        state = env.state_from_maze(maze)
+        optimal = grid_maze.distances(maze.walls, maze.goal)[maze.start[0], maze.start[1]]
+
+        def body(carry, _):
+            s, done, steps = carry
+            a = act(params, env.get_obs(s, env_params), cfg)
+            _, s2, _, term, _, _ = env.step_env(jax.random.key(0), s, a, env_params)
+            s2 = jax.tree.map(lambda x, y: jnp.where(done, x, y), s, s2)
+            return (s2, done | term, steps + (~done).astype(jnp.int32)), s.pos
+
+        (_, solved, steps), path = jax.lax.scan(
+            body, (state, jnp.asarray(False), jnp.int32(0)), None, length=cfg.eval_max_steps
+        )
+        return solved, steps, optimal
+
+    return jax.vmap(one)(mazes)
+
+
+def game24_episodes(params, instances: Int[Array, "P 4"], cfg: LearnerConfig):
+    """Greedy episodes on ``instances``: ``solved [P]``."""
+    env, env_params = game24.make_game24(instances=np.zeros((1, 4), np.int32) + 1)
+
+    def one(inst):
+        s = env.init_state(inst)
+        total = jnp.float32(0.0)
+        for _ in range(3):
+            a = act(params, env.get_obs(s, env_params), cfg)
+            _, s2, r, term, _, _ = env.step_env(jax.random.key(0), s, a, env_params)
+            total = total + r
+            s = s2
+        return total > 0
+
+    return jax.vmap(one)(instances)
+
+
+def evaluate(key: PRNGKeyArray, params, cfg: LearnerConfig) -> dict[str, Float[Array, ""]]:
+    """Held-out success rate (and maze path-length ratio to the BFS optimum on solved episodes)."""
+    if cfg.env == "maze":
+        solved, steps, optimal = maze_episodes(
+            params, heldout_mazes(key, cfg, cfg.eval_episodes), cfg
+        )
+        ratio = jnp.sum(jnp.where(solved, steps / optimal, 0.0)) / jnp.maximum(jnp.sum(solved), 1)
+        return {"success_rate": jnp.mean(solved), "path_length_ratio": ratio}
+    held = jnp.asarray(_game24_pools(cfg)[2])
+    solved = game24_episodes(params, held, cfg)
+    return {"success_rate": jnp.mean(solved), "path_length_ratio": jnp.float32(1.0)}
+
+
+def make_train(cfg: LearnerConfig, num_steps: int):
+    """``train(key) -> (state, metrics [num_steps])``: a whole run as one pure function (vmappable
+    over seeds)."""
+
+    def train(key):
+        state = init(key, cfg)
+        return jax.lax.scan(lambda s, _: train_step(s, cfg), state, None, length=num_steps)
+
+    return train

@@ -1,0 +1,182 @@
+"""``jaxlab workflows search``: AFlow's search on the arithmetic task from the command line.
+
+    jaxlab workflows search --task arithmetic --executor standin --rounds 20 --run-dir DIR
+    jaxlab workflows search --task FILE.jsonl --executor lm --lm-run-dir RUN --run-dir DIR
+
+Prints one table row per round (score, parent, edit), and writes to the run directory:
+``state.json`` (the whole search, after every round: rerun the same command to resume),
+``best_workflow.py`` (the best program as code), ``scores.png`` (score over rounds) and
+``summary.json`` (best validation score and its test score). The validation:test split is 1:4.
+
+The LM executor needs a trained decoder run (``--lm-run-dir``, e.g. an ``lm-tiny`` run). Loading
+it is injected (``main(argv, load_lm=...)``): ``jaxlab.commands.workflows`` joins the model
+family to this one, so nothing in ``workflows`` imports ``lm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.workflows import interpreter, program, search, tasks
+from jaxlab.workflows.optimizer import EditOptimizer
+from jaxlab.workflows.programmer import ProgrammerError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="jaxlab workflows", description="AFlow: workflow search with MCTS."
+    )
+    sub = ap.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("search", help="run or resume a search")
+    s.add_argument("--task", default="arithmetic", help="'arithmetic' or a JSON-lines task file")
+    s.add_argument("--executor", choices=("standin", "lm"), default="standin")
+    s.add_argument("--rounds", type=int, default=20)
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--num-problems", type=int, default=1000, help="arithmetic: val + test")
+    s.add_argument("--max-terms", type=int, default=3, help="arithmetic: numbers per problem")
+    s.add_argument("--validation-runs", type=int, default=3)
+    s.add_argument("--no-experience", action="store_true", help="uniform edits (ablation)")
+    s.add_argument("--no-convergence", action="store_true", help="always run --rounds rounds")
+    s.add_argument("--lm-run-dir", default=None, help="trained decoder run (--executor lm)")
+    s.add_argument("--lm-recipe", default="lm-tiny")
+    s.add_argument("--particles", type=int, default=4, help="SMC particles per prompt (lm)")
+    return ap
+
+
+def _plot(state: search.SearchState, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [r["round"] for r in state.rounds]
+    scores = [r["score"] for r in state.rounds]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot(rounds, scores, "o-", label="round score")
+    ax.plot(rounds, np.maximum.accumulate(scores), "--", label="best so far")
+    ax.set(xlabel="round", ylabel="validation accuracy", title="AFlow search")
+    ax.legend(loc="lower right")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _executor(args, load_lm):
+    if args.executor == "standin":
+        from jaxlab.workflows.standin import StandInExecutor, StandInParams
+
+        return StandInExecutor(), {"executor": "standin", "params": repr(StandInParams())}
+    from jaxlab.core.errors import UserError
+
+    if not args.lm_run_dir:
+        raise UserError(
+            "--executor lm needs --lm-run-dir",
+            "train a decoder first, e.g. python benchmarks/bench_workflows.py --parts lm "
+            "--train-lm RUN",
+        )
+    if load_lm is None:
+        raise UserError("--executor lm: no model loader (run it as `jaxlab workflows ...`)")
+    from jaxlab.workflows.lm_executor import LMExecutor
+
+    text_lm = load_lm(args.lm_recipe, args.lm_run_dir)
+    desc = {
+        "executor": "lm",
+        "lm_run_dir": str(Path(args.lm_run_dir).resolve()),
+        "particles": args.particles,
+    }
+    return LMExecutor(text_lm, num_particles=args.particles), desc
+
+
+def search_main(args, load_lm=None) -> int:
+    from jaxlab.core.errors import UserError
+
+    run_dir = Path(args.run_dir)
+    try:
+        if args.task == "arithmetic":
+            problems = tasks.make_problems(args.seed, args.num_problems, max_terms=args.max_terms)
+        else:
+            problems = tasks.load_task_file(args.task)
+        val, test = tasks.split(problems, args.seed)
+        executor, desc = _executor(args, load_lm)
+        config = search.SearchConfig(
+            max_rounds=args.rounds,
+            validation_runs=args.validation_runs,
+            seed=args.seed,
+            check_convergence=not args.no_convergence,
+        )
+        optimizer = EditOptimizer(use_experience=not args.no_experience)
+        print(f"{'round':>5} {'score':>6} {'parent':>6}  edit")
+
+        def show(rec, _state):
+            parent = "-" if rec["parent"] is None else str(rec["parent"])
+            print(f"{rec['round']:>5} {rec['score']:>6.3f} {parent:>6}  {rec['modification']}")
+            sys.stdout.flush()
+
+        state = search.run_search(
+            program.initial_workflow(),
+            executor,
+            val,
+            optimizer,
+            config,
+            run_dir=run_dir,
+            describe={
+                "task": args.task if args.task != "arithmetic" else f"arithmetic/{args.max_terms}",
+                **desc,
+                "experience": not args.no_experience,
+            },
+            on_round=show,
+        )
+    except (
+        program.WorkflowError,
+        tasks.TaskFileError,
+        ProgrammerError,
+        search.SearchStateError,
+    ) as e:
+        raise UserError(str(e), f"the search state in {run_dir} is unchanged") from None
+    best = state.best()
+    workflow = program.Workflow.from_json(best["workflow"])
+    test_eval = interpreter.evaluate(
+        jax.random.key(args.seed + 1), workflow, executor, test, args.validation_runs
+    )
+    (run_dir / "best_workflow.py").write_text(
+        f"# round {best['round']}: validation {best['score']:.4f}, test {test_eval.mean:.4f}\n"
+        + workflow.to_code()
+    )
+    _plot(state, run_dir / "scores.png")
+    summary = {
+        "stopped": state.stopped,
+        "rounds": len(state.rounds),
+        "initial_val": state.rounds[0]["score"],
+        "best_round": best["round"],
+        "best_val": best["score"],
+        "best_test": test_eval.mean,
+        "val_size": len(val),
+        "test_size": len(test),
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"stopped: {state.stopped}")
+    print(workflow.to_code(), end="")
+    print(json.dumps(summary))
+    return 0
+
+
+def main(argv: Sequence[str], *, load_lm: Callable[[str, str], Any] | None = None) -> int:
+    """``jaxlab workflows search ...`` (module docstring).
+
+    Args:
+        argv: the arguments after ``workflows``.
+        load_lm: ``(recipe, run_dir) -> jaxlab.workflows.lm_executor.TextLM`` for
+            ``--executor lm``.
+    """
+    args = build_parser().parse_args(list(argv))
+    if args.action == "search":
+        return search_main(args, load_lm)
+    return 2

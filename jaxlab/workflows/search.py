@@ -1,0 +1,283 @@
+"""AFlow's Monte Carlo tree search over workflows, with its whole state on disk after each round.
+
+One round (paper §4, Algorithm 1):
+
+1. **Select** a parent among round 1 and the best rounds
+   (:func:`jaxlab.workflows.selection.select_round`: uniform/softmax mixture).
+2. **Expand**: the optimizer proposes one modification of the parent, using the experience of
+   the parent's children; programs already in the tree are rejected.
+3. **Evaluate** the child: mean accuracy over ``validation_runs`` executions on the validation
+   split (AFlow: 5 in the paper).
+4. **Back-propagate** the experience ``{modification, before, after}`` to the parent.
+5. **Stop** after ``max_rounds`` rounds or when the top-3 mean has not changed for 5 rounds
+   (:func:`jaxlab.workflows.selection.converged`).
+
+Round ``r`` draws its randomness from ``(seed, r)`` only (a NumPy generator for selection and
+expansion, a JAX key for evaluation), and the state (every round's workflow, parent,
+modification, scores, selection probabilities; the experience) is written to
+``run_dir/state.json`` atomically after each round. Restarting with the same run directory and
+settings therefore continues exactly where it stopped, and an interrupted search ends with the
+same state as an uninterrupted one. If a round fails (a bad workflow, a failing executor) the
+error propagates and the file keeps the last completed round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.workflows import selection
+from jaxlab.workflows.interpreter import Executor, evaluate
+from jaxlab.workflows.optimizer import Experience, Optimizer
+from jaxlab.workflows.program import Workflow, WorkflowError, validate
+from jaxlab.workflows.tasks import Problems
+
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+
+
+class SearchStateError(ValueError):
+    """A state file that does not belong to this search (names the differing setting)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Settings of the search (defaults: AFlow's).
+
+    Attributes:
+        max_rounds: round limit (round 1 evaluates the initial workflow).
+        validation_runs: executions averaged per evaluation.
+        sample: candidates for selection (round 1 + ``sample - 1`` best).
+        alpha, lam: selection softmax temperature and uniform share.
+        top_k, consecutive, z: convergence rule.
+        check_convergence: stop early on convergence.
+        seed: seed of every random choice.
+        max_expansion_tries: parents drawn in a round before giving up (all edits tried).
+    """
+
+    max_rounds: int = 20
+    validation_runs: int = 3
+    sample: int = selection.SAMPLE
+    alpha: float = selection.ALPHA
+    lam: float = selection.LAMBDA
+    top_k: int = selection.TOP_K
+    consecutive: int = selection.CONSECUTIVE
+    z: float = 0.0
+    check_convergence: bool = True
+    seed: int = 0
+    max_expansion_tries: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_rounds", "validation_runs", "sample", "top_k", "consecutive"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SearchConfig.{name}={value!r}: expected an int >= 1")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"SearchConfig.lam={self.lam!r}: expected a float in [0, 1]")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Settings that must match to resume (``max_rounds`` may grow)."""
+        d = dataclasses.asdict(self)
+        d.pop("max_rounds")
+        return d
+
+
+@dataclasses.dataclass
+class SearchState:
+    """Everything the search knows; JSON-serialisable (:meth:`to_json`)."""
+
+    settings: dict[str, Any]
+    rounds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    experience: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    stopped: str | None = None
+
+    def scores(self) -> dict[int, float]:
+        return {r["round"]: r["score"] for r in self.rounds}
+
+    def best(self) -> dict[str, Any]:
+        return max(self.rounds, key=lambda r: (r["score"], -r["round"]))
+
+    def workflow(self, round_: int) -> Workflow:
+        return Workflow.from_json(self.rounds[round_ - 1]["workflow"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "settings": self.settings,
+            "rounds": self.rounds,
+            "experience": self.experience,
+            "stopped": self.stopped,
+        }
+
+
+def save_state(run_dir: str | Path, state: SearchState) -> None:
+    """Atomic write of ``run_dir/state.json`` (a crash never leaves a partial file)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True))
+    os.replace(tmp, run_dir / STATE_FILE)
+
+
+def load_state(run_dir: str | Path) -> SearchState | None:
+    """The saved state, or ``None`` if the directory has none."""
+    path = Path(run_dir) / STATE_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("version") != STATE_VERSION:
+        raise SearchStateError(f"{path}: version={data.get('version')!r}, expected {STATE_VERSION}")
+    return SearchState(data["settings"], data["rounds"], data["experience"], data["stopped"])
+
+
+def _round_rng(seed: int, round_: int) -> tuple[np.random.Generator, jax.Array]:
+    return np.random.default_rng([seed, round_]), jax.random.fold_in(jax.random.key(seed), round_)
+
+
+def run_search(
+    initial: Workflow,
+    executor: Executor,
+    problems: Problems,
+    optimizer: Optimizer,
+    config: SearchConfig,
+    *,
+    run_dir: str | Path | None = None,
+    describe: dict[str, Any] | None = None,
+    on_round: Callable[[dict[str, Any], SearchState], None] | None = None,
+) -> SearchState:
+    """Runs (or resumes) the search; returns the final state.
+
+    Args:
+        initial: round 1's workflow.
+        executor: runs the operators.
+        problems: the validation split.
+        optimizer: proposes one modification per round.
+        config: search settings.
+        run_dir: where ``state.json`` lives; an existing state with the same settings resumes.
+        describe: extra settings that must match on resume (executor, task, optimizer).
+        on_round: called with each new round record and the state (after saving).
+
+    Raises:
+        SearchStateError: the run directory holds a search with other settings.
+        WorkflowError: the initial or a proposed workflow breaks the grammar.
+    """
+    settings = {
+        "config": config.fingerprint(),
+        "initial": initial.to_json(),
+        "num_problems": len(problems),
+        **(describe or {}),
+    }
+    settings = json.loads(json.dumps(settings))
+    state = load_state(run_dir) if run_dir is not None else None
+    if state is None:
+        state = SearchState(settings)
+    elif state.settings != settings:
+        diff = sorted(
+            k
+            for k in set(settings) | set(state.settings)
+            if settings.get(k) != state.settings.get(k)
+        )
+        raise SearchStateError(
+            f"{Path(run_dir) / STATE_FILE} belongs to a search with other settings ({', '.join(diff)}): "
+            f"saved {[state.settings.get(k) for k in diff]}, now {[settings.get(k) for k in diff]}"
+        )
+    state.stopped = None
+    seen = {Workflow.from_json(r["workflow"]).key() for r in state.rounds}
+
+    def record(round_, workflow, evaluation, parent, proposal, probs):
+        rec = {
+            "round": round_,
+            "parent": parent,
+            "modification": proposal.modification if proposal else "initial workflow",
+            "kind": proposal.kind if proposal else "initial",
+            "workflow": workflow.to_json(),
+            "scores": list(evaluation.scores),
+            "score": evaluation.mean,
+            "std": float(np.std(evaluation.scores)),
+            "failures": evaluation.failures,
+            "selection": {str(k): v for k, v in (probs or {}).items()},
+        }
+        state.rounds.append(rec)
+        seen.add(workflow.key())
+        if parent is not None:
+            before = state.rounds[parent - 1]["score"]
+            state.experience.setdefault(str(parent), []).append(
+                {
+                    "modification": rec["modification"],
+                    "kind": rec["kind"],
+                    "before": before,
+                    "after": rec["score"],
+                    "succeed": rec["score"] > before,
+                }
+            )
+        if run_dir is not None:
+            save_state(run_dir, state)
+        if on_round is not None:
+            on_round(rec, state)
+
+    if not state.rounds:
+        validate(initial)
+        _, key = _round_rng(config.seed, 1)
+        record(
+            1,
+            initial,
+            evaluate(key, initial, executor, problems, config.validation_runs),
+            None,
+            None,
+            None,
+        )
+
+    while len(state.rounds) < config.max_rounds:
+        if config.check_convergence:
+            fired = selection.converged(
+                [r["score"] for r in state.rounds],
+                [r["std"] for r in state.rounds],
+                top_k=config.top_k,
+                z=config.z,
+                consecutive=config.consecutive,
+            )
+            if fired is not None:
+                state.stopped = f"converged at round {fired}"
+                break
+        round_ = len(state.rounds) + 1
+        rng, key = _round_rng(config.seed, round_)
+        proposal, parent, probs = None, None, None
+        for _ in range(config.max_expansion_tries):
+            parent, probs = selection.select_round(
+                rng, state.scores(), sample=config.sample, alpha=config.alpha, lam=config.lam
+            )
+            experience = [
+                Experience(e["modification"], e["kind"], e["before"], e["after"])
+                for e in state.experience.get(str(parent), [])
+            ]
+            proposal = optimizer.propose(
+                rng,
+                state.workflow(parent),
+                parent_score=state.rounds[parent - 1]["score"],
+                experience=experience,
+                failures=state.rounds[parent - 1]["failures"],
+                is_duplicate=lambda w: w.key() in seen,
+            )
+            if proposal is not None:
+                break
+        if proposal is None:
+            state.stopped = f"no new modification after {config.max_expansion_tries} draws"
+            break
+        try:
+            child = validate(proposal.workflow)
+        except WorkflowError as e:
+            raise WorkflowError(f"round {round_} ({proposal.modification}): {e}") from None
+        evaluation = evaluate(key, child, executor, problems, config.validation_runs)
+        record(round_, child, evaluation, parent, proposal, probs)
+    if state.stopped is None:
+        state.stopped = f"round limit {config.max_rounds}"
+    if run_dir is not None:
+        save_state(run_dir, state)
+    return state
