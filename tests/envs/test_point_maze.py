@@ -68,6 +68,7 @@ def test_random_rollouts_never_enter_walls():
         ("point-maze", {"layout": ("###", "###")}, "layout"),
         ("point-maze", {"layout": ("#.", "#")}, "layout"),
         ("point-maze", {"goal": (9.0, 1.0)}, "goal"),
+        ("point-maze", {"goal": (0.5, 0.5)}, "goal"),  # inside the border wall
         ("point-mass-2d", {"goal": (0.0, 2.0)}, "goal"),
         ("point-mass-2d", {"size": 0.0}, "size"),
         ("point-mass-2d", {"max_steps": 0}, "max_steps"),
