@@ -3,6 +3,10 @@
 Registered names (see ``describe(name)`` for each one's options):
 
 * ``"point-mass"``: the tiny 1-D point mass of ``jaxlab.envs.point_mass`` (contract-test env).
+* ``"point-mass-2d"``: a 2-D point mass with continuous velocity actions in an open arena
+  (``jaxlab.envs.point_mass_2d``; skill discovery and SAC), ``info["xy"]`` its position.
+* ``"point-maze"``: the same point mass in a maze given by a small text layout
+  (``jaxlab.envs.point_maze``).
 * ``"kinetix-s"``, ``"kinetix-m"``, ``"kinetix-l"``: Kinetix at the paper's S/M/L sizes; the
   episode distribution is a level file (``level=PATH``), several files (``levels=[...]``, one
   drawn uniformly per episode), a ``reset_fn(key) -> EnvState``, or (default) the built-in demo
@@ -192,4 +196,60 @@ register(
         "auto_reset": "start a new episode when one ends (default True)",
     },
     test_options={"height": 6, "width": 6, "max_steps": 4},
+)
+
+
+_POINT_2D_OPTIONS = {
+    "auto_reset": "start a new episode when one ends (default True)",
+    "max_steps": "episode length (PointMass2DParams.max_steps, default 50)",
+    "goal": "(x, y) goal of the reward, inside the arena",
+}
+
+
+def _params_2d(env, max_steps, goal):
+    import numpy as np
+
+    from jaxlab.core.config import ConfigError
+    from jaxlab.envs.point_mass_2d import check_goal
+
+    params = env.default_params
+    if max_steps is not None:
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ConfigError("max_steps", max_steps, "an int >= 1")
+        params = params.replace(max_steps=max_steps)
+    if goal is not None:
+        low, high = env.observation_space().low.min(), env.observation_space().high.max()
+        params = params.replace(goal=check_goal(goal, float(low), float(high)))
+        if hasattr(env, "free") and not bool(env.is_free(np.asarray(params.goal, np.float32))):
+            raise ConfigError("goal", goal, "a point in a free cell of the maze (not in a wall)")
+    return params
+
+
+def _make_point_mass_2d(auto_reset=True, max_steps=None, goal=None, size=1.0):
+    from jaxlab.envs.point_mass_2d import PointMass2D
+
+    env = PointMass2D(size=size, auto_reset=auto_reset)
+    return env, _params_2d(env, max_steps, goal)
+
+
+def _make_point_maze(auto_reset=True, max_steps=None, goal=None, layout=None):
+    from jaxlab.envs.point_maze import U_MAZE, PointMaze
+
+    env = PointMaze(layout=U_MAZE if layout is None else layout, auto_reset=auto_reset)
+    return env, _params_2d(env, max_steps, goal)
+
+
+register(
+    "point-mass-2d",
+    "jaxlab.envs.registry:_make_point_mass_2d",
+    description="2-D point mass, Box(2) velocity actions in an open arena, Box(2) x-y obs",
+    options={**_POINT_2D_OPTIONS, "size": "arena half-width (default 1.0)"},
+    test_options={"max_steps": 5},
+)
+register(
+    "point-maze",
+    "jaxlab.envs.registry:_make_point_maze",
+    description="2-D point mass in a maze from a text layout ('#' wall, '.' free, 'S' start)",
+    options={**_POINT_2D_OPTIONS, "layout": "rows of '#', '.', 'S' (default: a small U-maze)"},
+    test_options={"max_steps": 5},
 )

@@ -15,6 +15,7 @@ NAMES: dict[str, str] = {
     "kinetix-ppo": "kinetix_ppo",
     "distill": "distill",
     "task-arithmetic": "task_arithmetic",
+    "sac": "sac",
     "dtsn": "dtsn",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -28,7 +28,11 @@ from env_probes import B, T, probe, tree_allclose
 from jaxlab import envs
 
 NAMES = envs.names()
-EAGER_CHECKED = [n for n in NAMES if n in ("point-mass", "kinetix-s", "kinetix-level")]
+EAGER_CHECKED = [
+    n
+    for n in NAMES
+    if n in ("point-mass", "point-mass-2d", "point-maze", "kinetix-s", "kinetix-level")
+]
 
 
 @pytest.fixture(scope="module", params=NAMES)

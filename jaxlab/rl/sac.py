@@ -1,0 +1,377 @@
+"""Soft actor-critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") as one pure program.
+
+``make_train(cfg)(key)`` runs ``cfg.total_env_steps`` environment steps of ``cfg.num_envs``
+vectorised envs through a single ``lax.scan``; each iteration (``make_iteration``) is
+
+1. act: ``a ~ pi(.|s)`` (uniform random actions for the first ``learning_starts`` iterations),
+   step every env (auto-reset), add ``(s, a, r, s', d)`` to the on-device replay buffer
+   (``jaxlab.rl.replay``; ``s'`` is ``info["final_observation"]``, ``d = 1 - terminated``, so a
+   time-limit truncation bootstraps);
+2. learn (once the buffer holds ``learning_starts * num_envs`` items): ``updates_per_iteration``
+   gradient steps, each on a fresh uniform batch:
+
+   * critics (eq. 5, twin Q with clipped double-Q): ``y = r + gamma d (min_i Qbar_i(s', a') -
+     alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')``; loss ``sum_i mean (Q_i(s, a) - y)^2``;
+   * actor (eq. 7/9): ``mean(alpha log pi(a|s) - min_i Q_i(s, a))``, ``a ~ pi(.|s)``
+     reparameterised through the tanh-squashed Gaussian (``rl.squashed_gaussian``);
+   * temperature (eq. 18): ``-mean(log alpha * (log pi(a|s) + target_entropy))``, default
+     ``target_entropy = -dim(A)``;
+   * targets (Polyak): ``theta_bar <- (1 - tau) theta_bar + tau theta``.
+
+Everything is a pure function of the key, so seeds vmap (``jax.vmap(make_train(cfg))(keys)``).
+``SACState`` is a pytree of arrays (networks, optimiser states, replay buffer, env states, key),
+so the shared checkpoint layer saves it whole and a resumed run is bit-identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from jaxlab import envs
+from jaxlab.core.config import ConfigError
+from jaxlab.envs.spaces import Box
+from jaxlab.rl.replay import ReplayConfig, make_replay
+from jaxlab.rl.squashed_gaussian import SquashedGaussianHead, sample_and_log_prob
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """Static SAC configuration (hashable).
+
+    Attributes:
+        env: registered env name (a 1-D ``Box`` action space in ``[-1, 1]``).
+        env_options: ``(name, value)`` pairs passed to ``envs.make``.
+        num_envs: parallel envs.
+        total_env_steps: env steps over all envs (``num_iterations = total // num_envs``).
+        buffer_size, batch_size: replay capacity and gradient batch.
+        learning_starts: iterations of uniform random actions before learning.
+        updates_per_iteration: gradient steps per iteration.
+        hidden: MLP widths of actor and critics.
+        actor_lr, critic_lr, alpha_lr: Adam learning rates.
+        gamma, tau: discount and Polyak rate.
+        init_alpha: initial temperature.
+        target_entropy: ``None`` -> ``-dim(A)``.
+    """
+
+    env: str = "point-mass-2d"
+    env_options: tuple[tuple[str, Any], ...] = ()
+    num_envs: int = 4
+    total_env_steps: int = 4000
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    learning_starts: int = 25
+    updates_per_iteration: int = 1
+    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 5e-3
+    init_alpha: float = 1.0
+    target_entropy: float | None = None
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_env_steps // self.num_envs
+
+
+class MLP(nn.Module):
+    """ReLU MLP torso."""
+
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x):
+        for i, w in enumerate(self.hidden):
+            x = nn.relu(nn.Dense(w, name=f"dense_{i}")(x))
+        return x
+
+
+class Actor(nn.Module):
+    """``obs -> tanh-squashed Gaussian`` over the action box ``[-1, 1]^d``."""
+
+    action_dim: int
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs):
+        return SquashedGaussianHead(self.action_dim)(MLP(self.hidden)(obs))
+
+
+class TwinCritic(nn.Module):
+    """Two independent ``Q(s, a)`` MLPs: ``[..., 2]``."""
+
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], axis=-1)
+        qs = [nn.Dense(1, name=f"q{i}_out")(MLP(self.hidden, name=f"q{i}")(x)) for i in range(2)]
+        return jnp.concatenate(qs, axis=-1)
+
+
+@struct.dataclass
+class SACState:
+    """The whole training state (a pytree of arrays)."""
+
+    actor: Any
+    critic: Any
+    target_critic: Any
+    log_alpha: Float[Array, ""]
+    actor_opt: Any
+    critic_opt: Any
+    alpha_opt: Any
+    buffer: Any
+    env_state: Any
+    obs: Float[Array, "n o"]
+    episode_return: Float[Array, " n"]
+    last_return: Float[Array, " n"]
+    key: PRNGKeyArray
+    iteration: Any
+
+
+def check_config(cfg: SACConfig) -> None:
+    """Raise ``ConfigError`` naming the first bad field."""
+    for f in ("num_envs", "total_env_steps", "batch_size", "updates_per_iteration"):
+        v = getattr(cfg, f)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f, v, "an int >= 1")
+    if cfg.total_env_steps < cfg.num_envs:
+        raise ConfigError("total_env_steps", cfg.total_env_steps, f">= num_envs ({cfg.num_envs})")
+    if (
+        isinstance(cfg.buffer_size, bool)
+        or not isinstance(cfg.buffer_size, int)
+        or (cfg.buffer_size < max(cfg.batch_size, cfg.num_envs))
+    ):
+        raise ConfigError(
+            "buffer_size", cfg.buffer_size, f">= batch_size ({cfg.batch_size}) and >= num_envs"
+        )
+    if not 0.0 <= cfg.gamma <= 1.0:
+        raise ConfigError("gamma", cfg.gamma, "a float in [0, 1]")
+    if not 0.0 < cfg.tau <= 1.0:
+        raise ConfigError("tau", cfg.tau, "a float in (0, 1]")
+    if not cfg.init_alpha > 0:
+        raise ConfigError("init_alpha", cfg.init_alpha, "a float > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SACParts:
+    """The compiled-program pieces: ``init(key) -> SACState``, ``iteration(state) -> (state,
+    metrics)``, one gradient step ``update(state, key) -> (state, metrics)`` (needs a buffer
+    that ``can_sample``), the env and networks."""
+
+    init: Callable[[PRNGKeyArray], SACState]
+    iteration: Callable[[SACState], tuple[SACState, dict]]
+    update: Callable[[SACState, PRNGKeyArray], tuple[SACState, dict]]
+    env: Any
+    env_params: Any
+    actor: Actor
+    critic: TwinCritic
+    replay: Any
+
+
+def make_parts(cfg: SACConfig) -> SACParts:
+    """Build SAC's ``init`` and one ``iteration`` (act + add + learn) for ``cfg``."""
+    check_config(cfg)
+    env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
+    space = env.action_space(env_params)
+    if not isinstance(space, Box) or len(space.shape) != 1:
+        raise ConfigError("env", cfg.env, "an env with a 1-D Box action space")
+    if not (np.all(space.low == -1.0) and np.all(space.high == 1.0)):
+        raise ConfigError("env", cfg.env, "an env whose actions lie in [-1, 1] (tanh-squashed)")
+    act_dim = int(space.shape[0])
+    obs_dim = int(np.prod(env.observation_space(env_params).shape))
+    target_entropy = -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
+    replay = make_replay(
+        ReplayConfig(cfg.buffer_size, cfg.batch_size, max(cfg.batch_size, cfg.num_envs))
+    )
+    actor, critic = Actor(act_dim, tuple(cfg.hidden)), TwinCritic(tuple(cfg.hidden))
+    actor_tx, critic_tx = optax.adam(cfg.actor_lr), optax.adam(cfg.critic_lr)
+    alpha_tx = optax.adam(cfg.alpha_lr)
+    n = cfg.num_envs
+
+    def init(key: PRNGKeyArray) -> SACState:
+        k_a, k_c, k_env, k_run = jax.random.split(key, 4)
+        dummy_o, dummy_a = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+        actor_p = actor.init(k_a, dummy_o)
+        critic_p = critic.init(k_c, dummy_o, dummy_a)
+        log_alpha = jnp.log(jnp.float32(cfg.init_alpha))
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(k_env, n), env_params
+        )
+        item = {
+            "obs": jnp.zeros((obs_dim,)),
+            "action": jnp.zeros((act_dim,)),
+            "reward": jnp.zeros(()),
+            "next_obs": jnp.zeros((obs_dim,)),
+            "discount": jnp.zeros(()),
+        }
+        return SACState(
+            actor=actor_p,
+            critic=critic_p,
+            target_critic=critic_p,
+            log_alpha=log_alpha,
+            actor_opt=actor_tx.init(actor_p),
+            critic_opt=critic_tx.init(critic_p),
+            alpha_opt=alpha_tx.init(log_alpha),
+            buffer=replay.init(item),
+            env_state=env_state,
+            obs=obs.reshape(n, obs_dim).astype(jnp.float32),
+            episode_return=jnp.zeros((n,)),
+            last_return=jnp.zeros((n,)),
+            key=k_run,
+            iteration=jnp.int32(0),
+        )
+
+    def update(state: SACState, key: PRNGKeyArray) -> tuple[SACState, dict]:
+        """One gradient step of critics, actor, temperature and targets."""
+        k_sample, k_next, k_pi = jax.random.split(key, 3)
+        b = replay.sample(state.buffer, k_sample).experience
+        alpha = jnp.exp(state.log_alpha)
+
+        next_pi = actor.apply(state.actor, b["next_obs"])
+        next_a, next_logp = sample_and_log_prob(next_pi, k_next)
+        q_next = critic.apply(state.target_critic, b["next_obs"], next_a).min(-1)
+        target = b["reward"] + cfg.gamma * b["discount"] * (q_next - alpha * next_logp)
+        target = jax.lax.stop_gradient(target)
+
+        def critic_loss(p):
+            q = critic.apply(p, b["obs"], b["action"])
+            return jnp.mean(jnp.sum((q - target[:, None]) ** 2, -1)), q.mean()
+
+        (c_loss, q_mean), c_grad = jax.value_and_grad(critic_loss, has_aux=True)(state.critic)
+        c_upd, critic_opt = critic_tx.update(c_grad, state.critic_opt, state.critic)
+        critic_p = optax.apply_updates(state.critic, c_upd)
+
+        def actor_loss(p):
+            a, logp = sample_and_log_prob(actor.apply(p, b["obs"]), k_pi)
+            q = critic.apply(critic_p, b["obs"], a).min(-1)
+            return jnp.mean(alpha * logp - q), logp
+
+        (a_loss, logp), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
+        a_upd, actor_opt = actor_tx.update(a_grad, state.actor_opt, state.actor)
+        actor_p = optax.apply_updates(state.actor, a_upd)
+
+        logp = jax.lax.stop_gradient(logp)
+
+        def alpha_loss(log_alpha):
+            return -jnp.mean(log_alpha * (logp + target_entropy))
+
+        al_loss, al_grad = jax.value_and_grad(alpha_loss)(state.log_alpha)
+        al_upd, alpha_opt = alpha_tx.update(al_grad, state.alpha_opt, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, al_upd)
+
+        target_p = optax.incremental_update(critic_p, state.target_critic, cfg.tau)
+        new = state.replace(
+            actor=actor_p,
+            critic=critic_p,
+            target_critic=target_p,
+            log_alpha=log_alpha,
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            alpha_opt=alpha_opt,
+        )
+        metrics = {
+            "critic_loss": c_loss,
+            "actor_loss": a_loss,
+            "alpha": jnp.exp(log_alpha),
+            "entropy": -logp.mean(),
+            "q": q_mean,
+        }
+        return new, metrics
+
+    zero_metrics = {
+        k: jnp.float32(0) for k in ("critic_loss", "actor_loss", "alpha", "entropy", "q")
+    }
+
+    def iteration(state: SACState) -> tuple[SACState, dict]:
+        key, k_act, k_rand, k_step, k_learn = jax.random.split(state.key, 5)
+        policy_a, _ = sample_and_log_prob(actor.apply(state.actor, state.obs), k_act)
+        random_a = jax.random.uniform(k_rand, (n, act_dim), minval=-1.0, maxval=1.0)
+        warm = state.iteration < cfg.learning_starts
+        action = jnp.where(warm, random_a, policy_a)
+        obs, env_state, reward, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(k_step, n), state.env_state, action, env_params
+        )
+        transition = {
+            "obs": state.obs,
+            "action": action,
+            "reward": reward.astype(jnp.float32),
+            "next_obs": info["final_observation"].reshape(n, obs_dim).astype(jnp.float32),
+            "discount": 1.0 - term.astype(jnp.float32),
+        }
+        buffer = replay.add(state.buffer, transition)
+        done = term | trunc
+        ep_ret = state.episode_return + reward
+        state = state.replace(
+            buffer=buffer,
+            env_state=env_state,
+            obs=obs.reshape(n, obs_dim).astype(jnp.float32),
+            episode_return=jnp.where(done, 0.0, ep_ret),
+            last_return=jnp.where(done, ep_ret, state.last_return),
+            key=key,
+            iteration=state.iteration + 1,
+        )
+
+        def learn(s):
+            s, m = jax.lax.scan(update, s, jax.random.split(k_learn, cfg.updates_per_iteration))
+            return s, jax.tree.map(lambda x: x[-1], m)
+
+        can = jnp.logical_and(~warm, replay.can_sample(buffer))
+        state, metrics = jax.lax.cond(can, learn, lambda s: (s, zero_metrics), state)
+        metrics = {**metrics, "episode_return": state.last_return.mean(), "learning": can}
+        return state, metrics
+
+    return SACParts(init, iteration, update, env, env_params, actor, critic, replay)
+
+
+def make_train(cfg: SACConfig) -> Callable[[PRNGKeyArray], tuple[SACState, dict]]:
+    """``train(key) -> (final_state, metrics [num_iterations])``: the whole run, pure and
+    vmappable over keys."""
+    parts = make_parts(cfg)
+
+    def train(key: PRNGKeyArray) -> tuple[SACState, dict]:
+        def body(state, _):
+            return parts.iteration(state)
+
+        return jax.lax.scan(body, parts.init(key), None, length=cfg.num_iterations)
+
+    return train
+
+
+def make_evaluate(parts: SACParts, episodes: int, steps: int):
+    """``evaluate(state, key) -> {"return", "success"}``: ``episodes`` rollouts of ``steps`` env
+    steps (one episode each) with the deterministic policy ``a = tanh(mu(s))``; ``return`` is the
+    mean episode return and ``success`` the fraction whose last step has ``info["success"]``."""
+    env, env_params, actor = parts.env, parts.env_params, parts.actor
+
+    def one(key, actor_params):
+        k_reset, k_steps = jax.random.split(key)
+        obs, s = env.reset(k_reset, env_params)
+
+        def body(carry, k):
+            obs, s = carry
+            a = jnp.tanh(actor.apply(actor_params, obs.reshape(1, -1)).distribution.mean()[0])
+            obs, s, r, _, _, info = env.step(k, s, a, env_params)
+            return (obs, s), (r, info.get("success", jnp.asarray(False)))
+
+        _, (r, success) = jax.lax.scan(body, (obs, s), jax.random.split(k_steps, steps))
+        return r.sum(), success[-1]
+
+    def evaluate(state: SACState, key: PRNGKeyArray) -> dict[str, Array]:
+        ret, success = jax.vmap(one, in_axes=(0, None))(
+            jax.random.split(key, episodes), state.actor
+        )
+        return {"return": ret.mean(), "success": success.astype(jnp.float32).mean()}
+
+    return evaluate
