@@ -127,22 +127,6 @@ def batch_spec(batch: Any, mesh: Mesh, batch_axes: tuple[str, ...] = ("data", "f
     return jax.tree.map(one, batch)
 
 
-def batch_constraint(mesh: Mesh, batch_axes: tuple[str, ...] = ("data", "fsdp", "expert")) -> Any:
-    """``x -> x`` constrained to be split along its leading (batch) axis over the mesh's
-    data-parallel axes: for recipes that sample their batch inside the train step (synthetic
-    data, RL), so the step runs data parallel. The identity on a one-device mesh."""
-    axes = tuple(a for a in batch_axes if mesh.shape.get(a, 1) > 1)
-    if not axes:
-        return lambda x: x
-    entry = axes[0] if len(axes) == 1 else axes
-
-    def constrain(x: Any) -> Any:
-        spec = PartitionSpec(entry, *([None] * (x.ndim - 1)))
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-
-    return constrain
-
-
 @dataclasses.dataclass
 class OpenRun:
     """A reopened run: its recipe, resolved config, parts for the mesh it was opened on, the

@@ -30,8 +30,7 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
-from jaxlab.core.run import batch_constraint
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 
@@ -139,7 +138,10 @@ class TeacherState:
 def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each step's batch is split over the data
     axes, the parameters are replicated)."""
-    spread = batch_constraint(mesh)
+
+    def spread(x):  # a batch made inside the step, split over the data axes
+        return constrain_leading(x, mesh)
+
     task, spec = cfg.task, cfg.teacher_spec()
     teacher = distill.ParityMLP(cfg.teacher_width)
     student = distill.ParityMLP(cfg.student_width)

@@ -27,8 +27,7 @@ import jax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.run import batch_constraint
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
 from jaxlab.rl.search import render, training
 from jaxlab.rl.search.training import LearnerConfig
 
@@ -56,7 +55,10 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
     """Data parallel over ``mesh``: each step's sampled transitions are split over the data axes;
     the parameters and the demonstrations are replicated."""
     learner = cfg.learner
-    spread = batch_constraint(mesh)
+
+    def spread(x):  # a batch made inside the step, split over the data axes
+        return constrain_leading(x, mesh)
+
     eval_fn = jax.jit(
         lambda params: training.evaluate(jax.random.key(cfg.eval_seed), params, learner)
     )

@@ -30,8 +30,7 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
-from jaxlab.core.run import batch_constraint
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
 from jaxlab.lm import task_arithmetic as ta
 
 RELATIONS = tuple(ta.RELATIONS)
@@ -78,7 +77,10 @@ class EditState:
 def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each fine-tuning batch is split over the
     data axes, the small state is replicated)."""
-    spread = batch_constraint(mesh)
+
+    def spread(x):  # a batch made inside the step, split over the data axes
+        return constrain_leading(x, mesh)
+
     ex = cfg.experiment
     alphas = jnp.asarray([ta.RELATIONS[r] for r in RELATIONS])
     # SGD keeps no state, so the traced learning rate only scales the update in train_step

@@ -256,7 +256,7 @@ def train_step(
     state: LearnerState, cfg: LearnerConfig, constrain: Callable[[Array], Array] | None = None
 ) -> tuple[LearnerState, dict[str, Array]]:
     """One Adam step on ``jax.grad`` of the method's objective. ``constrain`` (e.g.
-    ``jaxlab.core.run.batch_constraint(mesh)``) places every leaf of the sampled batch, so the
+    ``lambda x: jaxlab.core.sharding.constrain_leading(x, mesh)``) places every leaf of the sampled batch, so the
     step runs data parallel."""
     key, k_batch, k_search = jax.random.split(state.key, 3)
     batch = sample_batch(k_batch, state.data, cfg.batch_size)
