@@ -19,6 +19,7 @@ from jaxlab import envs
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
 from jaxlab.rl.sac import SACConfig, check_config, make_evaluate, make_parts
 
 
@@ -42,6 +43,7 @@ class SacRecipeConfig:
     tau: float = 0.01
     init_alpha: float = 0.1
     eval_episodes: int = 16
+    mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=2500, steps_per_call=50, log_every=250, eval_every=500, checkpoint_every=500
     )
@@ -76,8 +78,9 @@ class SacRecipeConfig:
 
 
 def build(cfg: SacRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
-    del mesh  # one device: the state is small and the env batch is tiny
-    parts = make_parts(cfg.sac())
+    """Data parallel over ``mesh``: every gradient step's replay batch is split over the data
+    axes; networks, optimizer states, the buffer and the env states are replicated."""
+    parts = make_parts(cfg.sac(), spread=lambda tree: constrain_leading(tree, mesh))
     evaluate = jax.jit(make_evaluate(parts, cfg.eval_episodes, cfg.max_steps))
 
     def train_step(state, batch):
@@ -91,6 +94,7 @@ def build(cfg: SacRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=parts.init,
         train_step=train_step,
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=host_evaluate,
         units_per_step=(cfg.num_envs, "env-step"),
     )

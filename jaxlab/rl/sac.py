@@ -180,7 +180,7 @@ class SACParts:
     replay: Any
 
 
-def make_parts(cfg: SACConfig) -> SACParts:
+def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SACParts:
     """Build SAC's ``init`` and one ``iteration`` (act + add + learn) for ``cfg``."""
     check_config(cfg)
     env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
@@ -237,6 +237,8 @@ def make_parts(cfg: SACConfig) -> SACParts:
         """One gradient step of critics, actor, temperature and targets."""
         k_sample, k_next, k_pi = jax.random.split(key, 3)
         b = replay.sample(state.buffer, k_sample).experience
+        if spread is not None:  # data parallel: the sampled batch split over the data axes
+            b = spread(b)
         alpha = jnp.exp(state.log_alpha)
 
         next_pi = actor.apply(state.actor, b["next_obs"])

@@ -47,3 +47,13 @@ def test_bad_config_names_the_field():
         RECIPE.config("tiny", ["buffer_size=4"])
     with pytest.raises(ConfigError, match="goal"):
         RECIPE.config("tiny", ["goal=[3.0,0.0]"])
+
+
+def test_replay_batch_data_parallel_equals_one_device():
+    """Each gradient step's replay batch split over 8 simulated devices: three SAC iterations
+    (learning starts at the second) equal one device, buffer and targets included."""
+    from jaxlab.core.testing import sharded_step_matches
+
+    sharded_step_matches(
+        RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=3, rtol=1e-4, atol=1e-5
+    )
