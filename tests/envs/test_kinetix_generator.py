@@ -277,7 +277,7 @@ def test_sample_filtered_levels_removes_levels_the_noop_solves():
     """32 filtered S levels (64 candidates) against 32 unfiltered ones, each rolled out with the
     no-op action for 32 steps: about a quarter of random levels solve themselves, the filtered
     ones never do (a solved candidate is kept with weight 0.001 against ~45 unsolved ones), and
-    they are still valid levels that differ from one another."""
+    they are still valid levels that differ from one another and step in the S env."""
     n, steps = 32, 32
     rollout = jax.jit(nf.noop_solved, static_argnames=("static_params", "n_steps"))
     with jax.numpy_rank_promotion("allow"):
@@ -298,6 +298,18 @@ def test_sample_filtered_levels_removes_levels_the_noop_solves():
         axis=1,
     )
     assert len({row.tobytes() for row in positions}) == n  # drawn without replacement
+    # the filtered levels load into the S env and step (the env tests' shared compiled rollout)
+    probe = kinetix_probe("s")
+    states = jax.tree.map(lambda x: jnp.asarray(x[:B]), filtered)
+    with jax.numpy_rank_promotion("allow"):
+        _, st, reward, _, _, _ = jax.device_get(probe.rollout(states, probe.actions(seed=7)))
+    first = jax.tree.map(lambda x: x[:, :3], st)  # before the time-limit reset
+    for x in jax.tree.leaves(first):
+        if np.issubdtype(np.asarray(x).dtype, np.floating):
+            assert np.all(np.isfinite(x))
+    assert np.all(np.isfinite(reward))
+    moved = np.abs(first.sim.polygon.position[:, 2] - np.asarray(states.sim.polygon.position))
+    assert moved.max() > 1e-3
 
 
 def test_sampler_arguments_are_validated():
