@@ -10,9 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decoding_toys import chi_square_pvalue
 
 from jaxlab.commands.generate import decoder_lm
-from jaxlab.decoding import arithmetic
+from jaxlab.decoding import arithmetic, tabulated
 from jaxlab.decoding.grammar import compile_grammar
 from jaxlab.decoding.length_bound import bound_length, distance_to_accept
 from jaxlab.decoding.potentials import BoolDFAPotential
@@ -288,3 +289,145 @@ def test_validation(task):
         )
     with pytest.raises(ValueError, match="max_tokens"):
         bound_length(arithmetic.grammar_condition(task), -1)
+
+
+# Exact enumeration for run_method: a 6-token LM whose terminator sits in the middle of the
+# vocabulary (so the renumbering to "EOS last" and back is exercised), depth 1, one digit, "+".
+ENUM_TOKENS = ("1", "2", "\n", "+", "(", ")")
+ENUM_TERMINATOR = 2
+ENUM_MAX_TOKENS = 4
+ENUM_LOW, ENUM_HIGH = 2, 3
+
+
+@pytest.fixture(scope="module")
+def enum_problem():
+    """Task, bigram table and the exact law of every sequence of <= 4 non-terminator tokens:
+    ``p(x) = p_LM(x · terminator | terminator)`` and the indicator of each potential."""
+    task = arithmetic.ExpressionTask(
+        ENUM_TOKENS,
+        terminator_id=ENUM_TERMINATOR,
+        max_tokens=ENUM_MAX_TOKENS,
+        max_depth=1,
+        max_digits=1,
+        operators="+",
+    )
+    # random logits plus a bias towards well-formed continuations (rows: previous token), so
+    # that the grammar (Z ~ 0.2) and the critic (Z ~ 0.1) keep enough plain LM samples
+    bias = np.zeros((6, 6))
+    bias[ENUM_TERMINATOR, [0, 1, 4]] = 2.0  # BOS -> digit or "("
+    bias[[0, 1], 3], bias[[0, 1], ENUM_TERMINATOR], bias[[0, 1], 5] = 2.0, 1.5, 1.0
+    bias[3, [0, 1, 4]] = bias[4, [0, 1]] = bias[5, [ENUM_TERMINATOR, 3]] = 2.0
+    noise = tabulated.random_table(jax.random.key(1, impl="rbg"), (6, 6), scale=0.5)
+    table = jnp.asarray(np.asarray(noise) + bias, jnp.float32)
+    probs = np.exp(np.asarray(table, np.float64))
+    probs /= probs.sum(axis=1, keepdims=True)
+    symbols = [i for i in range(6) if i != ENUM_TERMINATOR]
+    seqs, p_lm, grammar, semantic = [], [], [], []
+    for n in range(ENUM_MAX_TOKENS + 1):
+        for seq in itertools.product(symbols, repeat=n):
+            p, prev = 1.0, ENUM_TERMINATOR
+            for tok in (*seq, ENUM_TERMINATOR):
+                p, prev = p * probs[prev, tok], tok
+            value = reference_value("".join(ENUM_TOKENS[t] for t in seq), 1, 1)
+            seqs.append(seq)
+            p_lm.append(p)
+            grammar.append(value is not None)
+            semantic.append(value is not None and ENUM_LOW <= value <= ENUM_HIGH)
+    exact = {
+        "index": {s: i for i, s in enumerate(seqs)},
+        "p_lm": np.asarray(p_lm),
+        "grammar": np.asarray(grammar),
+        "semantic": np.asarray(semantic),
+    }
+    pots = arithmetic.build_potentials(task, ENUM_LOW, ENUM_HIGH, beta=0.0)
+    return task, table, pots, exact
+
+
+def run_enum(enum_problem, method, seeds, particles):
+    task, table, pots, _ = enum_problem
+    lm = tabulated.bigram_lm(6)
+    prompt = jnp.asarray([ENUM_TERMINATOR], jnp.int32)
+
+    @jax.jit
+    def run(keys, table, pots):
+        return jax.vmap(
+            lambda k: arithmetic.run_method(
+                k, lm, table, prompt, pots, task=task, method=method, num_particles=particles
+            )
+        )(keys)
+
+    keys = jax.random.split(jax.random.key(11, impl="rbg"), seeds)
+    return jax.device_get(run(keys, table, pots))
+
+
+def pooled_measure(result, index):
+    """``Σ_seeds Ẑ_s Σ_i W_si δ_{x_si}`` over the enumeration, normalised, and the ``Ẑ_s``:
+    the unnormalised particle measure of SMC/IS is unbiased for ``Z · g``, so pooling seeds by
+    their evidence converges to ``g`` for any fixed ``N``."""
+    measure = np.zeros(len(index))
+    log_w = np.asarray(result.log_weights, np.float64)
+    n = log_w.shape[1]
+    for s in range(log_w.shape[0]):
+        for i in range(n):
+            if np.isfinite(log_w[s, i]):
+                seq = tuple(int(t) for t in result.tokens[s, i, : result.lengths[s, i]])
+                measure[index[seq]] += np.exp(log_w[s, i]) / n
+    return measure / measure.sum(), np.exp(np.asarray(result.log_ml, np.float64))
+
+
+def assert_evidence(z_hat, z):
+    stderr = z_hat.std() / np.sqrt(z_hat.size)
+    assert abs(z_hat.mean() - z) < 4 * stderr + 1e-3 * z, (z_hat.mean(), z, stderr)
+
+
+def tv(a, b):
+    return 0.5 * float(np.abs(a / a.sum() - b / b.sum()).sum())
+
+
+def test_run_method_sample_draws_from_the_truncated_lm(enum_problem):
+    _, _, _, exact = enum_problem
+    result = run_enum(enum_problem, "sample", seeds=8, particles=500)
+    ended = np.isfinite(result.log_weights)
+    assert np.all(result.log_weights[ended] == 0.0)  # unweighted
+    counts = np.zeros(len(exact["index"]))
+    for s, i in zip(*np.nonzero(ended), strict=True):
+        counts[
+            exact["index"][tuple(int(t) for t in result.tokens[s, i, : result.lengths[s, i]])]
+        ] += 1
+    # plain LM sampling: no grammar, only the length limit (particles cut by it get -inf)
+    z_trunc = exact["p_lm"].sum()
+    assert 0.05 < 1 - z_trunc < 0.95
+    assert chi_square_pvalue(counts, exact["p_lm"]) > 1e-3
+    assert abs(ended.mean() - z_trunc) < 4 * np.sqrt(z_trunc * (1 - z_trunc) / ended.size)
+    assert counts[~exact["grammar"]].sum() > 0.3 * counts.sum()  # unconstrained: mostly junk
+
+
+def test_run_method_grammar_smc_targets_the_grammar_posterior(enum_problem):
+    _, _, _, exact = enum_problem
+    result = run_enum(enum_problem, "grammar_smc", seeds=256, particles=16)
+    target = exact["p_lm"] * exact["grammar"]
+    measure, z_hat = pooled_measure(result, exact["index"])
+    assert_evidence(z_hat, target.sum())
+    assert tv(measure, target) < 0.05, tv(measure, target)
+    # the critic is not part of this target: semantic failures keep their mass
+    assert measure[exact["grammar"] & ~exact["semantic"]].sum() > 0.3
+    assert np.all(measure[~exact["grammar"]] == 0.0)
+
+
+def test_run_method_rerank_weights_lm_samples_by_both_potentials(enum_problem):
+    _, _, _, exact = enum_problem
+    result = run_enum(enum_problem, "rerank", seeds=8, particles=500)
+    target = exact["p_lm"] * exact["semantic"]
+    z_hat = np.exp(np.asarray(result.log_ml, np.float64))
+    assert_evidence(z_hat, target.sum())
+    # LM samples weighted by Phi_eff · Phi_exp in {0, 1}: the survivors are draws from g
+    kept = np.isfinite(result.log_weights)
+    assert np.all(result.log_weights[kept] == 0.0)
+    counts = np.zeros(len(exact["index"]))
+    for s, i in zip(*np.nonzero(kept), strict=True):
+        counts[
+            exact["index"][tuple(int(t) for t in result.tokens[s, i, : result.lengths[s, i]])]
+        ] += 1
+    assert counts.sum() > 200
+    assert np.all(counts[~exact["semantic"]] == 0)
+    assert chi_square_pvalue(counts, target) > 1e-3

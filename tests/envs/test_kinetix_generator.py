@@ -272,6 +272,46 @@ def test_noop_filter_down_weights_levels_the_noop_solves():
         nf.filter_levels(jax.random.key(0), cands, 9, S_SIZE)
 
 
+@pytest.mark.slow
+def test_sample_filtered_levels_removes_levels_the_noop_solves():
+    """32 filtered S levels (64 candidates) against 32 unfiltered ones, each rolled out with the
+    no-op action for 32 steps: about a quarter of random levels solve themselves, the filtered
+    ones never do (a solved candidate is kept with weight 0.001 against ~45 unsolved ones), and
+    they are still valid levels that differ from one another and step in the S env."""
+    n, steps = 32, 32
+    rollout = jax.jit(nf.noop_solved, static_argnames=("static_params", "n_steps"))
+    with jax.numpy_rank_promotion("allow"):
+        unfiltered = gen.sample_levels(jax.random.key(5), n, S_SIZE)
+        filtered = nf.sample_filtered_levels(jax.random.key(6), n, S_SIZE, n_steps=steps)
+        solved_unfiltered = np.asarray(rollout(unfiltered, S_SIZE, n_steps=steps))
+        solved_filtered = np.asarray(rollout(filtered, S_SIZE, n_steps=steps))
+    assert solved_unfiltered.sum() >= 3, solved_unfiltered.mean()
+    assert solved_filtered.sum() == 0
+    filtered = jax.device_get(filtered)
+    roles = _roles(filtered)
+    assert np.all((roles == 1).sum(1) == 1) and np.all((roles == 2).sum(1) == 1)
+    positions = np.concatenate(
+        [
+            np.asarray(filtered.sim.polygon.position).reshape(n, -1),
+            np.asarray(filtered.sim.circle.position).reshape(n, -1),
+        ],
+        axis=1,
+    )
+    assert len({row.tobytes() for row in positions}) == n  # drawn without replacement
+    # the filtered levels load into the S env and step (the env tests' shared compiled rollout)
+    probe = kinetix_probe("s")
+    states = jax.tree.map(lambda x: jnp.asarray(x[:B]), filtered)
+    with jax.numpy_rank_promotion("allow"):
+        _, st, reward, _, _, _ = jax.device_get(probe.rollout(states, probe.actions(seed=7)))
+    first = jax.tree.map(lambda x: x[:, :3], st)  # before the time-limit reset
+    for x in jax.tree.leaves(first):
+        if np.issubdtype(np.asarray(x).dtype, np.floating):
+            assert np.all(np.isfinite(x))
+    assert np.all(np.isfinite(reward))
+    moved = np.abs(first.sim.polygon.position[:, 2] - np.asarray(states.sim.polygon.position))
+    assert moved.max() > 1e-3
+
+
 def test_sampler_arguments_are_validated():
     with pytest.raises(ValueError, match="n="):
         gen.sample_levels(jax.random.key(0), 0, S_SIZE)

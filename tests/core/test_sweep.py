@@ -1,0 +1,74 @@
+"""``core.sweep.summarize`` and ``format_table`` against hand-computed means and deviations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jaxlab.core import sweep
+
+
+def rows():
+    # two points of the swept key ``lr``; three seeds at 0.1, two at 0.2; ``run_dir`` is not a metric
+    return [
+        {"lr": 0.1, "seed": 0, "run_dir": "a", "eval/acc": 0.5, "ce_loss": 2.0},
+        {"lr": 0.1, "seed": 1, "run_dir": "b", "eval/acc": 0.7, "ce_loss": 4.0},
+        {"lr": 0.1, "seed": 2, "run_dir": "c", "eval/acc": 0.9, "ce_loss": 9.0},
+        {"lr": 0.2, "seed": 0, "run_dir": "d", "eval/acc": 0.25, "ce_loss": 1.0},
+        {"lr": 0.2, "seed": 1, "run_dir": "e", "eval/acc": 0.75, "ce_loss": 3.0},
+    ]
+
+
+def test_summarize_gives_mean_and_population_std_per_point():
+    summary = sweep.summarize(rows(), ["lr"])
+    assert [s["lr"] for s in summary] == [0.1, 0.2]
+    first, second = summary
+    assert set(first) == {"lr", "seeds", "eval/acc", "eval/acc_std", "ce_loss", "ce_loss_std"}
+    assert first["seeds"] == 3 and second["seeds"] == 2
+    # by hand: mean(0.5, 0.7, 0.9) = 0.7, std = sqrt((0.04 + 0 + 0.04) / 3)
+    assert first["eval/acc"] == pytest.approx(0.7)
+    assert first["eval/acc_std"] == pytest.approx(math.sqrt(0.08 / 3))
+    # mean(2, 4, 9) = 5, deviations -3, -1, 4 -> std = sqrt(26 / 3)
+    assert first["ce_loss"] == pytest.approx(5.0)
+    assert first["ce_loss_std"] == pytest.approx(math.sqrt(26 / 3))
+    assert second["eval/acc"] == pytest.approx(0.5)
+    assert second["eval/acc_std"] == pytest.approx(0.25)
+    assert second["ce_loss"] == pytest.approx(2.0) and second["ce_loss_std"] == pytest.approx(1.0)
+
+
+def test_summarize_groups_by_every_swept_key():
+    data = [{**r, "wd": r["seed"] % 2} for r in rows()]
+    summary = sweep.summarize(data, ["lr", "wd"])
+    by_point = {(s["lr"], s["wd"]): s for s in summary}
+    assert set(by_point) == {(0.1, 0), (0.1, 1), (0.2, 0), (0.2, 1)}
+    assert by_point[(0.1, 0)]["seeds"] == 2
+    assert by_point[(0.1, 0)]["ce_loss"] == pytest.approx(5.5)  # seeds 0 and 2: (2 + 9) / 2
+    assert by_point[(0.1, 0)]["ce_loss_std"] == pytest.approx(3.5)
+    assert by_point[(0.1, 1)]["ce_loss_std"] == 0.0
+
+
+def test_format_table_prints_mean_plus_minus_std_eval_metrics_first():
+    summary = sweep.summarize(rows(), ["lr"])
+    table = sweep.format_table(summary, ["lr"])
+    lines = table.rstrip("\n").split("\n")
+    assert lines[0].split() == ["lr", "seeds", "eval/acc", "ce_loss"]
+    assert lines[1].split() == [
+        "0.1",
+        "3",
+        f"0.7±{math.sqrt(0.08 / 3):.2g}",
+        f"5±{math.sqrt(26 / 3):.2g}",
+    ]
+    assert lines[2].split() == ["0.2", "2", "0.5±0.25", "2±1"]
+    assert sweep.format_table(summary, ["lr"], max_metrics=1).split("\n")[0].split() == [
+        "lr",
+        "seeds",
+        "eval/acc",
+    ]
+    nan = [{"lr": 0.1, "seed": 0, "ce_loss": float("nan")}]
+    assert sweep.format_table(sweep.summarize(nan, ["lr"]), ["lr"]).split("\n")[1].split() == [
+        "0.1",
+        "1",
+        "nan",
+    ]
+    assert sweep.format_table([], ["lr"]) == "(no points)\n"
