@@ -58,6 +58,12 @@ def emit(record: dict | None = None, **fields) -> dict:
     return row
 
 
+def emit_rate(what: str, size: dict, compile_s: float, time_s: float, rate: float, unit: str, **kw):
+    """:func:`emit` of the house row ``what, size, compile_s, time_s, rate, unit`` (+ extras)."""
+    return emit(what=what, size=size, compile_s=round(compile_s, 4), time_s=round(time_s, 5),
+                rate=round(rate, 3), unit=unit, **kw)  # fmt: skip
+
+
 def steady_rate(step: Callable, carry, args: tuple, seconds: float) -> tuple[float, int, object]:
     """Call ``carry = step(carry, *args)`` once untimed, then until ``seconds`` pass (at least
     twice). Returns ``(elapsed seconds, timed calls, final carry)``."""
@@ -125,3 +131,34 @@ def run_peer(script: str, args: list[str], label: str) -> list[dict]:
         print(f"# peer failed for {label}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
         return []
     return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+
+
+def compile_timed(fn, *args):
+    """``(compiled, compile seconds)`` of ``jax.jit(fn)`` lowered for ``args``."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def wall_cpu(fns: dict[str, tuple[Callable, tuple]], reps: int) -> dict[str, tuple]:
+    """Best-of-``reps`` wall and CPU seconds and mean wall and CPU seconds per call, for each
+    compiled ``name -> (fn, args)``; calls interleaved round-robin after one warm-up each.
+
+    CPU seconds = process CPU time of all threads. On a shared machine they are the robust cost
+    measure (wall time includes waiting for a core); the *mean* CPU time is the one to compare:
+    the kernel charges CPU time of the XLA worker threads lazily (at scheduler ticks), so a single
+    short call can read well below its true cost and the best-of-``reps`` CPU time is biased low.
+    Interleaving exposes all variants to the same machine load, so their ratios stay meaningful.
+    """
+    for fn, args in fns.values():
+        jax.block_until_ready(fn(*args))  # warm-up
+    best = {name: (float("inf"), float("inf")) for name in fns}
+    total = {name: (0.0, 0.0) for name in fns}
+    for _ in range(reps):
+        for name, (fn, args) in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn(*args))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+            total[name] = (total[name][0] + wall, total[name][1] + cpu)
+    return {name: (*best[name], total[name][0] / reps, total[name][1] / reps) for name in fns}

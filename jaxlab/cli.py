@@ -272,7 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=v1,v2")
     s.set_defaults(fn=cmd_sweep)
 
-    s = sub.add_parser("bench", help="run the benchmark jaxlab.benchmarks.bench_AREA (benchmarks/ in a checkout; JSON lines)")
+    s = sub.add_parser(
+        "bench",
+        help="run the benchmark jaxlab.benchmarks.bench_AREA (benchmarks/ in a checkout; JSON lines)",
+    )
     s.add_argument("area")
     s.add_argument("extra", nargs=argparse.REMAINDER)
     s.set_defaults(fn=cmd_bench)

@@ -1,6 +1,5 @@
 """Checkpoints: state + grain iterator round trip, config compatibility, restore onto another mesh."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
