@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The headline measurements at accelerator sizes, in under 8 minutes on one GPU, as JSON lines.
 #
-#   bash benchmarks/accelerator.sh [--out DIR] [--smoke] [--no-peer]
+#   bash benchmarks/accelerator.sh [--out DIR] [--smoke] [--no-peer] [--only STEP,STEP]
 #
 # Steps (each a `python -m jaxlab.benchmarks.<module>` with its own time limit; the limits add
 # up to 450 s, so a slow step is cut off rather than the whole run overrunning):
@@ -15,6 +15,7 @@
 # (benchmarks/peers/.venv-kinetix, or JAXLAB_PEER_PYTHON) when that venv exists and its JAX sees
 # the same kind of device; otherwise the reason is written to DIR/summary.jsonl.
 # --smoke: tiny sizes on the CPU (a check that every step runs; a minute or two on a free CPU).
+# --only: run just these steps (names as above).
 # Output: DIR/<step>.jsonl (the benchmark's lines), DIR/<step>.err, DIR/summary.jsonl (one line
 # per step: rc, wall seconds, lines written). DIR defaults to runs/accelerator-<UTC time>.
 set -uo pipefail
@@ -24,12 +25,14 @@ PY="${PYTHON:-python3}"
 OUT="runs/accelerator-$(date -u +%Y%m%dT%H%M%SZ)"
 SMOKE=0
 PEER=1
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --no-peer) PEER=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --only) ONLY=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "accelerator.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +74,7 @@ fi
 
 step() {  # step NAME LIMIT_S MODULE ARGS...
   local name="$1" limit="$2" module="$3"; shift 3
+  if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then return; fi
   local t0=$SECONDS
   echo "[accelerator] $name: $module $* (limit ${limit}s)" >&2
   timeout "$limit" "$PY" -m "jaxlab.benchmarks.$module" "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.err"
@@ -84,14 +88,14 @@ if [ "$SMOKE" = 1 ]; then
   step physics 120 bench_physics --sizes s --n 2 --seconds 0.1 --no-peer
   step env 120 bench_kinetix --sizes s --n 2 --obs flat --seconds 0.1 --no-peer
   step ppo 180 bench_ppo --train --sizes s --nets mlp --envs 8 --updates 1
-  step moe 120 bench_moe --seq 32 --d-model 16 --expert-ff 8 --experts 4 --topk 2 --modes fwd --reps 1
+  step moe 120 bench_moe --seq 32 --tokens 64 --d-model 16 --expert-ff 8 --experts 4 --topk 2 --modes fwd --reps 1
   step sampler 120 bench_diffusion --only samplers --quick
   step lm 120 bench_core --quick
 else
   step physics 90 bench_physics --sizes s,m,l --n 4096,16384,65536 --seconds 1.5 $PEER_ARG
   step env 90 bench_kinetix --sizes s,m,l --n 4096,16384,65536 --obs flat --seconds 1.5 $PEER_ARG
   step ppo 120 bench_ppo --train --sizes m --nets mlp,transformer --envs 2048,8192 --updates 2
-  step moe 60 bench_moe --seq 8192 --d-model 1024 --expert-ff 512 --experts 64 --topk 8 --modes fwd,train
+  step moe 60 bench_moe --seq 2048 --tokens 32768 --d-model 1024 --expert-ff 512 --experts 64 --topk 8 --modes fwd,train
   step sampler 45 bench_diffusion --only samplers
   step lm 45 bench_core --steps 40
 fi
