@@ -4,10 +4,10 @@
 #   bash benchmarks/accelerator.sh [--out DIR] [--smoke] [--no-peer] [--only STEP,STEP]
 #
 # Steps (each a `python -m jaxlab.benchmarks.<module>` with its own time limit; the limits add
-# up to 450 s, so a slow step is cut off rather than the whole run overrunning):
+# up to 460 s, so a slow step is cut off rather than the whole run overrunning):
 #   physics   engine steps/s, S/M/L levels, 4k/16k/64k parallel scenes     (bench_physics)
 #   env       Kinetix env steps/s (flat obs), S/M/L, 4k/16k/64k envs        (bench_kinetix)
-#   ppo       PPO env-steps/s, MLP and transformer, M level, 2048/8192 envs (bench_ppo --train)
+#   ppo       PPO env-steps/s, MLP and transformer, M level, 2048 envs      (bench_ppo --train)
 #   moe       OLMoE layer vs the dense SwiGLU of equal active parameters   (bench_moe)
 #   sampler   diffusion sampler throughput (samples/s per NFE)             (bench_diffusion)
 #   lm        lm-tiny train step, tiny and default presets, K = 1 and 10    (bench_core)
@@ -87,14 +87,14 @@ step() {  # step NAME LIMIT_S MODULE ARGS...
 if [ "$SMOKE" = 1 ]; then
   step physics 120 bench_physics --sizes s --n 2 --seconds 0.1 --no-peer
   step env 120 bench_kinetix --sizes s --n 2 --obs flat --seconds 0.1 --no-peer
-  step ppo 180 bench_ppo --train --sizes s --nets mlp --envs 8 --updates 1
+  step ppo 300 bench_ppo --train --sizes s --nets mlp --envs 8 --updates 1
   step moe 120 bench_moe --seq 32 --tokens 64 --d-model 16 --expert-ff 8 --experts 4 --topk 2 --modes fwd --reps 1
   step sampler 120 bench_diffusion --only samplers --quick
   step lm 120 bench_core --quick
 else
-  step physics 90 bench_physics --sizes s,m,l --n 4096,16384,65536 --seconds 1.5 $PEER_ARG
-  step env 90 bench_kinetix --sizes s,m,l --n 4096,16384,65536 --obs flat --seconds 1.5 $PEER_ARG
-  step ppo 120 bench_ppo --train --sizes m --nets mlp,transformer --envs 2048,8192 --updates 2
+  step physics 80 bench_physics --sizes s,m,l --n 4096,16384,65536 --seconds 1.5 $PEER_ARG
+  step env 80 bench_kinetix --sizes s,m,l --n 4096,16384,65536 --obs flat --seconds 1.5 $PEER_ARG
+  step ppo 150 bench_ppo --train --sizes m --nets mlp,transformer --envs 2048 --updates 2
   step moe 60 bench_moe --seq 2048 --tokens 32768 --d-model 1024 --expert-ff 512 --experts 64 --topk 8 --modes fwd,train
   step sampler 45 bench_diffusion --only samplers
   step lm 45 bench_core --steps 40
