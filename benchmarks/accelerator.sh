@@ -14,7 +14,8 @@
 # Side by side: bench_physics / bench_kinetix also run the original Jax2D / Kinetix
 # (benchmarks/peers/.venv-kinetix, or JAXLAB_PEER_PYTHON) when that venv exists and its JAX sees
 # the same kind of device; otherwise the reason is written to DIR/summary.jsonl.
-# --smoke: tiny sizes on the CPU (a check that every step runs; a minute or two on a free CPU).
+# --smoke: tiny sizes on the CPU (a check that every step runs: compile-bound, a few minutes on 2
+# free cores; the limits are generous because a loaded machine compiles several times slower).
 # --only: run just these steps (names as above).
 # Output: DIR/<step>.jsonl (the benchmark's lines), DIR/<step>.err, DIR/summary.jsonl (one line
 # per step: rc, wall seconds, lines written). DIR defaults to runs/accelerator-<UTC time>.
@@ -89,7 +90,7 @@ if [ "$SMOKE" = 1 ]; then
   step env 120 bench_kinetix --sizes s --n 2 --obs flat --seconds 0.1 --no-peer
   step ppo 300 bench_ppo --train --sizes s --nets mlp --envs 8 --updates 1
   step moe 120 bench_moe --seq 32 --tokens 64 --d-model 16 --expert-ff 8 --experts 4 --topk 2 --modes fwd --reps 1
-  step sampler 120 bench_diffusion --only samplers --quick
+  step sampler 300 bench_diffusion --only samplers --quick
   step lm 120 bench_core --quick
 else
   step physics 80 bench_physics --sizes s,m,l --n 4096,16384,65536 --seconds 1.5 $PEER_ARG
