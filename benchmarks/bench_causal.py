@@ -17,11 +17,12 @@ Timings on a shared 2-core CPU are noisy. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
+from jaxlab.benchmarks.harness import emit
+from jaxlab.benchmarks.harness import emit_rate as _emit
 
 from jaxlab.causal.cdis import cdis_core, interventional_fci_baseline
 from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI, make_test
@@ -34,29 +35,6 @@ from jaxlab.causal.scm import (
     sample_datasets,
     standardize_selection,
 )
-
-
-def _device() -> str:
-    d = jax.devices()[0]
-    return f"{d.platform}:{d.device_kind}"
-
-
-def _emit(what, size, compile_s, time_s, rate, unit, **kw):
-    print(
-        json.dumps(
-            dict(
-                what=what,
-                size=size,
-                device=_device(),
-                compile_s=round(compile_s, 4),
-                time_s=round(time_s, 5),
-                rate=round(rate, 2),
-                unit=unit,
-                **kw,
-            )
-        ),
-        flush=True,
-    )
 
 
 def _triples(rng, d, q, max_s):
@@ -238,31 +216,26 @@ def bench_accuracy(quick: bool, tests_kind: tuple[str, ...], num_seeds: int):
         el = time.perf_counter() - t0
         for method, vals in rows.items():
             v = np.array(vals)
-            print(
-                json.dumps(
-                    dict(
-                        what="directed_edge_accuracy",
-                        method=method,
-                        test=kind,
-                        size={
-                            "d": 10,
-                            "n": n if kind != "oracle" else None,
-                            "seeds": len(seeds),
-                            "selection": 2,
-                            "interventions": 2,
-                        },
-                        precision=round(float(np.nanmean(v[:, 0])), 3),
-                        seeds_with_directed_edges=int(np.isfinite(v[:, 0]).sum()),
-                        recall=round(float(v[:, 1].mean()), 3),
-                        f1=round(float(v[:, 2].mean()), 3),
-                        shd=round(float(v[:, 3].mean()), 2),
-                        precision_se=round(
-                            float(np.nanstd(v[:, 0]) / np.sqrt(np.isfinite(v[:, 0]).sum())), 3
-                        ),
-                        time_s=round(el, 1),
-                    )
+            emit(
+                what="directed_edge_accuracy",
+                method=method,
+                test=kind,
+                size={
+                    "d": 10,
+                    "n": n if kind != "oracle" else None,
+                    "seeds": len(seeds),
+                    "selection": 2,
+                    "interventions": 2,
+                },
+                precision=round(float(np.nanmean(v[:, 0])), 3),
+                seeds_with_directed_edges=int(np.isfinite(v[:, 0]).sum()),
+                recall=round(float(v[:, 1].mean()), 3),
+                f1=round(float(v[:, 2].mean()), 3),
+                shd=round(float(v[:, 3].mean()), 2),
+                precision_se=round(
+                    float(np.nanstd(v[:, 0]) / np.sqrt(np.isfinite(v[:, 0]).sum())), 3
                 ),
-                flush=True,
+                time_s=round(el, 1),
             )
 
 
@@ -293,17 +266,12 @@ def bench_fci_parity(quick: bool):
             same_skel += np.array_equal(ours != 0, ref != 0)
             same_pag += np.array_equal(ours, ref)
             diff_marks.append(int((ours != ref).sum()))
-        print(
-            json.dumps(
-                dict(
-                    what="fci_vs_causallearn",
-                    size={"d": 8, "n": n, "seeds": len(seeds)},
-                    same_skeleton=same_skel,
-                    same_pag=same_pag,
-                    mean_differing_marks=round(float(np.mean(diff_marks)), 2),
-                )
-            ),
-            flush=True,
+        emit(
+            what="fci_vs_causallearn",
+            size={"d": 8, "n": n, "seeds": len(seeds)},
+            same_skeleton=same_skel,
+            same_pag=same_pag,
+            mean_differing_marks=round(float(np.mean(diff_marks)), 2),
         )
 
 

@@ -1,17 +1,18 @@
 """lm-tiny training throughput on this machine: compile time, steps/s and tokens/s, with K = 1
 (one host dispatch per step) and K > 1 steps fused into one call by the loop's ``lax.scan``.
 
-Prints one JSON line per measurement. Usage: ``python benchmarks/bench_core.py [--steps N]``.
+Prints one JSON line per measurement. Usage: ``python benchmarks/bench_core.py [--steps N] [--quick]``
+(``--quick``: the tiny preset only, K in {1, 4}, 8 steps: a check that it runs, in well under a minute).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
+from jaxlab.benchmarks.harness import device, emit
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
@@ -54,7 +55,7 @@ def measure(cfg, k: int, calls: int) -> dict:
             "seq": cfg.data.seq_len,
         },
         "steps_per_call": k,
-        "device": jax.devices()[0].platform,
+        "device": device(),
         "compile_s": round(compile_s, 3),
         "time_s": round(dt, 3),
         "steps_per_s": round(steps / dt, 2),
@@ -65,23 +66,24 @@ def measure(cfg, k: int, calls: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--quick", action="store_true", help="tiny preset, K in {1, 4}, 8 steps")
     args = ap.parse_args()
     recipe = recipe_lib.get("lm-tiny")
-    presets = {
-        "tiny": recipe.config("tiny"),
-        "default": recipe.config(None),
-    }
+    presets = {"tiny": recipe.config("tiny")}
+    if not args.quick:
+        presets["default"] = recipe.config(None)
+    steps, ks = (8, (1, 4)) if args.quick else (args.steps, (1, 10))
     for name, cfg in presets.items():
         cfg = C.replace(cfg, **{"mesh.data": 1})
         base = None
-        for k in (1, 10):
-            row = measure(cfg, k, max(1, args.steps // k))
+        for k in ks:
+            row = measure(cfg, k, max(1, steps // k))
             row["preset"] = name
             if k == 1:
                 base = row["steps_per_s"]
             else:
                 row["speedup_vs_k1"] = round(row["steps_per_s"] / base, 3)
-            print(json.dumps(row), flush=True)
+            emit(row)
 
 
 if __name__ == "__main__":

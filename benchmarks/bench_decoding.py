@@ -24,34 +24,15 @@ Usage: ``python benchmarks/bench_decoding.py [--quick]``.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import emit, timed
 
 from jaxlab.decoding import generate, potentials, sampling, smc, speculative, tabulated
 from jaxlab.decoding.interface import CausalLM
-
-
-def device() -> str:
-    dev = jax.devices()[0]
-    return f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
-
-
-def timed(fn, *args, repeats: int = 3):
-    """``(compile_s, best wall seconds over repeats, output)`` of a jitted function."""
-    t0 = time.perf_counter()
-    compiled = fn.lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    out = jax.block_until_ready(compiled(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        best = min(best, time.perf_counter() - t0)
-    return compile_s, best, out
 
 
 def costly_bigram_lm(vocab: int) -> CausalLM:
@@ -91,7 +72,7 @@ def bench_speculative(args) -> None:
         lambda k, tp: generate.generate(k, target, tp, prompt, lengths, max_len=max_len)
     )
     base_args = (jax.random.key(1), target_params)
-    compile_s, base_time, out = timed(base_fn, *base_args, repeats=args.repeats)
+    compile_s, base_time, out, _ = timed(base_fn, *base_args, repeats=args.repeats)
     base_compiled = base_fn.lower(*base_args).compile()
     size = {
         "vocab": vocab,
@@ -100,20 +81,16 @@ def bench_speculative(args) -> None:
         "width": args.width,
         "layers": args.layers,
     }
-    print(
-        json.dumps(
-            {
-                "what": "target_only_decode",
-                "size": size,
-                "device": device(),
-                "compile_s": round(compile_s, 3),
-                "time_s": round(base_time, 4),
-                "rate": round(new_tokens / base_time, 1),
-                "unit": "tokens/s",
-                "target_calls_per_token": float(np.mean(np.asarray(out.num_calls))) / (max_len - 1),
-            }
-        ),
-        flush=True,
+    emit(
+        {
+            "what": "target_only_decode",
+            "size": size,
+            "compile_s": round(compile_s, 3),
+            "time_s": round(base_time, 4),
+            "rate": round(new_tokens / base_time, 1),
+            "unit": "tokens/s",
+            "target_calls_per_token": float(np.mean(np.asarray(out.num_calls))) / (max_len - 1),
+        }
     )
 
     for weight in args.draft_noise:
@@ -145,28 +122,24 @@ def bench_speculative(args) -> None:
                 t = min(t, time.perf_counter() - t0)
                 cpu = min(cpu, time.process_time() - c0)
             stats = out.stats
-            print(
-                json.dumps(
-                    {
-                        "what": "speculative_decode",
-                        "size": {**size, "gamma": gamma},
-                        "draft_noise_weight": weight,
-                        "device": device(),
-                        "compile_s": round(compile_s, 3),
-                        "time_s": round(t, 4),
-                        "rate": round(new_tokens / t, 1),
-                        "unit": "tokens/s",
-                        "target_only_time_s": round(local_base, 4),
-                        "wall_speedup": round(local_base / t, 3),
-                        "cpu_s": round(cpu, 4),
-                        "target_only_cpu_s": round(cpu_base, 4),
-                        "cpu_speedup": round(cpu_base / cpu, 3),
-                        "target_calls_per_token": round(1 / float(stats.tokens_per_target_call), 4),
-                        "acceptance_rate": round(float(stats.acceptance_rate), 4),
-                        "mean_accepted_length": round(float(stats.mean_accepted_length), 4),
-                    }
-                ),
-                flush=True,
+            emit(
+                {
+                    "what": "speculative_decode",
+                    "size": {**size, "gamma": gamma},
+                    "draft_noise_weight": weight,
+                    "compile_s": round(compile_s, 3),
+                    "time_s": round(t, 4),
+                    "rate": round(new_tokens / t, 1),
+                    "unit": "tokens/s",
+                    "target_only_time_s": round(local_base, 4),
+                    "wall_speedup": round(local_base / t, 3),
+                    "cpu_s": round(cpu, 4),
+                    "target_only_cpu_s": round(cpu_base, 4),
+                    "cpu_speedup": round(cpu_base / cpu, 3),
+                    "target_calls_per_token": round(1 / float(stats.tokens_per_target_call), 4),
+                    "acceptance_rate": round(float(stats.acceptance_rate), 4),
+                    "mean_accepted_length": round(float(stats.mean_accepted_length), 4),
+                }
             )
 
 
@@ -218,39 +191,33 @@ def bench_cascades(args) -> None:
             for alpha in alphas:
                 rule = speculative.cascade_rule(name, alpha)
                 if compile_s is None:
-                    compile_s, _, _ = timed(run, jax.random.key(4), rule, params, repeats=0)
+                    compile_s, _, _, _ = timed(run, jax.random.key(4), rule, params, repeats=0)
                 t0 = time.perf_counter()
                 agreement, log_lik, stats = jax.block_until_ready(
                     run(jax.random.key(4), rule, params)
                 )
                 t = time.perf_counter() - t0
-                print(
-                    json.dumps(
-                        {
-                            "what": "cascade_cost_quality",
-                            "rule": name,
-                            "alpha": alpha,
-                            "temperature": temperature,
-                            "size": {
-                                "vocab": vocab,
-                                "batch": batch,
-                                "max_len": max_len,
-                                "gamma": gamma,
-                            },
-                            "device": device(),
-                            "compile_s": round(compile_s, 3),
-                            "time_s": round(t, 4),
-                            "rate": round(batch * (max_len - 1) / t, 1),
-                            "unit": "tokens/s",
-                            "target_calls_per_token": round(
-                                1 / float(stats.tokens_per_target_call), 4
-                            ),
-                            "acceptance_rate": round(float(stats.acceptance_rate), 4),
-                            "agreement_with_truth": round(float(agreement), 4),
-                            "loglik_truth": round(float(log_lik), 4),
-                        }
-                    ),
-                    flush=True,
+                emit(
+                    {
+                        "what": "cascade_cost_quality",
+                        "rule": name,
+                        "alpha": alpha,
+                        "temperature": temperature,
+                        "size": {
+                            "vocab": vocab,
+                            "batch": batch,
+                            "max_len": max_len,
+                            "gamma": gamma,
+                        },
+                        "compile_s": round(compile_s, 3),
+                        "time_s": round(t, 4),
+                        "rate": round(batch * (max_len - 1) / t, 1),
+                        "unit": "tokens/s",
+                        "target_calls_per_token": round(1 / float(stats.tokens_per_target_call), 4),
+                        "acceptance_rate": round(float(stats.acceptance_rate), 4),
+                        "agreement_with_truth": round(float(agreement), 4),
+                        "loglik_truth": round(float(log_lik), 4),
+                    }
                 )
 
 
@@ -281,23 +248,21 @@ def bench_smc(args) -> None:
                 k, lm, t, prompt, config=config, condition=c, critic=r
             )
         )
-        compile_s, t, out = timed(fn, jax.random.key(6), table, regex, critic, repeats=args.repeats)
+        compile_s, t, out, _ = timed(
+            fn, jax.random.key(6), table, regex, critic, repeats=args.repeats
+        )
         generated = int(np.sum(np.asarray(out.lengths))) + n
-        print(
-            json.dumps(
-                {
-                    "what": "smc",
-                    "size": {"particles": n, "max_tokens": max_tokens, "vocab": eos + 1},
-                    "device": device(),
-                    "compile_s": round(compile_s, 3),
-                    "time_s": round(t, 5),
-                    "rate": round(generated / t, 1),
-                    "unit": "tokens/s",
-                    "particle_steps_per_s": round(n * (max_tokens + 1) / t, 1),
-                    "log_ml": round(float(out.log_ml), 4),
-                }
-            ),
-            flush=True,
+        emit(
+            {
+                "what": "smc",
+                "size": {"particles": n, "max_tokens": max_tokens, "vocab": eos + 1},
+                "compile_s": round(compile_s, 3),
+                "time_s": round(t, 5),
+                "rate": round(generated / t, 1),
+                "unit": "tokens/s",
+                "particle_steps_per_s": round(n * (max_tokens + 1) / t, 1),
+                "log_ml": round(float(out.log_ml), 4),
+            }
         )
 
 

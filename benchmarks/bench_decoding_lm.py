@@ -40,6 +40,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import emit, timed
 
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
@@ -103,15 +104,6 @@ CASCADE_GRID = {
 }
 
 
-def device() -> str:
-    dev = jax.devices()[0]
-    return f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
-
-
-def emit(record: dict) -> None:
-    print(json.dumps({"device": device(), **record}), flush=True)
-
-
 def train_model(name: str, preset: str, overrides: list[str], run_dir: Path):
     """Trains (or restores a finished run of) lm-tiny; returns (model, params, record)."""
     r = recipe_lib.get("lm-tiny")
@@ -145,19 +137,6 @@ def _last_eval(run_dir: Path) -> float | None:
         row = json.loads(line)
         value = row.get("eval/val_bits_per_byte", value)
     return value
-
-
-def timed(fn, *args, repeats: int = 2):
-    t0 = time.perf_counter()
-    compiled = fn.lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    out = jax.block_until_ready(compiled(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        best = min(best, time.perf_counter() - t0)
-    return compile_s, best, out, compiled
 
 
 def token_log_probs(lm, params, tokens):

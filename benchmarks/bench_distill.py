@@ -17,51 +17,22 @@ Usage: ``python benchmarks/bench_distill.py [--quick] [--repeats 2] [--only stud
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import compile_timed, wall_cpu
+from jaxlab.benchmarks.harness import emit_rate as _emit
 
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 
 
-def _device() -> str:
-    d = jax.devices()[0]
-    return f"{d.platform}:{d.device_kind}"
-
-
-def _emit(what: str, size: dict, compile_s: float, time_s: float, rate: float, unit: str, **kw):
-    row = {
-        "what": what,
-        "size": size,
-        "device": _device(),
-        "compile_s": round(compile_s, 4),
-        "time_s": round(time_s, 5),
-        "rate": round(rate, 3),
-        "unit": unit,
-        **kw,
-    }
-    print(json.dumps(row), flush=True)
-
-
-def _compile(fn, *args):
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    return compiled, time.perf_counter() - t0
-
-
 def _time(compiled, args, repeats: int) -> tuple[float, float]:
-    best, cpu = float("inf"), float("nan")
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(compiled(*args))
-        wall = time.perf_counter() - t0
-        if wall < best:
-            best, cpu = wall, time.process_time() - c0
-    return best, cpu
+    """Best wall seconds and mean CPU seconds per call (see ``harness.wall_cpu``)."""
+    best_wall, _, _, mean_cpu = wall_cpu({"f": (compiled, args)}, repeats)["f"]
+    return best_wall, mean_cpu
 
 
 def main() -> None:
@@ -82,7 +53,7 @@ def main() -> None:
     size = {"n": task.n, "k": task.k, "teacher_width": tw, "student_width": sw}
 
     train = lambda k: distill.train_teacher(k, teacher, task, tspec)  # noqa: E731
-    compiled, c = _compile(train, key)
+    compiled, c = compile_timed(train, key)
     run = compiled(key)
     if args.only in (None, "teacher_train"):
         t, cpu = _time(compiled, (key,), args.repeats)
@@ -107,7 +78,7 @@ def main() -> None:
                 k, student, teacher, run, m, a, task, sspec, eval_x, multiplier=2.0
             ).accuracy
 
-        compiled, c = _compile(one, key, mask, jnp.float32(0.0))
+        compiled, c = compile_timed(one, key, mask, jnp.float32(0.0))
         t, cpu = _time(compiled, (key, mask, jnp.float32(0.0)), args.repeats)
         samples = sspec.steps * sspec.batch
         _emit(
@@ -126,7 +97,7 @@ def main() -> None:
         alphas = jnp.asarray([0.0, 0.0, 0.0, 1.0])
         keys = jax.random.split(key, args.seeds)
         many = jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None))
-        compiled, c = _compile(many, keys, masks, alphas)
+        compiled, c = compile_timed(many, keys, masks, alphas)
         t, cpu = _time(compiled, (keys, masks, alphas), args.repeats)
         n_students = 4 * args.seeds
         _emit(
@@ -141,7 +112,7 @@ def main() -> None:
 
     if args.only in (None, "probe"):
         x = sp.sample(jax.random.PRNGKey(5), task, 8192)[0]
-        compiled, c = _compile(lambda r: distill.probe_run(teacher, r, task, x), run)
+        compiled, c = compile_timed(lambda r: distill.probe_run(teacher, r, task, x), run)
         t, cpu = _time(compiled, (run,), args.repeats)
         _emit(
             "probe_vmapped",

@@ -9,18 +9,14 @@ Usage: ``python benchmarks/bench_finite_guard.py [--preset default] [--steps 40]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from jaxlab.benchmarks import bench_core
+from jaxlab.benchmarks.harness import emit
 
-import bench_core  # noqa: E402
-
-from jaxlab.core import config as C  # noqa: E402
-from jaxlab.core import finite  # noqa: E402
-from jaxlab.core import recipe as recipe_lib  # noqa: E402
+from jaxlab.core import config as C
+from jaxlab.core import finite
+from jaxlab.core import recipe as recipe_lib
 
 
 def main() -> None:
@@ -45,19 +41,14 @@ def main() -> None:
                 what="lm_tiny_train_step_finite_guard", guard=guard, preset=args.preset or "default"
             )
             rates[guard].append(row["steps_per_s"])
-            print(json.dumps(row), flush=True)
+            emit(row)
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
-    print(
-        json.dumps(
-            {
-                "what": "finite_guard_summary",
-                "preset": args.preset or "default",
-                "steps_per_s_on": on,
-                "steps_per_s_off": off,
-                "ratio_on_over_off": round(on / off, 3),
-            }
-        ),
-        flush=True,
+    emit(
+        what="finite_guard_summary",
+        preset=args.preset or "default",
+        steps_per_s_on=on,
+        steps_per_s_off=off,
+        ratio_on_over_off=round(on / off, 3),
     )
 
 

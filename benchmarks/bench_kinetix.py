@@ -22,22 +22,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
+from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from side_by_side import REPO, peer_available, steady_rate  # noqa: E402
-from side_by_side import run_peer as run_peer_script  # noqa: E402
-
-from jaxlab import envs  # noqa: E402
+from jaxlab import envs
 
 LEVELS = REPO.parent / "shared" / "kinetix-levels"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
@@ -153,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             for n in ns:
                 rec = measure(size, n, obs, args.action, args.seconds)
                 ours[(obs, n)] = rec
-                print(json.dumps(rec), flush=True)
+                emit(rec)
         if not peer:
             continue
         for rec in run_peer(size, ns, obs_list, args.action, args.seconds):
-            print(json.dumps(rec), flush=True)
+            emit(rec)
             mine = ours.get((rec["obs"], rec["n"]))
             if mine is None:
                 continue
@@ -175,10 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                 "compile_ratio": round(mine["compile_s"] / max(rec["compile_s"], 1e-9), 3),
                 "unit": "env_steps/s",
             }
-            print(json.dumps(ratio), flush=True)
+            emit(ratio)
     if args.generator:
-        gen = REPO / "benchmarks" / "bench_kinetix_generator.py"
-        subprocess.run([sys.executable, str(gen)], check=False, cwd=REPO)
+        gen = "jaxlab.benchmarks.bench_kinetix_generator"
+        subprocess.run([sys.executable, "-m", gen], check=False)
     return 0
 
 

@@ -18,22 +18,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import jax
+from jaxlab.benchmarks.harness import emit, peer_available, run_peer
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from side_by_side import peer_available, run_peer  # noqa: E402
-
-from jaxlab.envs.kinetix import StaticEnvParams  # noqa: E402
-from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels  # noqa: E402
-from jaxlab.envs.kinetix.noop_filter import _sample_filtered  # noqa: E402
-from jaxlab.envs.kinetix.state import EnvParams  # noqa: E402
+from jaxlab.envs.kinetix import StaticEnvParams
+from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels
+from jaxlab.envs.kinetix.noop_filter import _sample_filtered
+from jaxlab.envs.kinetix.state import EnvParams
 
 
 def _measure(fn, seconds: float):
@@ -87,7 +81,7 @@ def main() -> None:
                 "unit": "levels/s",
                 "loadavg_1m": round(os.getloadavg()[0], 2),
             }
-            print(json.dumps(rec), flush=True)
+            emit(rec)
         if not use_peer:
             continue
         peer_lines = run_peer(
@@ -96,7 +90,7 @@ def main() -> None:
             size,
         )
         for peer in peer_lines:
-            print(json.dumps(peer), flush=True)
+            emit(peer)
             mine = ours["generator"]
             ratio = {
                 "what": "generator_ratio",
@@ -110,7 +104,7 @@ def main() -> None:
                 "compile_ratio": round(mine["compile_s"] / max(peer["compile_s"], 1e-9), 3),
                 "unit": "levels/s",
             }
-            print(json.dumps(ratio), flush=True)
+            emit(ratio)
 
 
 if __name__ == "__main__":

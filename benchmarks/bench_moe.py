@@ -39,60 +39,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import time
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import compile_timed, device, emit, wall_cpu
 
 from jaxlab.lm import moe
 from jaxlab.lm.routing_stats import routing_stats
 from jaxlab.nn.mlp import SwiGLU
 
 
-def _device() -> str:
-    d = jax.devices()[0]
-    return f"{d.platform}:{d.device_kind}"
-
-
-def _time(fn, args, reps: int) -> tuple[float, float, float, float]:
-    """Best-of-``reps`` wall and CPU seconds and mean wall and CPU seconds per call.
-
-    CPU seconds = process CPU time of all threads. On a shared machine they are the robust cost
-    measure (wall time includes waiting for a core); the *mean* CPU time is the one to compare:
-    the kernel charges CPU time of the XLA worker threads lazily (at scheduler ticks), so a single
-    short call can read well below its true cost and the best-of-``reps`` CPU time is biased low.
-    """
-    return _time_interleaved({"fn": (fn, args)}, reps)["fn"]
-
-
-def _time_interleaved(fns, reps: int) -> dict[str, tuple[float, float, float, float]]:
-    """:func:`_time` for several compiled ``name -> (fn, args)``, calls interleaved round-robin.
-
-    Interleaving exposes all variants to the same machine load (other processes), so their ratios
-    stay meaningful on a shared machine.
-    """
-    for fn, args in fns.values():
-        jax.block_until_ready(fn(*args))  # warm-up
-    best = {name: (float("inf"), float("inf")) for name in fns}
-    total = {name: (0.0, 0.0) for name in fns}
-    for _ in range(reps):
-        for name, (fn, args) in fns.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            jax.block_until_ready(fn(*args))
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
-            total[name] = (total[name][0] + wall, total[name][1] + cpu)
-    return {name: (*best[name], total[name][0] / reps, total[name][1] / reps) for name in fns}
-
-
 def _compile(fn, args):
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
+    compiled, compile_s = compile_timed(fn, *args)
     peak = None
     try:
         mem = compiled.memory_analysis()
@@ -158,7 +119,7 @@ def run_grid(args) -> None:
                     line = {
                         "what": f"moe_layer/{mode}/{name}",
                         "size": size,
-                        "device": _device(),
+                        "device": device(),
                         "threads": _threads(),
                     }
                     expansion_mb = e * tokens * k * max(args.d_model, args.expert_ff) * 4 / 2**20
@@ -177,7 +138,7 @@ def run_grid(args) -> None:
                     compiled_fns[name] = (compiled, (params, x))
                     line.update(compile_s=round(compile_s, 3), peak_bytes=peak)
                     lines[name] = line
-                times = _time_interleaved(compiled_fns, args.reps)
+                times = wall_cpu(compiled_fns, args.reps)
                 dense = times["dense"]
                 for name, line in lines.items():
                     if name in times:
@@ -194,7 +155,7 @@ def run_grid(args) -> None:
                             mean_ratio_vs_dense=round(mean_t / dense[2], 3),
                             mean_cpu_ratio_vs_dense=round(mean_cpu / dense[3], 3),
                         )
-                    print(json.dumps(line), flush=True)
+                    emit(line)
 
 
 def run_breakdown(args) -> None:
@@ -276,7 +237,7 @@ def run_breakdown(args) -> None:
                 "dense_total": (dense, (x, dense_w)),
             }
             compiled = {name: (_compile(fn, fa)[0], fa) for name, (fn, fa) in parts.items()}
-            times = _time_interleaved(compiled, args.reps)
+            times = wall_cpu(compiled, args.reps)
             cpus = {name: c for name, (_, c, _, _) in times.items()}
             for name, (t, cpu, _, _) in times.items():
                 line = {
@@ -289,14 +250,14 @@ def run_breakdown(args) -> None:
                         "k": k,
                         "tiles": list(moe.tile_levels(n, args.tile, num_groups=e)),
                     },
-                    "device": _device(),
+                    "device": device(),
                     "time_s": round(t, 5),
                     "cpu_s": round(cpu, 5),
                     "rate": round(tokens / t, 1),
                     "unit": "tokens/s",
                     "cpu_fraction_of_dense": round(cpu / cpus["dense_total"], 3),
                 }
-                print(json.dumps(line), flush=True)
+                emit(line)
 
 
 def main() -> None:

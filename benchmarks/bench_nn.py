@@ -7,12 +7,13 @@ Prints one JSON line per measurement. Usage: ``python benchmarks/bench_nn.py [--
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import emit_rate as _emit
+from jaxlab.benchmarks.harness import timed_mean
 
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
@@ -20,41 +21,12 @@ from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 CFG = DecoderConfig(d_model=128, n_layers=2, n_heads=4, head_dim=32, d_ff=384, max_len=128)
 
 
-def _line(what, size, compile_s, time_s, rate, unit, **extra) -> None:
-    print(
-        json.dumps(
-            {
-                "what": what,
-                "size": size,
-                "device": jax.devices()[0].device_kind,
-                "compile_s": round(compile_s, 3),
-                "time_s": round(time_s, 4),
-                "rate": round(rate, 1),
-                "unit": unit,
-                **extra,
-            }
-        ),
-        flush=True,
-    )
-
-
-def _timed(fn, *args, repeats: int):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return compile_s, (time.perf_counter() - t0) / repeats
-
-
 def bench_forward(params, model, batch: int, repeats: int) -> None:
     tokens = jnp.zeros((batch, CFG.max_len), jnp.int32)
     fwd = jax.jit(lambda p, t: model.apply(p, t))
-    compile_s, dt = _timed(fwd, params, tokens, repeats=repeats)
+    compile_s, dt = timed_mean(fwd, params, tokens, repeats=repeats)
     size = {"d_model": CFG.d_model, "layers": CFG.n_layers, "batch": batch, "seq": CFG.max_len}
-    _line("decoder_forward", size, compile_s, dt, batch * CFG.max_len / dt, "tok/s")
+    _emit("decoder_forward", size, compile_s, dt, batch * CFG.max_len / dt, "tok/s")
 
 
 def bench_generation(params, model, batch: int, prompt: int, repeats: int) -> None:
@@ -87,14 +59,14 @@ def bench_generation(params, model, batch: int, prompt: int, repeats: int) -> No
     tokens = jnp.ones((batch, prompt), jnp.int32)
     size = {"d_model": CFG.d_model, "layers": CFG.n_layers, "batch": batch, "prompt": prompt,
             "new": new}  # fmt: skip
-    c1, t1 = _timed(cached, params, tokens, repeats=repeats)
-    c2, t2 = _timed(recompute, params, tokens, repeats=repeats)
+    c1, t1 = timed_mean(cached, params, tokens, repeats=repeats)
+    c2, t2 = timed_mean(recompute, params, tokens, repeats=repeats)
     same = bool(
         np.array_equal(np.asarray(cached(params, tokens)), np.asarray(recompute(params, tokens)))
     )
-    _line("greedy_decode_kv_cache", size, c1, t1, batch * new / t1, "tok/s",
+    _emit("greedy_decode_kv_cache", size, c1, t1, batch * new / t1, "tok/s",
           speedup_vs_recompute=round(t2 / t1, 2), same_tokens=same)  # fmt: skip
-    _line("greedy_decode_recompute", size, c2, t2, batch * new / t2, "tok/s")
+    _emit("greedy_decode_recompute", size, c2, t2, batch * new / t2, "tok/s")
 
 
 def bench_data(batches: int) -> None:
@@ -108,7 +80,7 @@ def bench_data(batches: int) -> None:
         next(it)
     dt = (time.perf_counter() - t0) / batches
     size = {"batch": 32, "seq": 128}
-    _line("grain_train_batches", size, setup_s, dt, 32 * 128 / dt, "tok/s", note="compile_s=setup")
+    _emit("grain_train_batches", size, setup_s, dt, 32 * 128 / dt, "tok/s", note="compile_s=setup")
 
 
 def main() -> None:

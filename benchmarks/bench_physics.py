@@ -30,15 +30,11 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from side_by_side import REPO, peer_available, steady_rate  # noqa: E402
-from side_by_side import run_peer as run_peer_script  # noqa: E402
+from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
+from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import physics as px
 from jaxlab.envs.kinetix.levels import load_level
@@ -150,18 +146,18 @@ def main(argv: list[str] | None = None) -> int:
                     "rest_share": round(1 - iters * per_iter / t_full, 3),
                     "note": "rest = collision detection, integration, warm-start bookkeeping",
                 }
-                print(json.dumps(rec), flush=True)
+                emit(rec)
         return 0
     for size in sizes:
         ours = {}
         for n in ns:
             rec = measure(size, n, args.seconds, args.solver)
             ours[n] = rec
-            print(json.dumps(rec), flush=True)
+            emit(rec)
         if not peer:
             continue
         for rec in run_peer(size, ns, args.seconds):
-            print(json.dumps(rec), flush=True)
+            emit(rec)
             mine = ours.get(rec["n"])
             if mine is None:
                 continue

@@ -18,22 +18,17 @@ Timings on a shared 2-core CPU are noisy. Prints one JSON line per measurement::
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import emit, steady_rate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import steady_rate  # noqa: E402
-
-from jaxlab.lm import training  # noqa: E402
-from jaxlab.lm.model import Decoder, DecoderConfig  # noqa: E402
-from jaxlab.lm.quant import gptq_matrix, gptq_quantize, quantize_dequantize  # noqa: E402
-from jaxlab.nn.quantization import QuantConfig  # noqa: E402
+from jaxlab.lm import training
+from jaxlab.lm.model import Decoder, DecoderConfig
+from jaxlab.lm.quant import gptq_matrix, gptq_quantize, quantize_dequantize
+from jaxlab.nn.quantization import QuantConfig
 
 
 def bench_train(args) -> None:
@@ -63,13 +58,13 @@ def bench_train(args) -> None:
         )
         rate = calls / elapsed
         rates[name] = rate
-        print(json.dumps({
+        emit({
             "what": "train_step", "quant": name, "d_model": args.d_model, "layers": args.layers,
-            "batch": args.batch, "seq": args.seq, "device": jax.devices()[0].platform,
+            "batch": args.batch, "seq": args.seq,
             "compile_s": round(compile_s, 3), "time": round(1 / rate, 5),
             "rate": round(rate, 2), "tokens_per_s": round(rate * args.batch * args.seq, 1),
             "overhead_vs_off": round(rates["off"] / rate, 3),
-        }), flush=True)  # fmt: skip
+        })  # fmt: skip
 
 
 def bench_gptq(args) -> None:
@@ -90,11 +85,11 @@ def bench_gptq(args) -> None:
         t0 = time.perf_counter()
         jax.block_until_ready(rtn(w))
         rtn_s = time.perf_counter() - t0
-        print(json.dumps({
+        emit({
             "what": "gptq_matrix", "d_in": d_in, "d_out": d_out, "block_size": 128,
             "compile_s": round(first - per, 3), "time": round(per, 4), "rtn_time": round(rtn_s, 5),
             "rate": round(1 / per, 2), "unit": "layers/s",
-        }), flush=True)  # fmt: skip
+        })  # fmt: skip
 
     cfg = DecoderConfig(
         d_model=args.d_model, n_layers=args.layers, n_heads=args.d_model // 32, head_dim=32,
@@ -110,12 +105,12 @@ def bench_gptq(args) -> None:
         jax.block_until_ready(gptq_quantize(cfg, params, tokens, 4))
         times.append(time.perf_counter() - t0)
     n_linear = 7 * args.layers
-    print(json.dumps({
+    emit({
         "what": "gptq_decoder", "d_model": args.d_model, "layers": args.layers,
         "calibration_tokens": int(tokens.size), "linear_maps": n_linear,
         "compile_s": round(times[0] - times[1], 3), "time": round(times[1], 3),
         "time_per_layer": round(times[1] / n_linear, 4),
-    }), flush=True)  # fmt: skip
+    })  # fmt: skip
 
 
 def main(argv=None) -> None:

@@ -17,12 +17,12 @@ Usage: ``python benchmarks/distill_figures.py parity|task-arithmetic [--seeds 3]
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import emit
 
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
@@ -81,29 +81,24 @@ def parity(args) -> None:
         }
         for i, m in enumerate(distill.METHODS):
             per_method[m].extend(samples[:, i].tolist())
-        print(json.dumps(row), flush=True)
+        emit(row)
     # runs that never reach 95 % count as the whole budget (a lower bound on their samples)
     budget = sspec.steps * sspec.batch
     capped = {m: np.minimum(np.asarray(v), budget) for m, v in per_method.items()}
     med = {m: float(np.median(v)) for m, v in capped.items()}
-    print(
-        json.dumps(
-            {
-                "what": "parity_summary",
-                "runs_per_method": len(per_method["labels"]),
-                "budget_samples": budget,
-                "reached_95": {m: int(np.isfinite(v).sum()) for m, v in per_method.items()},
-                "median_samples_to_95": med,
-                "mean_samples_to_95_capped": {m: float(v.mean()) for m, v in capped.items()},
-                "median_speedup_vs_labels": {
-                    m: round(med["labels"] / v, 2) for m, v in med.items()
-                },
-                "median_speedup_vs_one_shot": {
-                    m: round(med["one_shot"] / v, 2) for m, v in med.items()
-                },
-            }
-        ),
-        flush=True,
+    emit(
+        {
+            "what": "parity_summary",
+            "runs_per_method": len(per_method["labels"]),
+            "budget_samples": budget,
+            "reached_95": {m: int(np.isfinite(v).sum()) for m, v in per_method.items()},
+            "median_samples_to_95": med,
+            "mean_samples_to_95_capped": {m: float(v.mean()) for m, v in capped.items()},
+            "median_speedup_vs_labels": {m: round(med["labels"] / v, 2) for m, v in med.items()},
+            "median_speedup_vs_one_shot": {
+                m: round(med["one_shot"] / v, 2) for m, v in med.items()
+            },
+        }
     )
 
 
@@ -149,7 +144,7 @@ def task_arithmetic(args) -> None:
                 acc[..., 2].reshape(args.seeds, -1).max(-1), 4
             ).tolist()
         row["wall_s"] = round(time.perf_counter() - t0, 1)
-        print(json.dumps(row), flush=True)
+        emit(row)
 
 
 def main() -> None:

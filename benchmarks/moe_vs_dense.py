@@ -23,11 +23,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
+from jaxlab.benchmarks.harness import emit
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
@@ -113,7 +113,7 @@ def _run(name, parts, cfg, steps, eval_every, val_batches, seed):
             line["usage_entropy_ratio"] = round(
                 float(np.asarray(metrics["moe/usage_entropy_ratio"])[-1]), 3
             )
-        print(json.dumps(line), flush=True)
+        emit(line)
         curve.append(float(val))
     return curve
 
@@ -143,19 +143,16 @@ def main() -> None:
     moe, dense = np.asarray(curves["moe"]), np.asarray(curves["dense"])
     for i, step in enumerate(range(args.eval_every, args.steps + 1, args.eval_every)):
         diff = moe[:, i] - dense[:, i]
-        print(
-            json.dumps(
-                {
-                    "what": "moe_vs_dense/summary",
-                    "step": step,
-                    "seeds": args.seeds,
-                    "moe_val": round(float(moe[:, i].mean()), 4),
-                    "dense_val": round(float(dense[:, i].mean()), 4),
-                    "moe_minus_dense": round(float(diff.mean()), 4),
-                    "moe_better_seeds": int(np.sum(diff < 0)),
-                }
-            ),
-            flush=True,
+        emit(
+            {
+                "what": "moe_vs_dense/summary",
+                "step": step,
+                "seeds": args.seeds,
+                "moe_val": round(float(moe[:, i].mean()), 4),
+                "dense_val": round(float(dense[:, i].mean()), 4),
+                "moe_minus_dense": round(float(diff.mean()), 4),
+                "moe_better_seeds": int(np.sum(diff < 0)),
+            }
         )
 
 

@@ -16,18 +16,13 @@ Usage (repository root, project venv)::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "physics"))
-
-from fidelity_rollout import HORIZONS_S, SizeBatch, deviations, max_up_to  # noqa: E402
+from jaxlab.benchmarks.harness import emit
+from jaxlab.benchmarks.physics_fidelity import HORIZONS_S, SizeBatch, deviations, max_up_to
 
 
 def _num(x: float) -> float | None:
@@ -54,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                 rec["variant"] = variant
                 rec.update({f"max_dev_{h:g}s": _num(table[h][i]) for h in HORIZONS_S})
                 rec["dev_step1"] = _num(d[i, 0])
-                print(json.dumps(rec), flush=True)
+                emit(rec)
             summary = {
                 "what": "fidelity_summary",
                 "size": size.upper(),
@@ -73,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["wall_s"] = round(wall, 1)
             summaries.append(summary)
     for s in summaries:
-        print(json.dumps(s), flush=True)
+        emit(s)
     return 0
 
 

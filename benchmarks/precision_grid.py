@@ -77,6 +77,8 @@ GRIDS = {
 
 
 def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dict]:
+    from jaxlab.benchmarks.harness import emit
+
     from jaxlab.core import config as config_lib
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.sweep import sweep
@@ -103,18 +105,13 @@ def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dic
         result = sweep(recipe, cfg, axes, seeds=1, out_dir=out / name, log=io.StringIO())
         for row in _family_rows(out / name):
             rows.append(row)
-            print(json.dumps({"what": "precision_run", **row}, default=float), flush=True)
-        print(
-            json.dumps(
-                {"what": "precision_family", "family": name, "runs": len(result.rows),
-                 "compiles": result.compiles, "time_s": round(time.time() - t0, 1)}
-            ),
-            flush=True,
-        )  # fmt: skip
+            emit({"what": "precision_run", **row})
+        emit(what="precision_family", family=name, runs=len(result.rows),
+             compiles=result.compiles, time_s=round(time.time() - t0, 1))  # fmt: skip
     total = time.time() - start
     write_table(out)
-    print(json.dumps({"what": "precision_grid", "grid": grid, "runs": len(rows),
-                      "total_cpu_wall_s": round(total, 1), "table": str(out / "table.jsonl")}))  # fmt: skip
+    emit(what="precision_grid", grid=grid, runs=len(rows), total_cpu_wall_s=round(total, 1),
+         table=str(out / "table.jsonl"))  # fmt: skip
     return rows
 
 

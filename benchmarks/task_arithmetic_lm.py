@@ -16,13 +16,13 @@ One JSON line per edit. Usage: ``python benchmarks/task_arithmetic_lm.py [--quic
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxlab.benchmarks.harness import emit
 
 from jaxlab.lm import task_vectors as tv
 from jaxlab.lm.data import document_split, load_corpus
@@ -119,35 +119,29 @@ def main() -> None:
         (1.0, -0.5),
         (0.0, -1.0),
     ]
-    print(
-        json.dumps(
-            {
-                "what": "task_arithmetic_lm_setup",
-                "pretrain_steps": pre_steps,
-                "finetune_steps": ft_steps,
-                "seq": seq,
-                "batch": batch,
-                "train_s": round(train_s, 1),
-                "cos(dA, dB)": round(float(tv.cosine(da, db)), 4),
-            }
-        ),
-        flush=True,
+    emit(
+        {
+            "what": "task_arithmetic_lm_setup",
+            "pretrain_steps": pre_steps,
+            "finetune_steps": ft_steps,
+            "seq": seq,
+            "batch": batch,
+            "train_s": round(train_s, 1),
+            "cos(dA, dB)": round(float(tv.cosine(da, db)), 4),
+        }
     )
     for name, vecs in variants.items():
         for lam in edits:
             la, lb = (float(v) for v in evaluate(vecs, jnp.asarray(lam)))
-            print(
-                json.dumps(
-                    {
-                        "what": "task_arithmetic_lm",
-                        "variant": name,
-                        "lambda_A": lam[0],
-                        "lambda_B": lam[1],
-                        "val_loss_A": round(la, 4),
-                        "val_loss_B": round(lb, 4),
-                    }
-                ),
-                flush=True,
+            emit(
+                {
+                    "what": "task_arithmetic_lm",
+                    "variant": name,
+                    "lambda_A": lam[0],
+                    "lambda_B": lam[1],
+                    "val_loss_A": round(la, 4),
+                    "val_loss_B": round(lb, 4),
+                }
             )
 
 

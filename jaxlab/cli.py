@@ -195,22 +195,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    script = _repo_root() / "benchmarks" / f"bench_{args.area}.py"
-    if not script.exists():
-        areas = sorted(p.stem[len("bench_") :] for p in script.parent.glob("bench_*.py"))
+    import pkgutil
+
+    from jaxlab import benchmarks
+
+    areas = sorted(
+        m.name[len("bench_") :]
+        for m in pkgutil.iter_modules(benchmarks.__path__)
+        if m.name.startswith("bench_")
+    )
+    if args.area not in areas:
         from jaxlab.core.config import suggest
 
         raise UserError(
             f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
-            suggest(args.area, areas) or "benchmarks live in a source checkout",
+            suggest(args.area, areas) or "pick one of the areas listed",
         )
-    sys.argv = [str(script), *args.extra]
-    runpy.run_path(str(script), run_name="__main__")
+    module = f"jaxlab.benchmarks.bench_{args.area}"
+    sys.argv = [module, *args.extra]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
 
 
@@ -269,7 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=v1,v2")
     s.set_defaults(fn=cmd_sweep)
 
-    s = sub.add_parser("bench", help="run benchmarks/bench_AREA.py (JSON lines)")
+    s = sub.add_parser(
+        "bench",
+        help="run the benchmark jaxlab.benchmarks.bench_AREA (benchmarks/ in a checkout; JSON lines)",
+    )
     s.add_argument("area")
     s.add_argument("extra", nargs=argparse.REMAINDER)
     s.set_defaults(fn=cmd_bench)

@@ -6,6 +6,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.nn.initializers import kernel_init
@@ -42,7 +43,7 @@ class KVCache:
         max_len: int,
         n_heads: int,
         head_dim: int,
-        dtype: jnp.dtype = jnp.float32,
+        dtype: DTypeLike = jnp.float32,
     ) -> KVCache:
         """Returns an empty cache (all slots free, ``index = 0``).
 
@@ -172,8 +173,8 @@ class MultiHeadAttention(nn.Module):
     rope_base: float = 10_000.0
     norm_eps: float = 1e-5
     init_std: float | None = 0.02
-    dtype: jnp.dtype | None = None
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
 
     @nn.compact

@@ -2,6 +2,7 @@
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Int
 
 from jaxlab.nn.initializers import embedding_init, kernel_init
@@ -23,8 +24,8 @@ class TokenEmbedding(nn.Module):
     vocab_size: int
     d_model: int
     init_std: float | None = 0.02
-    dtype: jnp.dtype = jnp.float32
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     def setup(self) -> None:
         """Creates the table ``embedding: [vocab, embed]``."""
@@ -79,7 +80,7 @@ class OutputHead(nn.Module):
 
     vocab_size: int
     init_std: float | None = 0.02
-    param_dtype: jnp.dtype = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
 
     @nn.compact

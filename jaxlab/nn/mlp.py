@@ -5,6 +5,7 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float
 
 from jaxlab.nn.initializers import kernel_init
@@ -34,8 +35,8 @@ class MLP(nn.Module):
     activate_final: bool = False
     use_bias: bool = True
     init_std: float | None = None
-    dtype: jnp.dtype | None = None
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, x: Float[Array, "*batch d_in"]) -> Float[Array, "*batch d_out"]:
@@ -96,8 +97,8 @@ class SwiGLU(nn.Module):
 
     d_ff: int
     init_std: float | None = 0.02
-    dtype: jnp.dtype | None = None
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
 
     @nn.compact

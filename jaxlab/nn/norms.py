@@ -2,6 +2,7 @@
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float
 
 
@@ -25,8 +26,8 @@ class RMSNorm(nn.Module):
     num_axes: int = 1
     axis_names: tuple[str | None, ...] = ("embed",)
     eps: float = 1e-5
-    dtype: jnp.dtype | None = None
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, x: Float[Array, "*batch features"]) -> Float[Array, "*batch features"]:

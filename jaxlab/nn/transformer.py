@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.nn.attention import KVCache, MultiHeadAttention
@@ -53,8 +54,8 @@ class TransformerBlock(nn.Module):
     rope_base: float = 10_000.0
     norm_eps: float = 1e-5
     init_std: float | None = 0.02
-    dtype: jnp.dtype | None = None
-    param_dtype: jnp.dtype = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
 
     def setup(self) -> None:

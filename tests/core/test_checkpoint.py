@@ -1,8 +1,5 @@
 """Checkpoints: state + grain iterator round trip, config compatibility, restore onto another mesh."""
 
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,9 +9,7 @@ from jaxlab.core import config as C
 from jaxlab.core import run as run_lib
 from jaxlab.core import sharding
 from jaxlab.core.checkpoint import Checkpointer, IncompatibleCheckpointError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_recipe import TOY, ToyConfig  # noqa: E402
+from tests.core.toy_recipe import TOY, ToyConfig
 
 
 def test_round_trip_state_and_iterator(tmp_path):

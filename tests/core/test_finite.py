@@ -1,6 +1,5 @@
 """A non-finite train state never reaches a checkpoint; the error names the real last finite step."""
 
-import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -11,9 +10,7 @@ from jaxlab.core import config as C
 from jaxlab.core import finite, loop
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_recipe import TOY, ToyConfig  # noqa: E402
+from tests.core.toy_recipe import TOY, ToyConfig
 
 
 def cfg(**kw):

@@ -15,9 +15,10 @@ from jaxlab.core import loop
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.tracking import read_metrics
+from tests.core.toy_recipe import TOY, ToyConfig
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_recipe import TOY, ToyConfig  # noqa: E402
+# the child processes import ``tests.core.toy_recipe`` from the repository root (their cwd)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 K = 5
 
@@ -80,10 +81,9 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path):
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
         import jax
         from jaxlab.core import config as C, loop
-        from toy_recipe import TOY, ToyConfig
+        from tests.core.toy_recipe import TOY, ToyConfig
         c = C.replace(ToyConfig(), **{{"loop.total_steps": 100000, "loop.log_every": 1}})
         def announce(step, state, m):
             if step == 3:
@@ -93,7 +93,9 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
         print("DONE", r.step, r.interrupted, flush=True)
     """)
     env = dict(os.environ)
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT
+    )
     line = p.stdout.readline()
     assert line.strip() == "READY"
     p.send_signal(signal.SIGTERM)
@@ -115,6 +117,7 @@ def test_loop_config_validation():
 def test_step_compiles_once_on_a_mesh():
     """The chunked step of a recipe with a mesh (lm-tiny) is compiled once: the output state
     keeps the input state's shardings, so the next call hits the cache."""
+    import chex
     import jax
 
     from jaxlab.core import recipe as recipe_lib
@@ -126,9 +129,10 @@ def test_step_compiles_once_on_a_mesh():
     task = run_lib.build(recipe, cfg)
     state = run_lib.init_state(task, jax.random.PRNGKey(0))
     it = train_iterator(cfg.data)
-    step = _multi_step(task.train_step, 2, True, jax.tree.map(lambda x: x.sharding, state))
+    # chex raises at the second trace of the recipe's step, i.e. at any recompilation
+    train_step = chex.assert_max_traces(task.train_step, n=1)
+    step = _multi_step(train_step, 2, True, jax.tree.map(lambda x: x.sharding, state))
     for _ in range(3):
         batch = jax.tree.map(lambda *x: np.stack(x), next(it), next(it))
         batch = run_lib.place_batches(batch, task.abstract_batch)
         state, _ = step(state, batch)
-    assert step._cache_size() == 1

@@ -3,7 +3,6 @@ a damaged checkpoint is named with an older complete one, unusable run directori
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ import pytest
 from jaxlab import cli
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core.tracking import read_metrics
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_recipe import TOY  # noqa: E402
+from tests.core.toy_recipe import TOY
 
 BASE = ["loop.total_steps=20", "loop.checkpoint_every=10", "loop.steps_per_call=5"]
 

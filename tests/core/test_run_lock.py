@@ -18,9 +18,10 @@ from jaxlab.core import loop
 from jaxlab.core.resume import truncate_metrics
 from jaxlab.core.run_lock import RunLock, RunLockedError
 from jaxlab.core.tracking import read_metrics
+from tests.core.toy_recipe import TOY, ToyConfig
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_recipe import TOY, ToyConfig  # noqa: E402
+# the child processes import ``tests.core.toy_recipe`` from the repository root (their cwd)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 OVERRIDES = {
     "loop.total_steps": 16,
@@ -34,9 +35,8 @@ def test_second_run_is_refused_and_a_killed_run_resumes_exactly(tmp_path):
     run_dir = tmp_path / "run"
     script = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
         from jaxlab.core import config as C, loop
-        from toy_recipe import TOY, ToyConfig
+        from tests.core.toy_recipe import TOY, ToyConfig
         c = C.replace(ToyConfig(), **{OVERRIDES!r})
         def hang(step, state, m):
             if step == 11:  # the async save of step 10 was started just before
@@ -44,7 +44,9 @@ def test_second_run_is_refused_and_a_killed_run_resumes_exactly(tmp_path):
                 time.sleep(600)
         loop.run(TOY, c, {str(run_dir)!r}, hooks=[loop.Hook(hang, 1)])
     """)
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+    )
     try:
         assert p.stdout.readline().strip() == "READY"
         cfg = C.replace(ToyConfig(), **OVERRIDES)

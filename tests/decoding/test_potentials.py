@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_toys import MAX_TOKENS, PATTERN, TOKENS, sequence_value, value_critic
 
 from jaxlab.decoding import grammar, potentials
 from jaxlab.decoding.dfa import dfa_alphabet
+from tests.decoding.decoding_toys import MAX_TOKENS, PATTERN, TOKENS, sequence_value, value_critic
 
 V = len(TOKENS)
 WIDTH = MAX_TOKENS + 1

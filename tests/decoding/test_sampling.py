@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_toys import chi_square_pvalue
 
 from jaxlab.decoding import generate, sampling, tabulated
+from tests.decoding.decoding_toys import chi_square_pvalue
 
 
 def key(seed):

@@ -12,7 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_toys import (
+
+from jaxlab.decoding import potentials, smc, tabulated
+from tests.decoding.decoding_toys import (
     EOS,
     MAX_TOKENS,
     PATTERN,
@@ -23,8 +25,6 @@ from decoding_toys import (
     toy_lm_table,
     value_critic,
 )
-
-from jaxlab.decoding import potentials, smc, tabulated
 
 LM = tabulated.bigram_lm(EOS + 1)
 PROMPT = jnp.asarray([EOS])  # the EOS row doubles as the BOS context

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_toys import chi_square_pvalue
 
 from jaxlab.decoding import sampling, speculative, tabulated
+from tests.decoding.decoding_toys import chi_square_pvalue
 
 SAMPLES = 200_000
 BATCH = 40_000

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
 SHARED_LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
 

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from env_probes import B, T, probe, tree_allclose
 
 from jaxlab import envs
+from tests.envs.env_probes import B, T, probe, tree_allclose
 
 NAMES = envs.names()
 EAGER_CHECKED = [

@@ -7,20 +7,17 @@ observations, multi-discrete actions; batch ``B = 2``, ``T = 8`` steps per call,
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from env_probes import B, T, kinetix_probe
+from jaxlab.benchmarks.physics_fixtures import load_fixture
 
 from jaxlab.envs.kinetix import EnvParams, StaticEnvParams, demo_level, load_level
 from jaxlab.envs.kinetix.levels import collision_matrix_np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "physics"))
-from fixture_io import load_fixture  # noqa: E402
+from tests.envs.env_probes import B, T, kinetix_probe
 
 GREEN, BLUE, RED = 1, 2, 3
 LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"

@@ -16,13 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from env_probes import B, kinetix_probe
 
 from jaxlab.envs.kinetix import StaticEnvParams, create_empty_env
 from jaxlab.envs.kinetix import generator as gen
 from jaxlab.envs.kinetix import noop_filter as nf
 from jaxlab.physics import add_circle, add_rectangle, calculate_collision_matrix, pair_indices
 from jaxlab.physics.collision import compute_manifolds
+from tests.envs.env_probes import B, kinetix_probe
 
 N = 512
 S_SIZE = StaticEnvParams.from_size("s")

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from physics_probes import CHUNK, NUM_ACTIONS, SP, empty, runner
 
 from jaxlab import physics as px
+from tests.physics.physics_probes import CHUNK, NUM_ACTIONS, SP, empty, runner
 
 G = 9.81
 DT = 1 / 60

@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fidelity_rollout import ACT_STEPS, ZERO_STEPS, SizeBatch, deviations, max_up_to
-from fixture_io import fixture_paths
+from jaxlab.benchmarks.physics_fidelity import (
+    ACT_STEPS,
+    ZERO_STEPS,
+    SizeBatch,
+    deviations,
+    max_up_to,
+)
+from jaxlab.benchmarks.physics_fixtures import fixture_paths
 
 STEP1_TOL = 1e-5  # measured max over all 74 levels and both variants: 2.4e-7
 # horizon (s): (bound on the median level, bound on every level)

@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from fixture_io import FIXTURE_DIR, fixture_paths, load_fixture
+from jaxlab.benchmarks.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
 
 PATHS = fixture_paths()
 IDS = [p.stem for p in PATHS]

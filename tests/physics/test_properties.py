@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from physics_probes import CHUNK, NUM_ACTIONS, SP, empty, runner
 
 from jaxlab import physics as px
+from tests.physics.physics_probes import CHUNK, NUM_ACTIONS, SP, empty, runner
 
 PARAMS = px.SimParams()
 

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 import pytest
-from physics_probes import SP, empty
 
 from jaxlab import physics as px
 from jaxlab.physics.geometry import rotate
+from tests.physics.physics_probes import SP, empty
 
 DEFAULT = px.StaticSimParams()
 

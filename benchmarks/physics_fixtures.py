@@ -64,7 +64,13 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures"
+# recorded fixtures live with the tests of a checkout; JAXLAB_PHYSICS_FIXTURES names another folder
+FIXTURE_DIR = Path(
+    os.environ.get(
+        "JAXLAB_PHYSICS_FIXTURES",
+        Path(__file__).resolve().parent.parent / "tests" / "physics" / "fixtures",
+    )
+)
 SIZES = ("s", "m", "l")
 
 
