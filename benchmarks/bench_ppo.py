@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -273,13 +272,15 @@ print("PEER", json.dumps(out))
 
 
 def ours_network_ms() -> dict:
-    sys.path.insert(0, str(ROOT / "tests" / "rl"))
-    from test_networks import HEAD, random_obs
-
+    from jaxlab.envs.kinetix.observations import random_entity_observation
+    from jaxlab.envs.spaces import MultiDiscrete
+    from jaxlab.rl.action_heads import head_for_space
     from jaxlab.rl.networks import ActorCritic, NetworkConfig
 
-    net = ActorCritic(NetworkConfig(), HEAD)
-    obs = jax.tree.map(jnp.asarray, random_obs(0, 512))
+    # the S action space (4 motors, 2 thrusters) and the network tests' entity counts
+    head = head_for_space(MultiDiscrete([3, 3, 3, 3, 2, 2]))
+    net = ActorCritic(NetworkConfig(), head)
+    obs = jax.tree.map(jnp.asarray, random_entity_observation(0, 512))
     params = net.init(jax.random.PRNGKey(0), obs)
     a = jnp.zeros((512, 6), jnp.int32)
 

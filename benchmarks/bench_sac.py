@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import jax
+from jaxlab.benchmarks.harness import emit as _emit
+from jaxlab.benchmarks.harness import steady_rate
 
 from jaxlab.rl.sac import SACConfig, make_parts
 
-sys.path.insert(0, str(Path(__file__).parent))
-from side_by_side import steady_rate  # noqa: E402
-
 
 def emit(**row) -> None:
-    row.setdefault("device", jax.devices()[0].platform)
     row["load"] = round(os.getloadavg()[0], 1)
-    print(json.dumps(row), flush=True)
+    _emit(**row)
 
 
 def chunk_fn(parts, length: int):

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_toys import chi_square_pvalue
 
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding import arithmetic, tabulated
@@ -19,6 +18,7 @@ from jaxlab.decoding.length_bound import bound_length, distance_to_accept
 from jaxlab.decoding.potentials import BoolDFAPotential
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
+from tests.decoding.decoding_toys import chi_square_pvalue
 
 MAX_DEPTH, MAX_DIGITS, MAX_TOKENS = 2, 2, 12
 TERMINATOR = ord("\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import diffusion_numpy_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from jaxlab.diffusion import samplers as sm
 from jaxlab.diffusion import schedules as sc
 from jaxlab.diffusion.gmm import GaussianMixture, gmm_eps_fn
+from tests.diffusion import diffusion_numpy_reference as ref
 
 MEANS = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.3, -1.0]])
 STDS = np.array([0.3, 0.5, 0.4])

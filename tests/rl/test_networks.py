@@ -7,7 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.envs.kinetix.observations import EntityObservation, PixelsObservation
+from jaxlab.envs.kinetix.observations import (
+    EntityObservation,
+    PixelsObservation,
+    random_entity_observation,
+)
 from jaxlab.envs.spaces import Box, Discrete, MultiDiscrete
 from jaxlab.rl.action_heads import head_for_space, make_distribution
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
@@ -28,30 +32,7 @@ HEAD = head_for_space(MultiDiscrete([3, 3, 3, 3, 2, 2]))
 
 
 def random_obs(seed: int, batch: int = 3) -> EntityObservation:
-    rng = np.random.default_rng(seed)
-    poly_mask = rng.random((batch, P)) < 0.8
-    poly_mask[:, 0] = True
-    circle_mask = rng.random((batch, C)) < 0.8
-    active = np.concatenate([poly_mask, circle_mask], axis=1)
-    act_idx = [np.flatnonzero(a) for a in active]
-    joint_idx = np.stack([rng.choice(ix, size=(2 * J, 2)) for ix in act_idx])
-    thr_idx = np.stack([rng.choice(ix, size=(T,)) for ix in act_idx])
-    att = rng.random((batch, 4, N, N)) < 0.6
-    att = att & active[:, None, :, None] & active[:, None, None, :]
-    f = lambda *s: rng.normal(size=(batch,) + s).astype(np.float32)
-    return EntityObservation(
-        circles=f(C, 19),
-        polygons=f(P, 27),
-        joints=f(2 * J, 22),
-        thrusters=f(T, 8),
-        circle_mask=circle_mask,
-        polygon_mask=poly_mask,
-        joint_mask=rng.random((batch, 2 * J)) < 0.7,
-        thruster_mask=rng.random((batch, T)) < 0.7,
-        attention_mask=att,
-        joint_indexes=joint_idx.astype(np.int32),
-        thruster_indexes=thr_idx.astype(np.int32),
-    )
+    return random_entity_observation(seed, batch, polygons=P, circles=C, joints=J, thrusters=T)
 
 
 def permute(obs: EntityObservation, seed: int) -> EntityObservation:

@@ -412,3 +412,45 @@ def observation_space(observation_type: str, static_params: StaticEnvParams) -> 
         },
         container=EntityObservation,
     )
+
+
+def random_entity_observation(
+    seed: int,
+    batch: int,
+    *,
+    polygons: int = 5,
+    circles: int = 2,
+    joints: int = 1,
+    thrusters: int = 1,
+) -> EntityObservation:
+    """A random, structurally valid batch of entity observations (numpy): random features, masks
+    with at least one active polygon, joint/thruster indexes into active entities and a masked
+    attention pattern. For network tests and benchmarks that need inputs without an env."""
+    rng = np.random.default_rng(seed)
+    n = polygons + circles
+    poly_mask = rng.random((batch, polygons)) < 0.8
+    poly_mask[:, 0] = True
+    circle_mask = rng.random((batch, circles)) < 0.8
+    active = np.concatenate([poly_mask, circle_mask], axis=1)
+    act_idx = [np.flatnonzero(a) for a in active]
+    joint_idx = np.stack([rng.choice(ix, size=(2 * joints, 2)) for ix in act_idx])
+    thr_idx = np.stack([rng.choice(ix, size=(thrusters,)) for ix in act_idx])
+    att = rng.random((batch, 4, n, n)) < 0.6
+    att = att & active[:, None, :, None] & active[:, None, None, :]
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.normal(size=(batch, *shape)).astype(np.float32)
+
+    return EntityObservation(
+        circles=f(circles, 19),
+        polygons=f(polygons, 27),
+        joints=f(2 * joints, 22),
+        thrusters=f(thrusters, 8),
+        circle_mask=circle_mask,
+        polygon_mask=poly_mask,
+        joint_mask=rng.random((batch, 2 * joints)) < 0.7,
+        thruster_mask=rng.random((batch, thrusters)) < 0.7,
+        attention_mask=att,
+        joint_indexes=joint_idx.astype(np.int32),
+        thruster_indexes=thr_idx.astype(np.int32),
+    )
