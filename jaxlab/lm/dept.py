@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.config import ConfigError
@@ -426,8 +426,10 @@ class Dept:
         elif cfg.variant == "trim":
             v = self.vocabs.server_size
             flat_rows = rows.reshape(-1)
-            count = jnp.zeros((v,), jnp.float32).at[flat_rows].add(
-                valid.reshape(-1).astype(jnp.float32), mode="drop"
+            count = (
+                jnp.zeros((v,), jnp.float32)
+                .at[flat_rows]
+                .add(valid.reshape(-1).astype(jnp.float32), mode="drop")
             )
 
             def scatter(e0, e):
@@ -453,8 +455,10 @@ class Dept:
         rows_round = jnp.asarray(rows_round.get(cfg.variant, 0), jnp.int32)
         n_body = param_count(state.body)
         m = 2 if self.untied else 1
-        bytes_round = 2.0 * cfg.bytes_per_param * (
-            s * n_body + m * self.d_model * rows_round.astype(jnp.float32)
+        bytes_round = (
+            2.0
+            * cfg.bytes_per_param
+            * (s * n_body + m * self.d_model * rows_round.astype(jnp.float32))
         )
         metrics = {
             "loss": jnp.mean(losses[:, -1]),
@@ -479,7 +483,9 @@ class Dept:
         if self.cfg.variant == "spec":
             return state.client_emb
         if self.cfg.variant == "glob":
-            return jax.tree.map(lambda e: jnp.broadcast_to(e, (self.k,) + e.shape), state.server_emb)
+            return jax.tree.map(
+                lambda e: jnp.broadcast_to(e, (self.k,) + e.shape), state.server_emb
+            )
         return jax.tree.map(
             lambda e: jnp.take(e, self.rows, axis=0, mode="fill", fill_value=0), state.server_emb
         )
