@@ -67,7 +67,6 @@ class DeptConfig:
       inner: inner optimizer, ``adamw`` or ``sgd``.
       inner_lr, inner_weight_decay, clip_norm: inner optimizer settings.
       outer_lr, outer_momentum, nesterov: the outer ``optax.sgd`` (DiLoCo: 0.7, 0.9, True).
-      batch_size, seq_len: per client per local step.
       bytes_per_param: ``b`` in the communication formula.
     """
 
@@ -81,8 +80,6 @@ class DeptConfig:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     nesterov: bool = True
-    batch_size: int = 8
-    seq_len: int = 32
     bytes_per_param: int = 4
 
     def __post_init__(self):
@@ -90,7 +87,7 @@ class DeptConfig:
             raise ConfigError("dept.variant", self.variant, "one of " + ", ".join(VARIANTS))
         if self.inner not in INNER:
             raise ConfigError("dept.inner", self.inner, "one of " + ", ".join(INNER))
-        for name in ("sources_per_round", "local_steps", "batch_size", "seq_len"):
+        for name in ("sources_per_round", "local_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"dept.{name}", getattr(self, name), "an integer >= 1")
         if not 0 <= self.outer_momentum < 1:
@@ -320,8 +317,6 @@ class Dept:
             raise ConfigError(
                 "dept.sources_per_round", cfg.sources_per_round, f"at most the {k} sources"
             )
-        if cfg.seq_len > model_cfg.max_len:
-            raise ConfigError("dept.seq_len", cfg.seq_len, f"at most max_len={model_cfg.max_len}")
         self.cfg, self.vocabs, self.mesh, self.k = cfg, vocabs, mesh, k
         self.local_model = Decoder(dataclasses.replace(model_cfg, vocab_size=vocabs.local_size))
         self.server_model = Decoder(
@@ -335,7 +330,7 @@ class Dept:
 
     # -- state ------------------------------------------------------------------------------
     def _init_params(self, model: Decoder, key: jax.Array) -> Any:
-        dummy = jnp.zeros((1, self.cfg.seq_len), jnp.int32)
+        dummy = jnp.zeros((1, 1), jnp.int32)
         return nn.meta.unbox(model.init(key, dummy)["params"])
 
     def init(self, key: jax.Array) -> DeptState:
@@ -531,7 +526,7 @@ def make_dp(
     valid = jnp.ones((vocab_size,), bool)
 
     def init(key):
-        dummy = jnp.zeros((1, cfg.seq_len), jnp.int32)
+        dummy = jnp.zeros((1, 1), jnp.int32)
         params = nn.meta.unbox(model.init(key, dummy)["params"])
         opt = inner_optimizer(cfg, cfg.inner_lr)
         return DpState(params, opt.init(params), {"dept.inner_lr": jnp.float32(cfg.inner_lr)})
@@ -593,7 +588,7 @@ def adapt(
     ``vocab_size`` rows, one inner-optimizer step per batch of ``tokens`` (``lax.scan``); returns
     the training loss before each step."""
     model = Decoder(dataclasses.replace(model_cfg, vocab_size=vocab_size))
-    dummy = jnp.zeros((1, cfg.seq_len), jnp.int32)
+    dummy = jnp.zeros((1, 1), jnp.int32)
     _, emb = split_params(nn.meta.unbox(model.init(key, dummy)["params"]))
     params = merge_params(body, emb)
     valid = jnp.ones((vocab_size,), bool)

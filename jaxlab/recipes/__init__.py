@@ -12,5 +12,6 @@ NAMES: dict[str, str] = {
     "ld3": "ld3",
     "preference": "preference",
     "kinetix-ppo": "kinetix_ppo",
+    "dept": "dept",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -39,7 +39,7 @@ def glob_case(texts):
     src = D.tokenize_sources(texts[:3], "glob", 40)
     cfg = D.DeptConfig(
         variant="glob", sources_per_round=3, local_steps=1, inner="sgd", inner_lr=0.5,
-        outer_lr=1.0, outer_momentum=0.0, batch_size=B, seq_len=T,
+        outer_lr=1.0, outer_momentum=0.0
     )  # fmt: skip
     return src, cfg, D.Dept(cfg, MODEL, src.vocabs)
 
@@ -92,7 +92,7 @@ def test_glob_learns_and_counts_bytes(glob_case):
 @pytest.fixture(scope="module")
 def trim_case(texts):
     src = D.tokenize_sources(texts[:3], "trim", 40)
-    cfg = D.DeptConfig(variant="trim", sources_per_round=2, local_steps=3, batch_size=B, seq_len=T)
+    cfg = D.DeptConfig(variant="trim", sources_per_round=2, local_steps=3)
     return src, cfg, D.Dept(cfg, MODEL, src.vocabs)
 
 
@@ -150,7 +150,7 @@ def texts8():
 
 def test_spec_private_persistent_and_sharded(texts8):
     src = D.tokenize_sources(texts8, "spec", 24)
-    cfg = D.DeptConfig(variant="spec", sources_per_round=4, local_steps=2, batch_size=B, seq_len=T)
+    cfg = D.DeptConfig(variant="spec", sources_per_round=4, local_steps=2)
     one = D.Dept(cfg, MODEL, src.vocabs)
     state0 = one.init(jax.random.PRNGKey(4))
     assert state0.server_emb == {}
@@ -196,6 +196,6 @@ def test_bad_input(texts):
         D.tokenize_sources(texts[:2], "trimmed", 40)
     src = D.tokenize_sources(texts[:2], "glob", 40)
     with pytest.raises(ConfigError, match="dept.sources_per_round"):
-        D.Dept(D.DeptConfig(sources_per_round=3, seq_len=T), MODEL, src.vocabs)
+        D.Dept(D.DeptConfig(sources_per_round=3), MODEL, src.vocabs)
     with pytest.raises(ConfigError, match="vocab_size"):
         D.tokenize_sources(texts[:2], "glob", 5)
