@@ -139,3 +139,21 @@ def encode(tok: Tokenizer, text: str) -> np.ndarray:
     pieces = [p + "." for p in text.split(".") if p.strip()]
     ids = [np.asarray(e.ids, np.int32) for e in tok.encode_batch(pieces)]
     return np.concatenate(ids) if ids else np.zeros((0,), np.int32)
+
+
+def corpus_domains(n_sources: int) -> list[str]:
+    """The shipped corpus (stdlib docstrings, ``jaxlab.lm.data.load_corpus``) split by domain:
+    one source per standard-library module (its documents concatenated), the ``n_sources``
+    largest modules, largest first. Modules differ in topic and vocabulary (``typing`` vs
+    ``http.client`` vs ``statistics``), the natural-text counterpart of the synthetic languages."""
+    from jaxlab.lm.data import load_corpus
+
+    by_module: dict[str, list[str]] = {}
+    for doc in load_corpus():
+        name = doc.split("\n", 1)[0]
+        module = name.split(".", 1)[0]
+        by_module.setdefault(module, []).append(doc)
+    texts = sorted(("\n".join(docs) for docs in by_module.values()), key=len, reverse=True)
+    if not 1 <= n_sources <= len(texts):
+        raise ConfigError("n_sources", n_sources, f"in [1, {len(texts)}] corpus modules")
+    return texts[:n_sources]

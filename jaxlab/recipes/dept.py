@@ -29,10 +29,12 @@ from jaxlab.lm.model import DecoderConfig
 
 @dataclasses.dataclass(frozen=True)
 class DeptDataConfig:
-    """The sources: ``n_sources`` languages of ``chars_per_source`` characters over one latent
-    grammar; BPE vocabularies of ``vocab_size``; ``batch_size`` windows of ``seq_len`` tokens per
-    source per local step."""
+    """The sources: ``kind="synthetic"``: ``n_sources`` languages of ``chars_per_source``
+    characters over one latent grammar; ``kind="corpus"``: the shipped corpus split by domain
+    (the ``n_sources`` largest stdlib modules). BPE vocabularies of ``vocab_size``;
+    ``batch_size`` windows of ``seq_len`` tokens per source per local step."""
 
+    kind: str = "synthetic"
     n_sources: int = 3
     chars_per_source: int = 40_000
     vocab_size: int = 96
@@ -43,6 +45,8 @@ class DeptDataConfig:
     eval_windows: int = 16
 
     def __post_init__(self):
+        if self.kind not in ("synthetic", "corpus"):
+            raise ConfigError("data.kind", self.kind, "'synthetic' or 'corpus'")
         for name in ("n_sources", "chars_per_source", "batch_size", "seq_len", "eval_windows"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name}", getattr(self, name), "an integer >= 1")
@@ -78,6 +82,10 @@ class DeptRecipeConfig:
 def make_sources(cfg: DeptRecipeConfig) -> dept_lib.Sources:
     """The tokenized sources of ``cfg`` (deterministic in the grammar seed)."""
     d = cfg.data
+    if d.kind == "corpus":
+        return dept_lib.tokenize_sources(
+            sources_lib.corpus_domains(d.n_sources), cfg.variant, d.vocab_size
+        )
     grammar = sources_lib.make_grammar(d.grammar)
     texts = [
         sources_lib.render(grammar, d.grammar, k, d.chars_per_source, disjoint=d.disjoint)

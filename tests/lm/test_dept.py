@@ -199,3 +199,14 @@ def test_bad_input(texts):
         D.Dept(D.DeptConfig(sources_per_round=3), MODEL, src.vocabs)
     with pytest.raises(ConfigError, match="vocab_size"):
         D.tokenize_sources(texts[:2], "glob", 5)
+
+
+def test_corpus_domains_are_heterogeneous_sources():
+    texts = S.corpus_domains(3)
+    assert len(set(texts)) == 3 and all(len(t) > 10_000 for t in texts)
+    src = D.tokenize_sources(texts, "trim", 256)
+    used = [set(r[v].tolist()) for r, v in zip(src.vocabs.rows, src.vocabs.valid, strict=True)]
+    assert used[0] != used[1] and all(len(u) < 256 for u in used)
+    assert used[0] - used[1] - used[2]  # a row only the first domain holds
+    with pytest.raises(ConfigError, match="n_sources"):
+        S.corpus_domains(10_000)
