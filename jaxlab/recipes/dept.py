@@ -10,6 +10,7 @@ the bytes communicated (and what synchronous data parallel would have sent for t
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import grain
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxlab import media
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
@@ -160,6 +162,21 @@ def build(cfg: DeptRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         out["bytes_per_token"] = float(sent / max(tokens, 1))
         return out
 
+    def finalize(state, run_dir: Path) -> None:
+        """``dept_summary.json`` (the evaluation) and ``ppl_per_source.png`` (with matplotlib)."""
+        summary = evaluate(state)
+        (Path(run_dir) / "dept_summary.json").write_text(json.dumps(summary, indent=1))
+        try:
+            media.plot_bars(
+                Path(run_dir) / "ppl_per_source.png",
+                [summary[f"ppl/source{i}"] for i in range(k)],
+                labels=[f"source {i}" for i in range(k)],
+                ylabel="held-out perplexity",
+                title=f"DEPT-{cfg.variant.upper()} after {int(state.round)} rounds",
+            )
+        except media.MissingExtraError:
+            pass
+
     return Parts(
         init=dept.init,
         train_step=lambda state, batch: dept.round_step(state, batch["tokens"]),
@@ -167,6 +184,7 @@ def build(cfg: DeptRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         state_sharding=state_sharding,
         data=data,
         evaluate=evaluate,
+        finalize=finalize,
         units_per_step=(dcfg.sources_per_round * n * b * t, "tok"),
     )
 

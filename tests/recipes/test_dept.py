@@ -21,6 +21,7 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert m["client_embedding_params_max"] < m["server_embedding_params"]
     assert 0 < m["bytes_communicated"] < m["bytes_dp_equal_tokens"]
     assert (tmp_path / "checkpoints").exists()
+    assert (tmp_path / "dept_summary.json").exists()
 
 
 def test_sharded_round_equals_single_device():
