@@ -18,11 +18,13 @@ T, B = 16, 4
 MODEL = DecoderConfig(d_model=16, n_layers=1, n_heads=2, head_dim=8, d_ff=32, max_len=T)
 
 
+GC = S.GrammarConfig(n_words=24, n_symbols=8)
+
+
 @pytest.fixture(scope="module")
 def texts():
-    gc = S.GrammarConfig(n_words=24, n_symbols=8)
-    g = S.make_grammar(gc)
-    return [S.render(g, gc, k, 4000) for k in range(4)]
+    g = S.make_grammar(GC)
+    return [S.render(g, GC, k, 4000) for k in range(4)]
 
 
 def _run(dept, state, src, rounds, n, seed=0):
@@ -87,6 +89,25 @@ def test_glob_learns_and_counts_bytes(glob_case):
     assert int(state.rows_sent) == 60 * 3 * v
     # data parallel at equal tokens: N=1 step per round, 3 workers, same payload
     assert D.dp_bytes(n_body, d, v, steps=1, workers=3) == expected
+    # plasticity: the trained body continued on a held-out language with fresh embeddings
+    held = S.render(S.make_grammar(GC), GC, 3, 4000)
+    tok = S.train_bpe([held], 24)
+    stream = S.encode(tok, held)
+    toks = jnp.asarray(D.round_windows((stream,), 0, 0, 20, B, T)[0])
+    losses = np.asarray(
+        jax.jit(D.adapt, static_argnums=(2, 3, 4))(
+            jax.random.PRNGKey(9),
+            state.body,
+            MODEL,
+            D.DeptConfig(),
+            tok.get_vocab_size(),
+            toks,
+            1e-2,
+        )
+    )
+    assert losses.shape == (20,)
+    assert losses[0] > np.log(tok.get_vocab_size()) - 0.5  # fresh embeddings: near uniform
+    assert losses[-3:].mean() < losses[0] - 0.5, losses
 
 
 @pytest.fixture(scope="module")
