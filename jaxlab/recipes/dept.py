@@ -69,6 +69,10 @@ class DeptRecipeConfig:
     def __post_init__(self):
         if self.variant not in dept_lib.VARIANTS:
             raise ConfigError("variant", self.variant, "one of " + ", ".join(dept_lib.VARIANTS))
+        if self.dept.variant not in ("glob", self.variant):
+            raise ConfigError("dept.variant", self.dept.variant, "unset: the key is `variant`")
+        # one source of truth: `variant` (model.vocab_size is likewise set from the sources)
+        object.__setattr__(self, "dept", dataclasses.replace(self.dept, variant=self.variant))
         if self.data.seq_len > self.model.max_len:
             raise ConfigError(
                 "data.seq_len", self.data.seq_len, f"at most model.max_len={self.model.max_len}"
@@ -99,7 +103,7 @@ def make_sources(cfg: DeptRecipeConfig) -> dept_lib.Sources:
 def build(cfg: DeptRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     d = cfg.data
     src = make_sources(cfg)
-    dcfg = dataclasses.replace(cfg.dept, variant=cfg.variant)
+    dcfg = cfg.dept
     dept = dept_lib.Dept(dcfg, cfg.model, src.vocabs, mesh=mesh)
     k, n, b, t = d.n_sources, dcfg.local_steps, d.batch_size, d.seq_len
     host, hosts = jax.process_index(), jax.process_count()

@@ -37,3 +37,6 @@ def test_config_errors():
         RECIPE.config("tiny", ["variant=global"])
     with pytest.raises(C.ConfigError, match="sources_per_round"):
         RECIPE.config("tiny", ["dept.sources_per_round=4"])
+    with pytest.raises(C.ConfigError, match="dept.variant"):
+        RECIPE.config("tiny", ["variant=spec", "dept.variant=trim"])
+    assert RECIPE.config("tiny", ["variant=spec"]).dept.variant == "spec"
