@@ -2,7 +2,7 @@
 ``shard_map``, and multi-host start.
 
 Models name *logical* axes (``batch``, ``seq``, ``embed``, ``heads``, ``kv``, ``mlp``, ``expert``,
-``vocab``); :data:`DEFAULT_RULES` maps them to the mesh axes ``data``, ``fsdp``, ``tensor``,
+``vocab``, ``client``); :data:`DEFAULT_RULES` maps them to the mesh axes ``data``, ``fsdp``, ``tensor``,
 ``expert``. The same model code therefore runs on 1 CPU, 8 simulated CPU devices and a TPU slice:
 only the :class:`MeshConfig` changes.
 """
@@ -34,6 +34,9 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("mlp", "tensor"),
     ("vocab", "tensor"),
     ("expert", "expert"),
+    # the stacked client axis of federated / DEPT pytrees: one client (or group) per data shard,
+    # the inner dimensions of a stacked parameter are not sharded
+    ("client", "data"),
 )
 
 

@@ -17,5 +17,6 @@ NAMES: dict[str, str] = {
     "task-arithmetic": "task_arithmetic",
     "sac": "sac",
     "dtsn": "dtsn",
+    "dept": "dept",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
