@@ -11,8 +11,10 @@ converted with :func:`to_uint8` from a stated value range.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,17 @@ def save_gif(path: PathLike, frames: Sequence[np.ndarray], *, fps: float = 30.0)
     return path
 
 
+@contextlib.contextmanager
+def _ffmpeg_subprocess():
+    """imageio-ffmpeg forks to exec ffmpeg; JAX warns on every fork of a process that has JAX
+    threads, which does not apply to a fork followed at once by exec."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+        )
+        yield
+
+
 def save_mp4(path: PathLike, frames: Sequence[np.ndarray], *, fps: float = 30.0) -> Path:
     """Writes ``uint8`` frames as an H.264 MP4 (imageio + imageio-ffmpeg, the ``viz`` extra).
 
@@ -116,18 +129,19 @@ def save_mp4(path: PathLike, frames: Sequence[np.ndarray], *, fps: float = 30.0)
     frames = _frames(frames, fps)
     h, w = frames[0].shape[:2]
     ph, pw = h + h % 2, w + w % 2
-    writer = imageio.get_writer(
-        path, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
-    )
-    try:
-        for f in frames:
-            rgb = f if f.ndim == 3 else np.repeat(f[..., None], 3, axis=-1)
-            rgb = rgb[..., :3]
-            if (ph, pw) != (h, w):
-                rgb = np.pad(rgb, ((0, ph - h), (0, pw - w), (0, 0)), mode="edge")
-            writer.append_data(rgb)
-    finally:
-        writer.close()
+    with _ffmpeg_subprocess():
+        writer = imageio.get_writer(
+            path, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+        )
+        try:
+            for f in frames:
+                rgb = f if f.ndim == 3 else np.repeat(f[..., None], 3, axis=-1)
+                rgb = rgb[..., :3]
+                if (ph, pw) != (h, w):
+                    rgb = np.pad(rgb, ((0, ph - h), (0, pw - w), (0, 0)), mode="edge")
+                writer.append_data(rgb)
+        finally:
+            writer.close()
     return path
 
 
@@ -153,7 +167,9 @@ def read_video(path: PathLike) -> UInt8[np.ndarray, "t h w 3"]:
         import imageio.v2 as imageio
     except ModuleNotFoundError:
         raise MissingExtraError("reading MP4", "imageio") from None
-    return np.stack([np.asarray(f)[..., :3] for f in imageio.mimread(path, memtest=False)])
+    with _ffmpeg_subprocess():
+        frames = imageio.mimread(path, memtest=False)
+    return np.stack([np.asarray(f)[..., :3] for f in frames])
 
 
 def image_grid(

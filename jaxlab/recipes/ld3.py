@@ -187,9 +187,13 @@ def model_and_schedule(cfg: LD3Config):
         schedule = sched_lib.make_schedule(cfg.schedule)
         ring = ring_mixture(cfg.ring_components, cfg.ring_radius, cfg.ring_std)
         return gmm_eps_fn(ring, schedule), schedule, cfg.schedule, (2,)
+    from jaxlab.core.run import RunNotFoundError
     from jaxlab.diffusion.pretrained import load_model
 
-    model, params = load_model(cfg.checkpoint)
+    try:
+        model, params = load_model(cfg.checkpoint)
+    except RunNotFoundError as e:
+        raise ConfigError("checkpoint", cfg.checkpoint, f"a diffusion run directory ({e})") from None
     if model.data_shape != cfg.static.data_shape:
         raise ConfigError(
             "checkpoint", cfg.checkpoint, f"a model of data shape {cfg.static.data_shape}"

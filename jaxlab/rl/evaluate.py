@@ -42,12 +42,14 @@ __all__ = [
 
 @struct.dataclass
 class LevelResults:
-    """Per-level evaluation results ([L] arrays) and the attempts they average over."""
+    """Per-level evaluation results ([L] arrays), the attempts they average over, and each
+    attempt's return (``[L, A]``; None when built by hand)."""
 
     solve_rate: Float[Array, " l"]
     mean_return: Float[Array, " l"]
     mean_length: Float[Array, " l"]
     num_attempts: int = struct.field(pytree_node=False)
+    attempt_returns: Float[Array, "l a"] | None = None
 
 
 def evaluate_levels(
@@ -118,6 +120,7 @@ def evaluate_levels(
         mean_return=jnp.mean(ret.reshape(shape), axis=1),
         mean_length=jnp.mean(length.reshape(shape).astype(jnp.float32), axis=1),
         num_attempts=num_attempts,
+        attempt_returns=ret.reshape(shape),
     )
     return results, shown
 

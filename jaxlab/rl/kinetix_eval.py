@@ -172,6 +172,7 @@ class Evaluator:
             mean_return=cat("mean_return"),
             mean_length=cat("mean_length"),
             num_attempts=self.num_attempts,
+            attempt_returns=cat("attempt_returns"),
         )
         return names, res, shown
 

@@ -93,5 +93,9 @@ def test_config_errors(overrides, key):
 
 
 def test_threshold_mode_needs_dense_layout():
+    """JDR thresholding (top_k = 0) has no static edge count: refused with the edge-list layout,
+    accepted with the dense one."""
+    with pytest.raises(ConfigError, match="jdr.top_k.*graph.layout=dense"):
+        resolve(GnnConfig, overrides=["rewire=jdr", "jdr.top_k=0", "graph.layout=edges"])
     cfg = resolve(GnnConfig, overrides=["rewire=jdr", "jdr.top_k=0", "graph.layout=dense"])
     assert cfg.jdr.top_k == 0

@@ -49,12 +49,17 @@ def test_only_first_episode_counts():
 
 
 def test_attempts_use_different_keys():
-    rand = lambda key, obs: jax.random.randint(key, (obs.shape[0],), 0, 3)
+    """Two identical levels, a random policy: the attempts of one level act differently (their
+    returns are not all equal), so each attempt draws its own key."""
+    rand = lambda key, obs: jax.random.randint(key, (obs.shape[0],), 0, 3)  # noqa: E731
     res, _ = ev.evaluate_levels(
         jax.random.PRNGKey(0), rand, ENV, PARAMS, levels([0.0] * 2), num_attempts=16, max_steps=20
     )
-    r = np.asarray(res.mean_return)
-    assert 0.0 < res.solve_rate[0] < 1.0 or r[0] != r[1]
+    returns = np.asarray(res.attempt_returns)
+    assert returns.shape == (2, 16)
+    np.testing.assert_allclose(returns.mean(1), np.asarray(res.mean_return), rtol=1e-6)
+    for level in range(2):
+        assert len(np.unique(np.round(returns[level], 5))) > 1, returns[level]
 
 
 def test_resolve_level_files(tmp_path):

@@ -93,17 +93,33 @@ def test_inactive_entities_do_not_matter(transformer):
 
 
 def test_transformer_takes_any_entity_count():
-    """The same parameters apply to M-sized observations (how an S agent is evaluated on M)."""
+    """The same parameters apply to larger observations (how an S agent is evaluated on M): one
+    more polygon slot, masked out, gives the same policy and value as the unpadded observation
+    (the slot is inserted after the polygons, so entity indexes of circles shift by one)."""
     net = ActorCritic(SMALL, HEAD)
     params = net.init(jax.random.PRNGKey(0), random_obs(0))
-    big = random_obs(1)
-    big = big.replace(
-        polygons=jnp.concatenate([big.polygons, big.polygons[:, :1]], axis=1),
-        polygon_mask=jnp.concatenate([big.polygon_mask, jnp.zeros((3, 1), bool)], axis=1),
-        attention_mask=jnp.pad(big.attention_mask, ((0, 0), (0, 0), (0, 1), (0, 1))),
+    obs = jax.tree.map(jnp.asarray, random_obs(1))
+    p = obs.polygons.shape[1]
+    shift = lambda ix: jnp.where(ix >= p, ix + 1, ix)  # noqa: E731
+    att = jnp.insert(obs.attention_mask, p, False, axis=2)
+    big = obs.replace(
+        polygons=jnp.concatenate([obs.polygons, 7.0 + obs.polygons[:, :1]], axis=1),
+        polygon_mask=jnp.concatenate([obs.polygon_mask, jnp.zeros((3, 1), bool)], axis=1),
+        attention_mask=jnp.insert(att, p, False, axis=3),
+        joint_indexes=shift(obs.joint_indexes),
+        thruster_indexes=shift(obs.thruster_indexes),
     )
-    pi, v = net.apply(params, big)
-    assert v.shape == (3,) and pi.batch_shape == (3,)
+    pi, v = net.apply(params, obs)
+    pi_big, v_big = net.apply(params, big)
+    assert v_big.shape == (3,) and pi_big.batch_shape == (3,)
+    np.testing.assert_allclose(np.asarray(v_big), np.asarray(v), rtol=1e-5, atol=1e-5)
+    actions = jnp.asarray(np.random.default_rng(0).integers(0, 2, (3, 6)), jnp.int32)
+    np.testing.assert_allclose(
+        np.asarray(pi_big.log_prob(actions)),
+        np.asarray(pi.log_prob(actions)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_multi_discrete_head_matches_numpy():

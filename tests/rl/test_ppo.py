@@ -276,3 +276,71 @@ def test_traced_hyperparameters_are_read_in_the_compiled_update():
         leaves(state), [np.asarray(x)[0] for x in jax.tree.leaves(both.params)], strict=True
     ):
         np.testing.assert_array_equal(b, a)
+
+
+def test_value_loss_clipping():
+    """clip_value (on by default): L_V = 0.5 mean max((V - G)^2, (V_old + clip(V - V_old, ±eps)
+    - G)^2); a value that jumped past the clip range keeps the clipped (larger) error, so its
+    gradient is zero; without clipping it is the plain squared error."""
+    import distrax
+
+    batch = {
+        "action": jnp.zeros(3, jnp.int32),
+        "log_prob": jnp.log(jnp.full(3, 0.5)),
+        "advantage": jnp.zeros(3),
+        "target": jnp.asarray([1.0, 1.0, 0.0]),
+        "value": jnp.asarray([0.0, 0.0, 0.0]),  # old values
+    }
+    pi = distrax.Categorical(logits=jnp.zeros((3, 2)))
+    value = jnp.asarray([0.1, 0.9, -0.5])  # inside the range; past it towards G; past it away
+    base = dict(
+        num_envs=1,
+        num_steps=3,
+        num_minibatches=1,
+        normalize_advantages=False,
+        ent_coef=0.0,
+        clip_eps=0.2,
+    )
+    for clip in (True, False):
+        cfg = PPOConfig(**base, clip_value=clip)
+
+        def v_loss(v, cfg=cfg):
+            return ppo_loss(pi, v, batch, cfg)[1]["value_loss"]
+
+        unclipped = (value - batch["target"]) ** 2
+        clipped = (jnp.clip(value, -0.2, 0.2) - batch["target"]) ** 2
+        want = 0.5 * jnp.mean(jnp.maximum(unclipped, clipped) if clip else unclipped)
+        assert float(v_loss(value)) == pytest.approx(float(want), rel=1e-6)
+        g = np.asarray(jax.grad(v_loss)(value))
+        if clip:
+            # 0.9 moved past +0.2 towards G = 1: the clipped error (0.64) is the larger, no gradient
+            assert g[1] == 0.0 and g[0] != 0.0 and g[2] != 0.0
+        else:
+            np.testing.assert_allclose(g, (value - batch["target"]) / 3, rtol=1e-6)
+
+
+def test_anneal_lr_decays_linearly_to_zero():
+    """anneal_lr: the Adam step of a constant gradient is -lr (1 - t / (updates x epochs x
+    minibatches)) at every optimiser step t; without it, -lr throughout."""
+    cfg = PPOConfig(
+        num_envs=4,
+        num_steps=4,
+        update_epochs=2,
+        num_minibatches=2,
+        lr=1e-2,
+        anneal_lr=True,
+        max_grad_norm=1e6,
+    )
+    total = 5 * 2 * 2
+    p = {"w": jnp.zeros(1)}
+    for anneal in (True, False):
+        opt = ppo_mod.make_optimizer(PPOConfig(**{**cfg.__dict__, "anneal_lr": anneal}), 5)
+        state = opt.init(p)
+        for t in (0, 1, 5, 10, 19):
+            while True:
+                upd, state = opt.update({"w": jnp.ones(1)}, state, p)
+                done = int(state[1][0].count) - 1  # the step just taken
+                if done >= t:
+                    break
+            want = -1e-2 * (1 - t / total) if anneal else -1e-2
+            assert float(upd["w"][0]) == pytest.approx(want, rel=1e-4, abs=1e-9), (anneal, t)
