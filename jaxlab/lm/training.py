@@ -49,6 +49,17 @@ class OptimConfig:
             raise ConfigError("optim.warmup_steps", self.warmup_steps, "an integer >= 0")
 
 
+def check_lm_config(cfg: Any) -> None:
+    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): a window
+    fits the model's context, and evaluation reads at least one batch."""
+    if cfg.data.seq_len > cfg.model.max_len:
+        raise ConfigError(
+            "data.seq_len", cfg.data.seq_len, f"at most model.max_len={cfg.model.max_len}"
+        )
+    if cfg.val_batches < 1:
+        raise ConfigError("val_batches", cfg.val_batches, "an integer >= 1")
+
+
 @flax.struct.dataclass
 class LmState:
     """Parameters (boxed with logical axis names), optimiser state, step counter and the traced

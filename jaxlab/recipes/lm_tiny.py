@@ -14,7 +14,6 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.run import place_batches
@@ -46,12 +45,7 @@ class LmTinyConfig:
     )
 
     def __post_init__(self):
-        if self.data.seq_len > self.model.max_len:
-            raise ConfigError(
-                "data.seq_len", self.data.seq_len, f"at most model.max_len={self.model.max_len}"
-            )
-        if self.val_batches < 1:
-            raise ConfigError("val_batches", self.val_batches, "an integer >= 1")
+        training.check_lm_config(self)
 
 
 def build(cfg: LmTinyConfig, mesh: jax.sharding.Mesh) -> Parts:

@@ -81,12 +81,7 @@ class PrecisionConfig:
     )
 
     def __post_init__(self):
-        if self.data.seq_len > self.model.max_len:
-            raise ConfigError(
-                "data.seq_len", self.data.seq_len, f"at most model.max_len={self.model.max_len}"
-            )
-        if self.val_batches < 1:
-            raise ConfigError("val_batches", self.val_batches, "an integer >= 1")
+        training.check_lm_config(self)
 
     @property
     def tokens(self) -> int:
