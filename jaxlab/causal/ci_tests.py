@@ -105,8 +105,8 @@ class CITest:
     def pvalue(self, x: int, y: int, cond: Sequence[int] = ()) -> float:
         return float(self.pvalues([x], [y], [tuple(cond)])[0])
 
-    def _batch(self, x, y, cond, mask):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _batch(self, x, y, cond, mask):  # pragma: no cover
+        raise NotImplementedError  # abstract: each test class defines its batched p-values
 
 
 # ---------------------------------------------------------------------------------------------
