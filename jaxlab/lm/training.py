@@ -17,6 +17,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
@@ -167,3 +168,27 @@ def abstract_batch(data: ByteLMDataConfig, mesh: jax.sharding.Mesh) -> dict[str,
     """One step's global batch ``{"tokens": [B, T+1] int32}`` split over the data axes."""
     tokens = jax.ShapeDtypeStruct((data.batch_size, data.seq_len + 1), jnp.int32)
     return batch_spec({"tokens": tokens}, mesh)
+
+
+def validation_windows(
+    data: ByteLMDataConfig, abstract: dict[str, Any], num_batches: int
+) -> list[jax.Array]:
+    """The first ``num_batches`` validation windows of this host's shard, placed on the mesh
+    with the train batch's shardings (``abstract`` from :func:`abstract_batch`)."""
+    from jaxlab.core.run import place_batches
+    from jaxlab.lm.data import validation_iterator
+
+    it = validation_iterator(data, shard_index=jax.process_index(), shard_count=jax.process_count())
+    return [
+        place_batches(b, abstract, leading=0)["tokens"]
+        for _, b in zip(range(num_batches), it, strict=False)
+    ]
+
+
+def mean_validation_loss(
+    model: Decoder, params: Any, windows: list[jax.Array], loss: Callable | None = None
+) -> float:
+    """Mean next-token loss of ``params`` over ``windows`` (``loss``: a jitted
+    ``(params, tokens) -> loss`` to reuse across calls; default :func:`loss_fn` of ``model``)."""
+    loss = loss or jax.jit(lambda p, t: loss_fn(model, p, t))
+    return float(np.mean([float(loss(params, t)) for t in windows]))

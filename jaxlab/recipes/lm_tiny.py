@@ -16,7 +16,6 @@ import numpy as np
 
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.run import place_batches
 from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.lm import training
 from jaxlab.lm.data import (
@@ -24,7 +23,6 @@ from jaxlab.lm.data import (
     load_corpus,
     train_iterator,
     unigram_entropy,
-    validation_iterator,
 )
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.training import LmState, OptimConfig
@@ -56,12 +54,8 @@ def build(cfg: LmTinyConfig, mesh: jax.sharding.Mesh) -> Parts:
     eval_loss = jax.jit(lambda params, tokens: training.loss_fn(model, params, tokens))
 
     def evaluate(state: LmState) -> dict[str, float]:
-        losses = []
-        it = validation_iterator(cfg.data, shard_index=host, shard_count=hosts)
-        for _, b in zip(range(cfg.val_batches), it, strict=False):
-            tokens = place_batches(b, batch, leading=0)["tokens"]
-            losses.append(float(eval_loss(state.params, tokens)))
-        val = float(np.mean(losses))
+        windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
+        val = training.mean_validation_loss(model, state.params, windows, eval_loss)
         entropy = unigram_entropy(load_corpus())
         return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2)}
 

@@ -26,10 +26,9 @@ import numpy as np
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.run import place_batches
 from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.lm import training
-from jaxlab.lm.data import ByteLMDataConfig, train_iterator, validation_iterator
+from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.quant import gptq_quantize, rtn_quantize, validate_bits_list
 from jaxlab.lm.training import LmState, OptimConfig
@@ -111,14 +110,10 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
 
     def val_loss(params: Any, windows: list[jax.Array]) -> float:
-        return float(np.mean([float(eval_loss(params, t)) for t in windows]))
+        return training.mean_validation_loss(model, params, windows, eval_loss)
 
     def evaluate(state: LmState) -> dict[str, float]:
-        it = validation_iterator(cfg.data, shard_index=host, shard_count=hosts)
-        windows = [
-            place_batches(b, batch, leading=0)["tokens"]
-            for _, b in zip(range(cfg.val_batches), it, strict=False)
-        ]
+        windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
         params = jax.device_get(state.params)
         base = val_loss(params, windows)
         q = cfg.model.quant
