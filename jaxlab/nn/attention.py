@@ -1,4 +1,4 @@
-"""Multi-head dot-product attention with RoPE, masks, optional QK-norm and a KV cache."""
+"""Multi-head dot-product attention: self- or cross-attention, RoPE, masks, QK-norm, a KV cache."""
 
 from __future__ import annotations
 
@@ -147,6 +147,11 @@ class MultiHeadAttention(nn.Module):
     values at the cache's ``index`` and attends over all filled slots; a prefill of ``n`` tokens
     followed by one-token steps equals recomputing the full sequence.
 
+    Cross-attention: with ``context`` the keys and values are projected from ``context``
+    (``[batch, ctx, ctx_embed]``, any width) instead of ``x``; ``context_mask`` is the key padding
+    mask over the context tokens. Cross-attention has no positions (RoPE is skipped), no causal
+    mask and no cache.
+
     Attributes:
         n_heads: number of heads.
         head_dim: per-head size (even when ``use_rope``).
@@ -185,11 +190,18 @@ class MultiHeadAttention(nn.Module):
         padding_mask: Bool[Array, "batch seq"] | None = None,
         positions: Int[Array, "batch seq"] | None = None,
         cache: KVCache | None = None,
+        context: Float[Array, "batch ctx ctx_embed"] | None = None,
+        context_mask: Bool[Array, "batch ctx"] | None = None,
     ) -> tuple[Float[Array, "batch seq embed"], KVCache | None]:
         """Attends from every token of ``x`` to the visible keys.
 
         Args:
             x: input ``[batch, seq, embed]``.
+            context: cross-attention source ``[batch, ctx, ctx_embed]``; keys and values come
+                from it. ``None``: self-attention over ``x``.
+            context_mask: ``[batch, ctx]`` True for real context tokens (only with ``context``).
+                Default: all real. A query whose context is entirely masked gets a finite
+                uniform average over the context (callers should gate such rows).
             padding_mask: ``[batch, seq]`` True for real tokens; padded tokens are never attended
                 to (their own outputs are finite but meaningless). Default: all real.
             positions: RoPE positions ``[batch, seq]``. Default: the slot index, ``0 … seq-1``
@@ -209,15 +221,34 @@ class MultiHeadAttention(nn.Module):
         if self.use_rope and self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim!r}: expected an even size for RoPE")
         batch, seq, d_model = x.shape
+        if context is None and context_mask is not None:
+            raise ValueError("context_mask: given without context (cross-attention needs both)")
+        if context is not None:
+            if cache is not None or self.causal:
+                raise ValueError(
+                    f"context: cross-attention takes no cache and no causal mask "
+                    f"(cache={'given' if cache is not None else None}, causal={self.causal})"
+                )
+            if context.ndim != 3 or context.shape[0] != batch:
+                raise ValueError(
+                    f"context: got shape {tuple(context.shape)}, expected ({batch}, ctx, ctx_embed)"
+                )
+            if context_mask is not None and tuple(context_mask.shape) != tuple(context.shape[:2]):
+                raise ValueError(
+                    f"context_mask: got shape {tuple(context_mask.shape)}, "
+                    f"expected {tuple(context.shape[:2])}"
+                )
         dtype = self.dtype or x.dtype
         x = nn.with_logical_constraint(x.astype(dtype), ("batch", "seq", "embed"))
         qkv_init = nn.with_logical_partitioning(
             kernel_init(self.init_std, in_axis=0, out_axis=(1, 2)), ("embed", "heads", "kv")
         )
         shape = (d_model, self.n_heads, self.head_dim)
+        kv_source = x if context is None else context.astype(dtype)
+        kv_shape = (kv_source.shape[-1], self.n_heads, self.head_dim)
         w_q = self.param("wq", qkv_init, shape, self.param_dtype).astype(dtype)
-        w_k = self.param("wk", qkv_init, shape, self.param_dtype).astype(dtype)
-        w_v = self.param("wv", qkv_init, shape, self.param_dtype).astype(dtype)
+        w_k = self.param("wk", qkv_init, kv_shape, self.param_dtype).astype(dtype)
+        w_v = self.param("wv", qkv_init, kv_shape, self.param_dtype).astype(dtype)
         w_o = self.param(
             "wo",
             nn.with_logical_partitioning(
@@ -232,15 +263,27 @@ class MultiHeadAttention(nn.Module):
         w_q, w_k, w_v = (fake_quant(w, w_bits, 0) for w in (w_q, w_k, w_v))
         w_o = fake_quant(w_o, w_bits, (0, 1))
         x = fake_quant(x, a_bits)
+        kv_source = x if context is None else fake_quant(kv_source, a_bits)
         sow_calibration(self, "qkv_in", x)
 
         q = jnp.einsum("bsd,dhk->bshk", x, w_q)
-        k = jnp.einsum("bsd,dhk->bshk", x, w_k)
-        v = jnp.einsum("bsd,dhk->bshk", x, w_v)
+        k = jnp.einsum("bsd,dhk->bshk", kv_source, w_k)
+        v = jnp.einsum("bsd,dhk->bshk", kv_source, w_v)
         if self.qk_norm:
             norm_kwargs = dict(num_axes=2, axis_names=("heads", "kv"), eps=self.norm_eps)
             q = RMSNorm(name="q_norm", dtype=dtype, param_dtype=self.param_dtype, **norm_kwargs)(q)
             k = RMSNorm(name="k_norm", dtype=dtype, param_dtype=self.param_dtype, **norm_kwargs)(k)
+
+        if context is not None:
+            k, v = fake_quant(k, kv_bits, -1), fake_quant(v, kv_bits, -1)
+            n_ctx = context.shape[1]
+            if context_mask is None:
+                context_mask = jnp.ones((batch, n_ctx), jnp.bool_)
+            mask = jnp.broadcast_to(context_mask[:, None, :], (batch, seq, n_ctx))
+            out = fake_quant(dot_product_attention(q, k, v, mask), a_bits)
+            sow_calibration(self, "o_in", out)
+            y = jnp.einsum("bshk,hkd->bsd", out, w_o)
+            return nn.with_logical_constraint(y, ("batch", "seq", "embed")), None
 
         offsets = jnp.arange(seq, dtype=jnp.int32)[None, :]
         start = jnp.zeros((batch,), jnp.int32) if cache is None else cache.index

@@ -138,3 +138,58 @@ def test_cache_rows_can_roll_back_independently(data, cached_layer):
 def test_kv_cache_init_validates():
     with pytest.raises(ValueError, match="max_len=0"):
         KVCache.init(1, 0, 2, 4)
+
+
+def _cross_reference(p, x, ctx, ctx_mask):
+    x, ctx = np.asarray(x, np.float64), np.asarray(ctx, np.float64)
+    q = np.einsum("bsd,dhk->bshk", x, p["wq"])
+    k = np.einsum("bcd,dhk->bchk", ctx, p["wk"])
+    v = np.einsum("bcd,dhk->bchk", ctx, p["wv"])
+    out = np.zeros_like(q)
+    for b in range(x.shape[0]):
+        for h in range(q.shape[2]):
+            scores = q[b, :, h] @ k[b, :, h].T / np.sqrt(q.shape[-1])
+            scores = np.where(ctx_mask[b][None, :], scores, -np.inf)
+            w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            out[b, :, h] = (w / w.sum(axis=-1, keepdims=True)) @ v[b, :, h]
+    return np.einsum("bshk,hkd->bsd", out, p["wo"])
+
+
+def test_cross_attention_matches_numpy_and_ignores_masked_context(data):
+    """Queries from x, keys/values from a context of another length and width, key padding."""
+    x, _ = data
+    rng = np.random.default_rng(5)
+    ctx = rng.standard_normal((B, 7, 10)).astype(np.float32)
+    ctx_mask = np.ones((B, 7), bool)
+    ctx_mask[0, 4:] = False
+    ctx_mask[1, [1, 3]] = False
+    layer = MultiHeadAttention(n_heads=H, head_dim=K, causal=False, use_rope=False, init_std=0.2)
+    params = nn.unbox(layer.init(jax.random.key(2), x, context=ctx, context_mask=ctx_mask))
+    assert params["params"]["wk"].shape == (10, H, K) and params["params"]["wq"].shape == (D, H, K)
+    apply = jax.jit(lambda prm, x, c, m: layer.apply(prm, x, context=c, context_mask=m)[0])
+    y = apply(params, x, ctx, ctx_mask)
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+    np.testing.assert_allclose(
+        np.asarray(y), _cross_reference(p, x, ctx, ctx_mask), rtol=1e-4, atol=1e-5
+    )
+    # changing masked context tokens leaves the output unchanged; changing a real one does not
+    poked = ctx.copy()
+    poked[0, 5] += 10.0
+    np.testing.assert_array_equal(np.asarray(apply(params, x, poked, ctx_mask)), np.asarray(y))
+    poked[0, 1] += 10.0
+    assert not np.allclose(np.asarray(apply(params, x, poked, ctx_mask))[0], np.asarray(y)[0])
+
+
+def test_cross_attention_refuses_bad_inputs(data):
+    x, _ = data
+    ctx = np.zeros((B, 3, 4), np.float32)
+    causal = MultiHeadAttention(n_heads=H, head_dim=K, use_rope=False)
+    with pytest.raises(ValueError, match="causal=True"):
+        causal.init(jax.random.key(0), x, context=ctx)
+    layer = MultiHeadAttention(n_heads=H, head_dim=K, causal=False, use_rope=False)
+    with pytest.raises(ValueError, match="context_mask: got shape"):
+        layer.init(jax.random.key(0), x, context=ctx, context_mask=np.ones((B, 4), bool))
+    with pytest.raises(ValueError, match=r"context: got shape \(1, 3, 4\)"):
+        layer.init(jax.random.key(0), x, context=ctx[:1])
+    with pytest.raises(ValueError, match="context_mask: given without context"):
+        layer.init(jax.random.key(0), x, context_mask=np.ones((B, 3), bool))
