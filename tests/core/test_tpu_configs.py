@@ -46,15 +46,21 @@ def test_bad_mesh_is_refused(tmp_path):
         tpu_config.load(bad)
 
 
+# the configs are lowered in a few subprocesses so that pytest-xdist can spread them over workers
+CHUNKS = 3
+
+
 @pytest.mark.slow
-def test_train_step_lowers_for_every_slice():
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_train_step_lowers_for_every_slice(chunk):
     worker = Path(__file__).parent / "tpu_lowering_worker.py"
+    configs = CONFIGS[chunk::CHUNKS]
     out = subprocess.run(
-        [sys.executable, str(worker), *map(str, CONFIGS)],
+        [sys.executable, str(worker), *map(str, configs)],
         capture_output=True,
         text=True,
         timeout=1800,
     )
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("OK")]
-    assert len(lines) == len(CONFIGS), out.stdout
+    assert len(lines) == len(configs), out.stdout
