@@ -458,7 +458,8 @@ def probe_run(
     teacher: nn.Module, run: TeacherRun, task: SparseParity, x: Float[Array, "m n"]
 ) -> tuple[Float[Array, "C n"], Float[Array, " C"]]:
     """``E[f(x) x_i]`` per checkpoint (``f`` = class-1 probability) and each checkpoint's accuracy,
-    with the teacher vmapped over the checkpoint axis."""
+    mapped over the checkpoint axis with ``lax.map`` (memory of one checkpoint's activations on
+    ``x`` at a time, not ``C`` of them)."""
     y = sparse_parity.labels(task, x)
 
     def one(params):
@@ -468,7 +469,7 @@ def probe_run(
             jnp.mean(jnp.argmax(probs, -1) == y),
         )
 
-    return jax.vmap(one)(run.params)
+    return jax.lax.map(one, run.params)
 
 
 # ----------------------------------------------------------------------------- persistence

@@ -130,7 +130,8 @@ def mask_tokens(
     random_tok = jax.random.randint(k_rand, tokens.shape, 0, task.n_terminals)
     inputs = jnp.where(chosen & (kind < 0.8), task.mask_id, tokens)
     inputs = jnp.where(chosen & (kind >= 0.8) & (kind < 0.9), random_tok, inputs)
-    return MaskedBatch(inputs, tokens, chosen.astype(jnp.float32), real)
+    targets = jnp.where(real, tokens, 0)  # padding gets a valid class (its weight is 0)
+    return MaskedBatch(inputs, targets, chosen.astype(jnp.float32), real)
 
 
 def sample_batch(key: PRNGKeyArray, corpus: Corpus, batch: int, task: MLMTask) -> MaskedBatch:
