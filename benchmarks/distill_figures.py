@@ -6,12 +6,25 @@ support at the transition checkpoint and at the final one (Monte Carlo over 3276
 for ``--students`` student seeds of each method the samples to 95 % accuracy (50-wide students,
 SGD 0.2, batch 64, multiplier ``--multiplier``).
 
+The flags ``--torch-init`` (PyTorch default init, the paper's), ``--student-schedule
+warmup_cosine`` (6 % warm-up + cosine, the paper's students), ``--multiplier``, ``--tau``,
+``--student-width``, ``--student-lr``, ``--transition-drop`` (which checkpoint is the 2-shot one)
+select the settings of the 2x-bar study; every row carries its config.
+
+``pcfg``: per teacher seed, a 2-layer d_model-32 bidirectional masked LM (Adam 3e-3, warm-up +
+cosine, β2 0.95, batch 32, 800 steps, a checkpoint every 40) on 4096 sentences of a random
+cfg3-style grammar (3 levels, 3 terminals, 8-27 tokens, masking 0.3 with 80/10/10): held-out loss
+and accuracy per checkpoint, the n-gram probes (``M_robust`` / ``M_close`` for 3- and 5-grams) and
+the constituent probe per checkpoint, the ``M_robust`` peak as the 2-shot checkpoint, and
+``--students`` d_model-16 students per method (800 steps, multiplier 1); the summary gives the
+median of budget / samples-to-reach the label (one-shot) student's final accuracy.
+
 ``task-arithmetic``: the cpu-preset experiment (d=32, P=16, width 64, 200 SGD steps) for
 ``--seeds`` seeds (relations vmapped): accuracies at addition (1, 1) and negation (1, −1) for the full, rank-1
 and 50 %-pruned task vectors, the best min(T1, T2) over the λ grid and the best out-of-domain
 accuracy, per relation, as mean and min over seeds.
 
-Usage: ``python benchmarks/distill_figures.py parity|task-arithmetic [--seeds 3]``.
+Usage: ``python benchmarks/distill_figures.py parity|pcfg|task-arithmetic [--seeds 3]``.
 """
 
 from __future__ import annotations

@@ -85,9 +85,10 @@ def test_curriculum_checkpoint_is_the_intermediate_peak():
 SHORT = pd.MLMTask(n_terminals=3, max_len=8, mask_rate=0.3)
 
 
-def test_teacher_and_students_learn_and_probes_run():
-    """A tiny masked-LM teacher on 8-token sentences (every rule binary): its loss falls, the
-    probes run on its 3 checkpoints, and two students (2-shot, labels) reduce their loss."""
+def test_teacher_and_students_learn():
+    """A tiny masked-LM teacher on 8-token sentences (every rule binary): its loss falls, and two
+    students (2-shot, labels) reduce theirs. (The probes on a teacher run are exercised by the
+    recipe's pcfg-tiny test.)"""
     g = pcfg.random_layered_grammar(1, symbols_per_level=(1, 2, 2), rhs_lengths=(2,))
     corpus, sents = pd.make_corpus(np.random.default_rng(0), g, 256, SHORT)
     teacher = pd.MaskedLM(SHORT.vocab, 3, d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1)
@@ -101,20 +102,6 @@ def test_teacher_and_students_learn_and_probes_run():
     )
     losses = np.asarray(run.losses)
     assert losses[-20:].mean() < losses[:10].mean() - 0.1, (losses[:10], losses[-20:])
-    probes = pd.make_probe_set(sents[:8], SHORT, ("N1_0", "N1_1"))
-    out = jax.jit(pd.probe_run, static_argnums=(1, 4, 5, 6))(
-        jax.random.PRNGKey(0), teacher, run, probes, SHORT, (3, 5), 2
-    )
-    assert set(out) == {
-        "m_robust_3gram",
-        "m_robust_5gram",
-        "m_close_3gram",
-        "m_close_5gram",
-        "constituent_probe",
-    }
-    assert all(np.asarray(v).shape == (3,) for v in out.values())
-    assert np.isfinite(np.asarray(out["m_robust_3gram"])).all()
-
     student = pd.MaskedLM(SHORT.vocab, 3, d_model=8, n_heads=1, head_dim=8, d_ff=16, n_layers=1)
     sspec = distill.TrainSpec(steps=60, batch=16, every=20, optimizer="adam", lr=1e-2)
     eval_batch = pd.sample_batch(jax.random.PRNGKey(9), corpus, 32, SHORT)
