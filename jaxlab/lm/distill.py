@@ -170,7 +170,7 @@ def distillation_loss(
 
 @flax.struct.dataclass
 class TeacherRun:
-    """A teacher's whole trajectory.
+    """A teacher's whole trajectory (device arrays, or host arrays after ``jax.device_get``).
 
     Attributes:
       params: parameter tree with a leading checkpoint axis ``[C, ...]`` (checkpoint ``c`` taken
@@ -180,8 +180,8 @@ class TeacherRun:
     """
 
     params: Any
-    steps: Int[Array, " C"]
-    losses: Float[Array, " T"]
+    steps: Int[Array | np.ndarray, " C"]
+    losses: Float[Array | np.ndarray, " T"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,10 +383,10 @@ class StudentCurve:
       teacher_index: ``[E]`` teacher checkpoint used at the evaluation.
     """
 
-    steps: Int[Array, " E"]
-    accuracy: Float[Array, " E"]
-    loss: Float[Array, " E"]
-    teacher_index: Int[Array, " E"]
+    steps: Int[Array | np.ndarray, "*batch E"]
+    accuracy: Float[Array | np.ndarray, "*batch E"]
+    loss: Float[Array | np.ndarray, "*batch E"]
+    teacher_index: Int[Array | np.ndarray, "*batch E"]
 
 
 def train_student(

@@ -442,7 +442,7 @@ def probe_run(
     return jax.lax.map(one, run.params)
 
 
-def curriculum_checkpoint(m_robust: Float[Array, " C"] | np.ndarray) -> int:
+def curriculum_checkpoint(m_robust: Sequence[float] | np.ndarray | Array) -> int:
     """The 2-shot checkpoint: where the 3-gram ``M_robust`` peaks among the intermediate checkpoints
     (the paper's ``C1``).
 
