@@ -553,6 +553,7 @@ def run_pcfg_students(
         "student_steps": np.asarray(curves.steps[0, 0]).tolist(),
         "student_batch": sspec.batch,
         "student_accuracy": {m: accuracy[:, i].tolist() for i, m in enumerate(methods)},
+        "student_loss": {m: np.asarray(curves.loss)[:, i].tolist() for i, m in enumerate(methods)},
         "samples_to_labels_final": {m: samples[:, i].tolist() for i, m in enumerate(methods)},
     }
 

@@ -85,12 +85,12 @@ def test_curriculum_checkpoint_is_the_intermediate_peak():
 SHORT = pd.MLMTask(n_terminals=3, max_len=8, mask_rate=0.3)
 
 
-def test_teacher_and_students_learn():
-    """A tiny masked-LM teacher on 8-token sentences (every rule binary): its loss falls, and two
-    students (2-shot, labels) reduce theirs. (The probes on a teacher run are exercised by the
-    recipe's pcfg-tiny test.)"""
+def test_teacher_learns_with_checkpoints():
+    """A tiny masked-LM teacher on 8-token sentences (every rule binary): its training loss falls
+    and its held-out masked-token accuracy rises over the kept checkpoints. (Students and probes on
+    a teacher run are exercised, with a falling student loss, by the recipe's pcfg-tiny test.)"""
     g = pcfg.random_layered_grammar(1, symbols_per_level=(1, 2, 2), rhs_lengths=(2,))
-    corpus, sents = pd.make_corpus(np.random.default_rng(0), g, 256, SHORT)
+    corpus, _ = pd.make_corpus(np.random.default_rng(0), g, 256, SHORT)
     teacher = pd.MaskedLM(SHORT.vocab, 3, d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1)
     spec = distill.TrainSpec(
         steps=120, batch=16, every=40, optimizer="adam", lr=1e-2, schedule="warmup_cosine"
@@ -102,21 +102,6 @@ def test_teacher_and_students_learn():
     )
     losses = np.asarray(run.losses)
     assert losses[-20:].mean() < losses[:10].mean() - 0.1, (losses[:10], losses[-20:])
-    student = pd.MaskedLM(SHORT.vocab, 3, d_model=8, n_heads=1, head_dim=8, d_ff=16, n_layers=1)
-    sspec = distill.TrainSpec(steps=60, batch=16, every=20, optimizer="adam", lr=1e-2)
-    eval_batch = pd.sample_batch(jax.random.PRNGKey(9), corpus, 32, SHORT)
-    masks = jnp.asarray(
-        np.stack([distill.method_selection(m, 3, 0) for m in ("two_shot", "labels")])
-    )
-
-    def one(mask, alpha):
-        return pd.train_student(
-            jax.random.PRNGKey(1), student, teacher, run, mask, alpha, corpus, SHORT, sspec,
-            eval_batch, multiplier=2.0,
-        )  # fmt: skip
-
-    curves = jax.jit(jax.vmap(one))(masks, jnp.array([0.0, 1.0]))
-    loss = np.asarray(curves.loss)  # [methods, evals]
-    assert (loss[:, -1] < loss[:, 0] - 0.05).all(), loss
-    # the 2-shot student starts on checkpoint 0 (step 40 >= 20·2) and ends on the final one
-    np.testing.assert_array_equal(np.asarray(curves.teacher_index)[0], [0, 2, 2])
+    held = pd.sample_batch(jax.random.PRNGKey(9), corpus, 64, SHORT)
+    loss, acc = jax.jit(pd.checkpoint_metrics, static_argnums=0)(teacher, run, held)
+    assert np.asarray(loss).shape == (3,) and float(acc[-1]) > float(acc[0]) + 0.05, (loss, acc)
