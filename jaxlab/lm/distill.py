@@ -205,7 +205,7 @@ class TrainSpec:
     every: int = 50
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.1
-    schedule: Literal["constant", "warmup_cosine"] = "constant"
+    schedule: str = "constant"  # "constant" | "warmup_cosine" (validated: ConfigError)
     warmup: float = 0.06
     b2: float = 0.999
 
@@ -322,7 +322,7 @@ def schedule_index(
     student_step: Int[Array, ""] | int,
     checkpoint_steps: Int[Array, " C"],
     selected: Bool[Array, " C"],
-    multiplier: float,
+    multiplier: float | Float[Array, ""],
 ) -> Int[Array, ""]:
     """The teacher checkpoint used at ``student_step``: the first *selected* checkpoint whose step
     is ``>= student_step · multiplier``, or the last selected one when none is.
@@ -338,7 +338,7 @@ def schedule_index(
     return jnp.where(candidates[first] == big, last, first).astype(jnp.int32)
 
 
-def method_selection(method: Method, n_checkpoints: int, transition: int | None) -> np.ndarray:
+def method_selection(method: str, n_checkpoints: int, transition: int | None) -> np.ndarray:
     """The boolean checkpoint mask of a method (see the module docstring).
 
     Raises:

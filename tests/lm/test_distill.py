@@ -249,7 +249,9 @@ def test_weighted_loss_schedule_and_torch_init():
     ce = -_np_log_softmax(s)[np.arange(6), y]
     pt = np.exp(_np_log_softmax(t))
     full = 0.4 * ce + 0.6 * (pt * (np.log(pt) - _np_log_softmax(s))).sum(-1)
-    got = distill.distillation_loss(s, t, y, alpha=0.4, weights=jnp.asarray(w))
+    got = distill.distillation_loss(
+        jnp.asarray(s), jnp.asarray(t), jnp.asarray(y), alpha=0.4, weights=jnp.asarray(w)
+    )
     np.testing.assert_allclose(got, np.dot(w, full) / w.sum(), rtol=1e-5)
     spec = distill.TrainSpec(steps=100, every=10, lr=0.5, schedule="warmup_cosine")
     lr = spec.learning_rate()
