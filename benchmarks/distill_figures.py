@@ -6,12 +6,25 @@ support at the transition checkpoint and at the final one (Monte Carlo over 3276
 for ``--students`` student seeds of each method the samples to 95 % accuracy (50-wide students,
 SGD 0.2, batch 64, multiplier ``--multiplier``).
 
+The flags ``--torch-init`` (PyTorch default init, the paper's), ``--student-schedule
+warmup_cosine`` (6 % warm-up + cosine, the paper's students), ``--multiplier``, ``--tau``,
+``--student-width``, ``--student-lr``, ``--transition-drop`` (which checkpoint is the 2-shot one)
+select the settings of the 2x-bar study; every row carries its config.
+
+``pcfg``: per teacher seed, a 2-layer d_model-32 bidirectional masked LM (Adam 3e-3, warm-up +
+cosine, β2 0.95, batch 32, 800 steps, a checkpoint every 40) on 4096 sentences of a random
+cfg3-style grammar (3 levels, 3 terminals, 8-27 tokens, masking 0.3 with 80/10/10): held-out loss
+and accuracy per checkpoint, the n-gram probes (``M_robust`` / ``M_close`` for 3- and 5-grams) and
+the constituent probe per checkpoint, the ``M_robust`` peak as the 2-shot checkpoint, and
+``--students`` d_model-16 students per method (800 steps, multiplier 1); the summary gives the
+median of budget / samples-to-reach the label (one-shot) student's final accuracy.
+
 ``task-arithmetic``: the cpu-preset experiment (d=32, P=16, width 64, 200 SGD steps) for
 ``--seeds`` seeds (relations vmapped): accuracies at addition (1, 1) and negation (1, −1) for the full, rank-1
 and 50 %-pruned task vectors, the best min(T1, T2) over the λ grid and the best out-of-domain
 accuracy, per relation, as mean and min over seeds.
 
-Usage: ``python benchmarks/distill_figures.py parity|task-arithmetic [--seeds 3]``.
+Usage: ``python benchmarks/distill_figures.py parity|pcfg|task-arithmetic [--seeds 3]``.
 """
 
 from __future__ import annotations
@@ -24,16 +37,26 @@ import jax.numpy as jnp
 import numpy as np
 from jaxlab.benchmarks.harness import emit
 
-from jaxlab.lm import distill
+from jaxlab.lm import distill, pcfg
+from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp
 from jaxlab.lm import task_arithmetic as ta
 
 
 def parity(args) -> None:
     task = sp.SparseParity(n=args.n, k=args.k)
-    teacher, student = distill.ParityMLP(args.teacher_width), distill.ParityMLP(args.student_width)
-    tspec = distill.TrainSpec(steps=args.teacher_steps, batch=256, every=50, lr=0.2)
-    sspec = distill.TrainSpec(steps=args.student_steps, batch=64, every=100, lr=0.2)
+    teacher = distill.ParityMLP(args.teacher_width, torch_init=args.torch_init)
+    student = distill.ParityMLP(args.student_width, torch_init=args.torch_init)
+    tspec = distill.TrainSpec(
+        steps=args.teacher_steps, batch=args.teacher_batch, every=args.every, lr=args.teacher_lr
+    )
+    sspec = distill.TrainSpec(
+        steps=args.student_steps,
+        batch=args.student_batch,
+        every=100,
+        lr=args.student_lr,
+        schedule=args.student_schedule,
+    )
     train = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))
     probe = jax.jit(distill.probe_run, static_argnums=(0, 2))
     x = sp.sample(jax.random.PRNGKey(123), task, 32768)[0]
@@ -41,7 +64,17 @@ def parity(args) -> None:
 
     def one(run, key, mask, alpha):
         return distill.train_student(
-            key, student, teacher, run, mask, alpha, task, sspec, eval_x, multiplier=args.multiplier
+            key,
+            student,
+            teacher,
+            run,
+            mask,
+            alpha,
+            task,
+            sspec,
+            eval_x,
+            multiplier=args.multiplier,
+            tau=args.tau,
         )
 
     students = jax.jit(jax.vmap(jax.vmap(one, (None, None, 0, 0)), (None, 0, None, None)))
@@ -51,8 +84,8 @@ def parity(args) -> None:
         run = train(jax.random.PRNGKey(seed), teacher, task, tspec)
         corr, acc = probe(teacher, run, task, x)
         on, off = (np.asarray(v) for v in sp.support_ratio(task, corr))
-        step = distill.phase_transition_step(run.losses)
-        c = distill.transition_checkpoint(run)
+        step = distill.phase_transition_step(run.losses, drop=args.transition_drop)
+        c = distill.transition_checkpoint(run, drop=args.transition_drop)
         peak = int(np.argmax(on))
         masks = jnp.asarray(
             np.stack([distill.method_selection(m, len(run.steps), c) for m in distill.METHODS])
@@ -77,6 +110,20 @@ def parity(args) -> None:
             "on_support_final": round(float(on[-1]), 5),
             "off_support_final": round(float(off[-1]), 5),
             "samples_to_95": {m: samples[:, i].tolist() for i, m in enumerate(distill.METHODS)},
+            "config": {
+                k: getattr(args, k)
+                for k in (
+                    "teacher_width",
+                    "student_width",
+                    "multiplier",
+                    "tau",
+                    "student_lr",
+                    "student_batch",
+                    "student_schedule",
+                    "torch_init",
+                    "transition_drop",
+                )
+            },
             "wall_s": round(time.perf_counter() - t0, 1),
         }
         for i, m in enumerate(distill.METHODS):
@@ -89,6 +136,9 @@ def parity(args) -> None:
     emit(
         {
             "what": "parity_summary",
+            "n": task.n,
+            "k": task.k,
+            "config": row["config"],
             "runs_per_method": len(per_method["labels"]),
             "budget_samples": budget,
             "reached_95": {m: int(np.isfinite(v).sum()) for m, v in per_method.items()},
@@ -98,6 +148,82 @@ def parity(args) -> None:
             "median_speedup_vs_one_shot": {
                 m: round(med["one_shot"] / v, 2) for m, v in med.items()
             },
+        }
+    )
+
+
+def pcfg_distillation(args) -> None:
+    """Masked-LM teacher on a random cfg3-style grammar, probes per checkpoint, students."""
+    grammar = pcfg.random_layered_grammar(args.grammar_seed, symbols_per_level=(1, 3, 3))
+    task = pd.MLMTask(n_terminals=3, max_len=28, mask_rate=0.3)
+    level1 = tuple(s for s in grammar.rules if s.startswith("N1_"))
+    corpus, _ = pd.make_corpus(np.random.default_rng(0), grammar, args.corpus, task)
+    held_out, held_sents = pd.make_corpus(np.random.default_rng(1), grammar, 512, task)
+    eval_batch = pd.mask_tokens(jax.random.PRNGKey(77), held_out.tokens, held_out.lengths, task)
+    probes = pd.make_probe_set(held_sents[:48], task, level1)
+    positions = tuple(range(2, 26, 3))
+    teacher = pd.MaskedLM(task.vocab, 3, d_model=args.teacher_width, n_heads=args.teacher_width // 8,
+                          head_dim=8, d_ff=2 * args.teacher_width, n_layers=args.layers)  # fmt: skip
+    student = pd.MaskedLM(task.vocab, 3, d_model=args.student_width, n_heads=args.student_width // 8,
+                          head_dim=8, d_ff=2 * args.student_width, n_layers=args.layers)  # fmt: skip
+    adam = {"optimizer": "adam", "schedule": "warmup_cosine", "b2": 0.95, "every": args.every}
+    tspec = distill.TrainSpec(steps=args.teacher_steps, batch=32, lr=args.teacher_lr, **adam)
+    sspec = distill.TrainSpec(steps=args.student_steps, batch=32, lr=args.student_lr, **adam)
+    train = jax.jit(pd.train_teacher, static_argnums=(1, 3, 4))
+    metrics = jax.jit(pd.checkpoint_metrics, static_argnums=0)
+    probe = jax.jit(pd.probe_run, static_argnums=(1, 4, 5, 6))
+
+    def one(run, key, mask, alpha):
+        return pd.train_student(key, student, teacher, run, mask, alpha, corpus, task, sspec,
+                                eval_batch, multiplier=args.multiplier, tau=args.tau)  # fmt: skip
+
+    students = jax.jit(jax.vmap(jax.vmap(one, (None, None, 0, 0)), (None, 0, None, None)))
+    speed_labels, speed_one = {m: [] for m in distill.METHODS}, {m: [] for m in distill.METHODS}
+    for seed in range(args.seeds):
+        t0 = time.perf_counter()
+        run = jax.device_get(train(jax.random.PRNGKey(seed), teacher, corpus, task, tspec))
+        loss, acc = (np.asarray(v) for v in metrics(teacher, run, eval_batch))
+        pr = {k: np.asarray(v) for k, v in probe(jax.random.PRNGKey(5), teacher, run, probes,
+                                                   task, positions, len(level1)).items()}  # fmt: skip
+        c = pd.curriculum_checkpoint(pr["m_robust_3gram"])
+        masks = jnp.asarray(
+            np.stack([distill.method_selection(m, len(run.steps), c) for m in distill.METHODS])
+        )
+        keys = jax.random.split(jax.random.PRNGKey(1000 + seed), args.students)
+        curves = jax.device_get(students(run, keys, masks, jnp.asarray([0.0, 0.0, 0.0, 1.0])))
+        final = np.asarray(curves.accuracy)[..., -1]  # [students, methods]
+        # samples to reach the accuracy the label (resp. one-shot) student ends with, same seed
+        for ref, out in ((3, speed_labels), (2, speed_one)):
+            target = jnp.asarray(final[:, ref])[:, None, None]
+            need = np.asarray(distill.samples_to_accuracy(curves, sspec.batch, target))
+            for i, m in enumerate(distill.METHODS):
+                out[m].extend((sspec.steps * sspec.batch / need[:, i]).tolist())
+        emit(
+            {
+                "what": "pcfg",
+                "teacher_seed": seed,
+                "checkpoint_steps": np.asarray(run.steps).tolist(),
+                "teacher_loss": np.round(loss, 4).tolist(),
+                "teacher_accuracy": np.round(acc, 4).tolist(),
+                **{k: np.round(v, 4).tolist() for k, v in pr.items()},
+                "curriculum_checkpoint_step": int(run.steps[c]),
+                "student_steps": np.asarray(curves.steps[0, 0]).tolist(),
+                "student_accuracy_seed_mean": {
+                    m: np.round(np.asarray(curves.accuracy)[:, i].mean(0), 4).tolist()
+                    for i, m in enumerate(distill.METHODS)
+                },
+                "final_accuracy": {m: final[:, i].tolist() for i, m in enumerate(distill.METHODS)},
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+    emit(
+        {
+            "what": "pcfg_summary",
+            "runs_per_method": len(speed_labels["labels"]),
+            "student_budget_samples": sspec.steps * sspec.batch,
+            # budget / samples needed to reach the label student's (one-shot's) final accuracy
+            "median_speedup_vs_labels": {m: float(np.median(v)) for m, v in speed_labels.items()},
+            "median_speedup_vs_one_shot": {m: float(np.median(v)) for m, v in speed_one.items()},
         }
     )
 
@@ -149,7 +275,7 @@ def task_arithmetic(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["parity", "task-arithmetic"])
+    ap.add_argument("what", choices=["parity", "pcfg", "task-arithmetic"])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--students", type=int, default=2)
     ap.add_argument("--n", type=int, default=30)
@@ -159,8 +285,33 @@ def main() -> None:
     ap.add_argument("--teacher-steps", type=int, default=1500)
     ap.add_argument("--student-steps", type=int, default=4000)
     ap.add_argument("--multiplier", type=float, default=2.0)
+    ap.add_argument("--tau", type=float, default=1.0)
+    ap.add_argument("--teacher-lr", type=float, default=0.2)
+    ap.add_argument("--teacher-batch", type=int, default=256)
+    ap.add_argument("--every", type=int, default=50, help="teacher steps between checkpoints")
+    ap.add_argument("--student-lr", type=float, default=0.2)
+    ap.add_argument("--student-batch", type=int, default=64)
+    ap.add_argument("--student-schedule", choices=["constant", "warmup_cosine"], default="constant")
+    ap.add_argument("--torch-init", action="store_true", help="PyTorch nn.Linear init (paper)")
+    ap.add_argument(
+        "--transition-drop",
+        type=float,
+        default=0.1,
+        help="the 2-shot checkpoint: first at which the loss is this fraction below log 2",
+    )
+    ap.add_argument("--grammar-seed", type=int, default=0, help="pcfg")
+    ap.add_argument("--corpus", type=int, default=4096, help="pcfg: training sentences")
+    ap.add_argument("--layers", type=int, default=2, help="pcfg: transformer layers")
     args = ap.parse_args()
-    (parity if args.what == "parity" else task_arithmetic)(args)
+    if args.what == "pcfg":  # the masked-LM defaults (overridable as above)
+        for name, value in (("teacher_width", 32), ("student_width", 16), ("teacher_steps", 800),
+                            ("student_steps", 800), ("teacher_lr", 3e-3), ("student_lr", 3e-3),
+                            ("every", 40), ("multiplier", 1.0)):  # fmt: skip
+            if getattr(args, name) == ap.get_default(name):
+                setattr(args, name, value)
+    {"parity": parity, "pcfg": pcfg_distillation, "task-arithmetic": task_arithmetic}[args.what](
+        args
+    )
 
 
 if __name__ == "__main__":

@@ -14,11 +14,18 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("argv", [[], ["train"], ["eval"], ["config"], ["list"], ["bench"]],
-                         ids=lambda a: "-".join(a) or "top")
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["train"], ["eval"], ["config"], ["list"], ["bench"]],
+    ids=lambda a: "-".join(a) or "top",
+)
 def test_help(argv):
-    p = subprocess.run([sys.executable, "-m", "jaxlab.cli", *argv, "--help"], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "jaxlab.cli", *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0 and "usage: jaxlab" in p.stdout
 
 

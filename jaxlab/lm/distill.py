@@ -59,33 +59,43 @@ def _uniform_fan_in(fan_in: int) -> Callable:
 
 
 class ParityMLP(nn.Module):
-    """One-hidden-layer ReLU MLP ``x -> W2 relu(W1 x + b1)`` with 2 logits (the paper's MLP).
+    """One-hidden-layer ReLU MLP ``x -> W2 relu(W1 x + b1) (+ b2)`` with 2 logits (the paper's MLP).
 
-    The first layer is ``N(0, (input_scale²/n))`` with ``U(±1/√n)`` biases; the head is
-    ``N(0, head_std²)`` without bias, so the initial function is near constant and the probes
-    measure what training put there, not the random initial function.
+    Default ("small") initialisation: the first layer is ``N(0, (input_scale²/n))`` with
+    ``U(±1/√n)`` biases; the head is ``N(0, head_std²)`` without bias, so the initial function is
+    near constant and the probes measure what training put there, not the random initial function.
+    With ``torch_init`` every layer is PyTorch's ``nn.Linear`` default, ``U(±1/√fan_in)`` kernels and
+    biases (the paper's code, ``parity/utils.py::prepare_model``).
 
     Attributes:
       width: hidden units.
-      input_scale: first-layer std times ``√n``.
-      head_std: std of the output weights.
+      input_scale: first-layer std times ``√n`` (small init).
+      head_std: std of the output weights (small init).
+      torch_init: use the paper's PyTorch default initialisation instead.
     """
 
     width: int
     input_scale: float = 0.1
     head_std: float = 1e-3
+    torch_init: bool = False
 
     @nn.compact
     def __call__(self, x: Float[Array, "*batch n"]) -> Float[Array, "*batch 2"]:
         n = x.shape[-1]
+        if self.torch_init:
+            kernel_in, kernel_out = _uniform_fan_in(n), _uniform_fan_in(self.width)
+        else:
+            kernel_in = nn.initializers.normal(self.input_scale / math.sqrt(n))
+            kernel_out = nn.initializers.normal(self.head_std)
         h = nn.Dense(
-            self.width,
-            kernel_init=nn.initializers.normal(self.input_scale / math.sqrt(n)),
-            bias_init=_uniform_fan_in(n),
-            name="hidden",
+            self.width, kernel_init=kernel_in, bias_init=_uniform_fan_in(n), name="hidden"
         )(x)
         return nn.Dense(
-            2, use_bias=False, kernel_init=nn.initializers.normal(self.head_std), name="head"
+            2,
+            use_bias=self.torch_init,
+            kernel_init=kernel_out,
+            bias_init=_uniform_fan_in(self.width),
+            name="head",
         )(nn.relu(h))
 
 
@@ -136,9 +146,11 @@ def distillation_loss(
     *,
     alpha: Float[Array, ""] | float,
     tau: Float[Array, ""] | float = 1.0,
+    weights: Float[Array, " batch"] | None = None,
 ) -> Float[Array, ""]:
     """``α·CE(y, s) + (1−α)·KL(softmax(t/τ) ‖ softmax(s/τ))``, averaged over the batch (nats).
 
+    With ``weights`` the average is ``Σ w·ℓ / max(Σ w, 1)`` (the masked positions of a masked LM).
     The teacher's logits are treated as constants (``stop_gradient``).
     """
     s = student_logits.astype(jnp.float32)
@@ -147,7 +159,10 @@ def distillation_loss(
     log_p_t = jax.nn.log_softmax(t / tau, axis=-1)
     log_p_s = jax.nn.log_softmax(s / tau, axis=-1)
     kl = jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s), axis=-1)
-    return jnp.mean(alpha * ce + (1.0 - alpha) * kl)
+    per_example = alpha * ce + (1.0 - alpha) * kl
+    if weights is None:
+        return jnp.mean(per_example)
+    return jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
 # ----------------------------------------------------------------------------- teacher runs
@@ -155,7 +170,7 @@ def distillation_loss(
 
 @flax.struct.dataclass
 class TeacherRun:
-    """A teacher's whole trajectory.
+    """A teacher's whole trajectory (device arrays, or host arrays after ``jax.device_get``).
 
     Attributes:
       params: parameter tree with a leading checkpoint axis ``[C, ...]`` (checkpoint ``c`` taken
@@ -165,8 +180,8 @@ class TeacherRun:
     """
 
     params: Any
-    steps: Int[Array, " C"]
-    losses: Float[Array, " T"]
+    steps: Int[Array | np.ndarray, " C"]
+    losses: Float[Array | np.ndarray, " T"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +193,11 @@ class TrainSpec:
       batch: samples per step.
       every: steps between checkpoints (teacher) or evaluations (student); divides ``steps``.
       optimizer: "sgd" or "adam".
-      lr: learning rate (constant).
+      lr: peak learning rate.
+      schedule: "constant", or "warmup_cosine" (linear warm-up over the first ``warmup`` fraction
+        of the steps, then cosine decay to 0: the paper's students and PCFG models).
+      warmup: warm-up fraction for "warmup_cosine" (paper: 0.06).
+      b2: Adam's β2 (the paper's PCFG runs: 0.95).
     """
 
     steps: int = 2000
@@ -186,6 +205,9 @@ class TrainSpec:
     every: int = 50
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.1
+    schedule: str = "constant"  # "constant" | "warmup_cosine" (validated: ConfigError)
+    warmup: float = 0.06
+    b2: float = 0.999
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "every"):
@@ -198,9 +220,22 @@ class TrainSpec:
             raise ConfigError("optimizer", self.optimizer, "'sgd' or 'adam'")
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a positive float")
+        if self.schedule not in ("constant", "warmup_cosine"):
+            raise ConfigError("schedule", self.schedule, "'constant' or 'warmup_cosine'")
+        if not 0.0 <= self.warmup < 1.0:
+            raise ConfigError("warmup", self.warmup, "a fraction in [0, 1)")
+        if not 0.0 < self.b2 < 1.0:
+            raise ConfigError("b2", self.b2, "a float in (0, 1)")
+
+    def learning_rate(self) -> optax.Schedule | float:
+        if self.schedule == "constant":
+            return self.lr
+        warm = max(int(round(self.warmup * self.steps)), 1)
+        return optax.warmup_cosine_decay_schedule(0.0, self.lr, warm, self.steps, 0.0)
 
     def make_optimizer(self) -> optax.GradientTransformation:
-        return optax.sgd(self.lr) if self.optimizer == "sgd" else optax.adam(self.lr)
+        lr = self.learning_rate()
+        return optax.sgd(lr) if self.optimizer == "sgd" else optax.adam(lr, b2=self.b2)
 
 
 def train_teacher(
@@ -287,7 +322,7 @@ def schedule_index(
     student_step: Int[Array, ""] | int,
     checkpoint_steps: Int[Array, " C"],
     selected: Bool[Array, " C"],
-    multiplier: float,
+    multiplier: float | Float[Array, ""],
 ) -> Int[Array, ""]:
     """The teacher checkpoint used at ``student_step``: the first *selected* checkpoint whose step
     is ``>= student_step · multiplier``, or the last selected one when none is.
@@ -303,7 +338,7 @@ def schedule_index(
     return jnp.where(candidates[first] == big, last, first).astype(jnp.int32)
 
 
-def method_selection(method: Method, n_checkpoints: int, transition: int | None) -> np.ndarray:
+def method_selection(method: str, n_checkpoints: int, transition: int | None) -> np.ndarray:
     """The boolean checkpoint mask of a method (see the module docstring).
 
     Raises:
@@ -348,10 +383,10 @@ class StudentCurve:
       teacher_index: ``[E]`` teacher checkpoint used at the evaluation.
     """
 
-    steps: Int[Array, " E"]
-    accuracy: Float[Array, " E"]
-    loss: Float[Array, " E"]
-    teacher_index: Int[Array, " E"]
+    steps: Int[Array | np.ndarray, "*batch E"]
+    accuracy: Float[Array | np.ndarray, "*batch E"]
+    loss: Float[Array | np.ndarray, "*batch E"]
+    teacher_index: Int[Array | np.ndarray, "*batch E"]
 
 
 def train_student(
@@ -423,7 +458,8 @@ def probe_run(
     teacher: nn.Module, run: TeacherRun, task: SparseParity, x: Float[Array, "m n"]
 ) -> tuple[Float[Array, "C n"], Float[Array, " C"]]:
     """``E[f(x) x_i]`` per checkpoint (``f`` = class-1 probability) and each checkpoint's accuracy,
-    with the teacher vmapped over the checkpoint axis."""
+    mapped over the checkpoint axis with ``lax.map`` (memory of one checkpoint's activations on
+    ``x`` at a time, not ``C`` of them)."""
     y = sparse_parity.labels(task, x)
 
     def one(params):
@@ -433,7 +469,7 @@ def probe_run(
             jnp.mean(jnp.argmax(probs, -1) == y),
         )
 
-    return jax.vmap(one)(run.params)
+    return jax.lax.map(one, run.params)
 
 
 # ----------------------------------------------------------------------------- persistence

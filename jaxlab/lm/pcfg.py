@@ -78,6 +78,50 @@ def layered_grammar() -> PCFG:
     return PCFG(rules=rules)
 
 
+def random_layered_grammar(
+    seed: int = 0,
+    *,
+    symbols_per_level: Sequence[int] = (1, 3, 3, 3),
+    n_terminals: int = 3,
+    rules_per_symbol: int = 2,
+    rhs_lengths: Sequence[int] = (2, 3),
+) -> PCFG:
+    """A random layered grammar in the style of Allen-Zhu & Li's ``cfg3`` family (the paper's
+    ``yuanzhi_cfg3*`` grammars, small): level ``ℓ`` has ``symbols_per_level[ℓ]`` non-terminals
+    (level 0 is ``S``), each with ``rules_per_symbol`` distinct productions of a length drawn from
+    ``rhs_lengths`` into the symbols of level ``ℓ+1`` (the terminals after the last level), with
+    probabilities from a flat Dirichlet. Non-terminals are named ``N<level>_<i>``, terminals
+    ``t0, t1, …``. Deterministic in ``seed``.
+
+    Raises:
+      ConfigError: a level with no symbols, fewer than 2 terminals, or no rule lengths.
+    """
+    if not symbols_per_level or symbols_per_level[0] != 1 or min(symbols_per_level) < 1:
+        raise ConfigError("symbols_per_level", symbols_per_level, "(1, m1, m2, ...) with m >= 1")
+    if n_terminals < 2:
+        raise ConfigError("n_terminals", n_terminals, "an int >= 2")
+    if not rhs_lengths or min(rhs_lengths) < 1:
+        raise ConfigError("rhs_lengths", rhs_lengths, "positive rule lengths")
+    rng = np.random.default_rng(seed)
+    names = [["S"]] + [[f"N{lv}_{i}" for i in range(m)] for lv, m in enumerate(symbols_per_level)][
+        1:
+    ]
+    names.append([f"t{i}" for i in range(n_terminals)])
+    rules: dict[str, tuple[Rule, ...]] = {}
+    for lv, level in enumerate(names[:-1]):
+        below = names[lv + 1]
+        for sym in level:
+            seen: set[tuple[str, ...]] = set()
+            while len(seen) < rules_per_symbol:
+                length = int(rng.choice(rhs_lengths))
+                seen.add(tuple(below[j] for j in rng.integers(0, len(below), length)))
+            probs = rng.dirichlet(np.ones(rules_per_symbol))
+            rules[sym] = tuple(
+                (rhs, float(p)) for rhs, p in zip(sorted(seen), probs / probs.sum(), strict=True)
+            )
+    return PCFG(rules=rules)
+
+
 @dataclasses.dataclass(frozen=True)
 class Sentence:
     """One sample: terminal token ids and its derivation.
@@ -107,7 +151,11 @@ def _expand(
         tokens.append(term_id[symbol])
         return
     options = grammar.rules[symbol]
-    k = int(rng.choice(len(options), p=[p for _, p in options]))
+    cumulative = np.cumsum([p for _, p in options])
+    k = min(
+        int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")),
+        len(options) - 1,
+    )
     chosen.append(k)
     slot = len(spans)
     spans.append((len(tokens), -1, symbol))

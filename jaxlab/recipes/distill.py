@@ -1,4 +1,5 @@
-"""``distill``: progressive distillation on sparse parity (arXiv 2410.05464) on the shared loop.
+"""``distill``: progressive distillation (arXiv 2410.05464) on the shared loop: sparse parity
+(``task: parity``, default) or a PCFG masked LM (``task: pcfg``).
 
 A loop step is one SGD step of the MLP teacher on a fresh batch; every ``checkpoint_every`` steps
 the teacher's parameters are written into a stacked snapshot buffer inside the train state, so the
@@ -8,18 +9,29 @@ checkpoint (``E[f(x) x_i]``), distils students of the four methods (progressive,
 labels) over ``seeds`` seeds in one vmapped program, and writes ``results.json``,
 ``teacher_loss.png``, ``teacher_probes.png`` and ``students.png`` (accuracy against samples).
 
+With ``task: pcfg`` a loop step is one Adam step (warm-up + cosine, β2 = 0.95) of a bidirectional
+transformer masked LM (``teacher_width`` = d_model, heads of 8) on a corpus of ``corpus_size``
+sentences of a random cfg3-style grammar (:func:`jaxlab.lm.pcfg.random_layered_grammar`), masked
+BERT-style; the snapshots are kept the same way. ``finalize`` runs the n-gram probes (``M_robust``,
+``M_close`` for 3- and 5-grams) and the constituent probe on every checkpoint, takes the
+``M_robust`` peak as the 2-shot checkpoint, distils students of the four methods and writes
+``results.json``, ``teacher_loss.png``, ``teacher_probes.png`` and ``students.png`` (masked-token
+accuracy against samples).
+
 Examples::
 
     jaxlab train distill --preset cpu
     jaxlab train distill n=40 k=4 multiplier=4
+    jaxlab train distill --preset pcfg
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import flax.struct
 import jax
@@ -31,7 +43,8 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
-from jaxlab.lm import distill
+from jaxlab.lm import distill, pcfg
+from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp
 
 
@@ -41,6 +54,7 @@ class DistillConfig:
 
     Attributes:
       seed: PRNG seed.
+      task: "parity" (MLP teacher, SGD) or "pcfg" (masked-LM transformer teacher, Adam).
       n, k: sparse-parity size.
       teacher_width, teacher_batch, teacher_lr: the MLP teacher and its SGD.
       checkpoint_every: teacher steps between kept checkpoints (divides ``loop.total_steps``).
@@ -48,10 +62,15 @@ class DistillConfig:
       multiplier: the student at step ``u`` uses the first selected checkpoint ``>= u·multiplier``.
       tau: distillation temperature.
       seeds: students per method (vmapped).
-      probe_samples: inputs for the correlation probes and the evaluations.
+      probe_samples: inputs for the correlation probes and the evaluations (parity).
+      pcfg_seed, pcfg_levels, pcfg_rule_lengths: the random grammar (pcfg).
+      corpus_size, max_len, mask_rate: the masked-LM corpus (pcfg).
+      teacher_layers, student_layers: transformer depths (pcfg; widths are d_model, heads of 8).
+      probe_sentences: held-out sentences for the n-gram and constituent probes (pcfg).
     """
 
     seed: int = 0
+    task: Literal["parity", "pcfg"] = "parity"
     n: int = 30
     k: int = 4
     teacher_width: int = 1000
@@ -67,6 +86,15 @@ class DistillConfig:
     tau: float = 1.0
     seeds: int = 3
     probe_samples: int = 16384
+    pcfg_seed: int = 0
+    pcfg_levels: tuple[int, ...] = (1, 3, 3)
+    pcfg_rule_lengths: tuple[int, ...] = (2, 3)
+    corpus_size: int = 4096
+    max_len: int = 28
+    mask_rate: float = 0.3
+    teacher_layers: int = 2
+    student_layers: int = 2
+    probe_sentences: int = 48
     mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=1500, steps_per_call=50, log_every=50, eval_every=500, checkpoint_every=500
@@ -89,9 +117,19 @@ class DistillConfig:
             )
         if self.seeds < 1:
             raise ConfigError("seeds", self.seeds, "an integer >= 1")
+        if self.task not in ("parity", "pcfg"):
+            raise ConfigError("task", self.task, "'parity' or 'pcfg'")
+        if self.task == "pcfg":
+            for name in ("teacher_width", "student_width"):
+                v = getattr(self, name)
+                if v < 8 or v % 8:
+                    raise ConfigError(name, v, "a multiple of 8 (d_model with heads of 8)")
+            pd.MLMTask(3, self.max_len, self.mask_rate)  # validates max_len, mask_rate
+            if self.corpus_size < 1:
+                raise ConfigError("corpus_size", self.corpus_size, "a positive int")
 
     @property
-    def task(self) -> sp.SparseParity:
+    def parity_task(self) -> sp.SparseParity:
         return sp.SparseParity(self.n, self.k)
 
     def teacher_spec(self) -> distill.TrainSpec:
@@ -104,6 +142,16 @@ class DistillConfig:
         )
 
     def student_spec(self) -> distill.TrainSpec:
+        if self.task == "pcfg":
+            return distill.TrainSpec(
+                steps=self.student_steps,
+                batch=self.student_batch,
+                every=self.student_eval_every,
+                optimizer="adam",
+                lr=self.student_lr,
+                schedule="warmup_cosine",
+                b2=0.95,
+            )
         return distill.TrainSpec(
             steps=self.student_steps,
             batch=self.student_batch,
@@ -138,11 +186,13 @@ class TeacherState:
 def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each step's batch is split over the data
     axes, the parameters are replicated)."""
+    if cfg.task == "pcfg":
+        return build_pcfg(cfg, mesh)
 
     def spread(x):  # a batch made inside the step, split over the data axes
         return constrain_leading(x, mesh)
 
-    task, spec = cfg.task, cfg.teacher_spec()
+    task, spec = cfg.parity_task, cfg.teacher_spec()
     teacher = distill.ParityMLP(cfg.teacher_width)
     student = distill.ParityMLP(cfg.student_width)
     # SGD keeps no state: the traced learning rate scales the update in train_step
@@ -216,7 +266,7 @@ def run_students(
     cfg: DistillConfig, state: TeacherState, teacher, student, probe_x
 ) -> dict[str, Any]:
     """Probes, transition, and the four methods' students over ``cfg.seeds`` seeds."""
-    task, spec = cfg.task, cfg.teacher_spec()
+    task, spec = cfg.parity_task, cfg.teacher_spec()
     done = int(state.step)
     n_done = done // spec.every
     if n_done < 2:
@@ -323,13 +373,235 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
     )
 
 
+# ----------------------------------------------------------------------------- task: pcfg
+
+
+@dataclasses.dataclass(frozen=True)
+class PcfgSetup:
+    """The PCFG experiment's static pieces (grammar, task, models, level-1 symbols)."""
+
+    grammar: pcfg.PCFG
+    task: pd.MLMTask
+    teacher: pd.MaskedLM
+    student: pd.MaskedLM
+    level1: tuple[str, ...]
+
+
+def pcfg_setup(cfg: DistillConfig) -> PcfgSetup:
+    grammar = pcfg.random_layered_grammar(
+        cfg.pcfg_seed, symbols_per_level=cfg.pcfg_levels, rhs_lengths=cfg.pcfg_rule_lengths
+    )
+    n_term = len(grammar.terminals)
+    task = pd.MLMTask(n_term, cfg.max_len, cfg.mask_rate)
+
+    def model(width, layers):
+        return pd.MaskedLM(task.vocab, n_term, width, width // 8, 8, 2 * width, layers)
+
+    level1 = tuple(s for s in grammar.rules if s.startswith("N1_"))
+    return PcfgSetup(
+        grammar,
+        task,
+        model(cfg.teacher_width, cfg.teacher_layers),
+        model(cfg.student_width, cfg.student_layers),
+        level1,
+    )
+
+
+def build_pcfg(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
+    """The ``task: pcfg`` parts. The corpus is generated on the host the first time a step,
+    evaluation or finalisation needs it (building and ``init`` stay cheap)."""
+    setup = pcfg_setup(cfg)
+    task, teacher, spec = setup.task, setup.teacher, cfg.teacher_spec()
+    n_ckpt = spec.steps // spec.every
+    # Adam with warm-up + cosine at peak 1, scaled by the traced teacher_lr in train_step
+    schedule = distill.TrainSpec(
+        steps=spec.steps, batch=spec.batch, every=spec.every, optimizer="adam", lr=1.0,
+        schedule="warmup_cosine", b2=0.95,
+    )  # fmt: skip
+    opt = schedule.make_optimizer()
+
+    @functools.cache
+    def data():
+        # concrete arrays even when first called while a step is being traced
+        with jax.ensure_compile_time_eval():
+            rng = np.random.default_rng(cfg.seed)
+            corpus, _ = pd.make_corpus(rng, setup.grammar, cfg.corpus_size, task)
+            held, sents = pd.make_corpus(rng, setup.grammar, max(cfg.probe_sentences, 256), task)
+            key = jax.random.PRNGKey(cfg.seed + 77)
+            eval_batch = pd.mask_tokens(key, held.tokens, held.lengths, task)
+            probes = pd.make_probe_set(sents[: cfg.probe_sentences], task, setup.level1)
+        return corpus, eval_batch, probes
+
+    def init(key: jax.Array) -> TeacherState:
+        init_key, data_key = jax.random.split(key)
+        dummy = jnp.zeros((1, task.max_len), jnp.int32)
+        params = teacher.init(init_key, dummy, jnp.ones((1, task.max_len), bool))
+        return TeacherState(
+            params=params,
+            opt_state=opt.init(params),
+            key=data_key,
+            step=jnp.zeros((), jnp.int32),
+            snapshots=jax.tree.map(lambda p: jnp.zeros((n_ckpt, *p.shape), p.dtype), params),
+            losses=jnp.zeros((spec.steps,), jnp.float32),
+            hparams=hparams_of(RECIPE, cfg),
+        )
+
+    def train_step(state: TeacherState, batch: None) -> tuple[TeacherState, dict]:
+        del batch
+        corpus = data()[0]
+        b = pd.sample_batch(jax.random.fold_in(state.key, state.step), corpus, spec.batch, task)
+        b = jax.tree.map(lambda x: constrain_leading(x, mesh), b)
+
+        def loss_fn(p):
+            return pd.mlm_metrics(teacher, p, b)[0]
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        lr = state.hparams["teacher_lr"]
+        params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
+        done = state.step + 1
+        write = done % spec.every == 0
+        index = jnp.maximum(done // spec.every - 1, 0)
+        snapshots = jax.tree.map(
+            lambda buf, p: buf.at[index].set(jnp.where(write, p, buf[index])),
+            state.snapshots,
+            params,
+        )
+        losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
+        new = state.replace(
+            params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
+        )
+        return new, {"loss": loss}
+
+    @jax.jit
+    def _accuracy(params, eval_batch):
+        return pd.mlm_metrics(teacher, params, eval_batch)[1]
+
+    def evaluate(state: TeacherState) -> dict[str, float]:
+        return {"teacher_accuracy": float(_accuracy(state.params, data()[1]))}
+
+    def finalize(state: TeacherState, run_dir: Path) -> None:
+        results = run_pcfg_students(cfg, setup, jax.device_get(state), *data())
+        write_pcfg_artifacts(results, Path(run_dir))
+
+    return Parts(
+        init=init,
+        train_step=train_step,
+        state_sharding=lambda abstract: state_shardings(abstract, mesh),
+        evaluate=evaluate,
+        finalize=finalize,
+        units_per_step=(spec.batch, "sentence"),
+    )
+
+
+def run_pcfg_students(
+    cfg: DistillConfig,
+    setup: PcfgSetup,
+    state: TeacherState,
+    corpus: pd.Corpus,
+    eval_batch: pd.MaskedBatch,
+    probes: pd.ProbeSet,
+) -> dict[str, Any]:
+    """Checkpoint metrics and probes, the ``M_robust`` peak, and the four methods' students."""
+    task, spec = setup.task, cfg.teacher_spec()
+    done = int(state.step)
+    n_done = done // spec.every
+    if n_done < 2:
+        raise ConfigError(
+            "checkpoint_steps", n_done, "a teacher run with intermediate checkpoints (>= 2)"
+        )
+    run = distill.TeacherRun(
+        params=jax.tree.map(lambda p: p[:n_done], state.snapshots),
+        steps=(jnp.arange(n_done, dtype=jnp.int32) + 1) * spec.every,
+        losses=state.losses[:done],
+    )
+    loss, acc = jax.jit(pd.checkpoint_metrics, static_argnums=0)(setup.teacher, run, eval_batch)
+    positions = tuple(range(2, task.max_len - 2, 3))
+    pr = jax.jit(pd.probe_run, static_argnums=(1, 4, 5, 6))(
+        jax.random.PRNGKey(cfg.seed + 5), setup.teacher, run, probes, task, positions,
+        len(setup.level1),
+    )  # fmt: skip
+    pr = {k: np.asarray(v) for k, v in pr.items()}
+    transition = pd.curriculum_checkpoint(pr["m_robust_3gram"])
+    methods = distill.METHODS
+    masks = jnp.asarray(
+        np.stack([distill.method_selection(m, n_done, transition) for m in methods])
+    )
+    alphas = jnp.asarray([1.0 if m == "labels" else 0.0 for m in methods])
+    sspec = cfg.student_spec()
+
+    def one(key, mask, alpha):
+        return pd.train_student(
+            key, setup.student, setup.teacher, run, mask, alpha, corpus, task, sspec, eval_batch,
+            multiplier=cfg.multiplier, tau=cfg.tau,
+        )  # fmt: skip
+
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.seeds)
+    curves = jax.jit(jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None)))(keys, masks, alphas)
+    accuracy = np.asarray(curves.accuracy)  # [seeds, methods, evals]
+    labels_final = jnp.asarray(accuracy[:, methods.index("labels"), -1])[:, None, None]
+    samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch, labels_final))
+    return {
+        "task": "pcfg",
+        "checkpoint_steps": np.asarray(run.steps).tolist(),
+        "teacher_losses": np.asarray(run.losses).tolist(),
+        "checkpoint_loss": np.asarray(loss).tolist(),
+        "checkpoint_accuracy": np.asarray(acc).tolist(),
+        "probes": {k: v.tolist() for k, v in pr.items()},
+        "transition_checkpoint": int(transition),
+        "transition_checkpoint_step": int(run.steps[transition]),
+        "student_steps": np.asarray(curves.steps[0, 0]).tolist(),
+        "student_batch": sspec.batch,
+        "student_accuracy": {m: accuracy[:, i].tolist() for i, m in enumerate(methods)},
+        "student_loss": {m: np.asarray(curves.loss)[:, i].tolist() for i, m in enumerate(methods)},
+        "samples_to_labels_final": {m: samples[:, i].tolist() for i, m in enumerate(methods)},
+    }
+
+
+def write_pcfg_artifacts(results: dict[str, Any], run_dir: Path) -> None:
+    """``results.json``, ``teacher_loss.png``, ``teacher_probes.png`` and ``students.png``."""
+    from jaxlab import media
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = {k: v for k, v in results.items() if k != "teacher_losses"}
+    (run_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    losses = np.asarray(results["teacher_losses"])
+    mark = results["transition_checkpoint_step"]
+    steps = results["checkpoint_steps"]
+    media.plot_curves(
+        run_dir / "teacher_loss.png",
+        {
+            "train loss (masked tokens)": (np.arange(1, losses.size + 1), losses),
+            "held-out loss": (steps, results["checkpoint_loss"]),
+        },
+        xlabel="teacher step",
+        ylabel="cross-entropy",
+        title=f"PCFG masked LM; M_robust peak (2-shot checkpoint) at step {mark}",
+    )
+    media.plot_curves(
+        run_dir / "teacher_probes.png",
+        {name: (steps, values) for name, values in results["probes"].items()},
+        xlabel="teacher step",
+        ylabel="probe value",
+        title=f"n-gram and constituent probes (2-shot checkpoint: step {mark})",
+    )
+    samples = np.asarray(results["student_steps"]) * results["student_batch"]
+    media.plot_curves(
+        run_dir / "students.png",
+        {m: (samples, np.mean(acc, axis=0)) for m, acc in results["student_accuracy"].items()},
+        xlabel="student sentences",
+        ylabel="masked-token accuracy (seed mean)",
+        title="PCFG students by method",
+    )
+
+
 RECIPE = register(
     Recipe(
         name="distill",
         config_cls=DistillConfig,
         build=build,
-        description="progressive distillation on sparse parity: teacher trajectory, probes, "
-        "progressive / 2-shot / one-shot / label students",
+        description="progressive distillation on sparse parity or a PCFG masked LM: teacher "
+        "trajectory, probes, progressive / 2-shot / one-shot / label students",
         presets_dir=Path(__file__).parent / "presets" / "distill",
         default_preset="cpu",
         traced=("teacher_lr",),

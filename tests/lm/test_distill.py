@@ -236,3 +236,29 @@ def test_transformer_teacher_trains_with_checkpoints():
         not np.allclose(a, b)
         for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(last), strict=True)
     )
+
+
+def test_weighted_loss_schedule_and_torch_init():
+    """Masked-position weights average only the weighted rows; the warm-up + cosine schedule peaks
+    at lr after 6 % of the steps and ends at 0; the PyTorch init is U(±1/√fan_in) with a head
+    bias."""
+    rng = np.random.default_rng(1)
+    s, t = rng.normal(size=(2, 6, 3)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    w = np.array([1, 0, 1, 1, 0, 0], np.float32)
+    ce = -_np_log_softmax(s)[np.arange(6), y]
+    pt = np.exp(_np_log_softmax(t))
+    full = 0.4 * ce + 0.6 * (pt * (np.log(pt) - _np_log_softmax(s))).sum(-1)
+    got = distill.distillation_loss(
+        jnp.asarray(s), jnp.asarray(t), jnp.asarray(y), alpha=0.4, weights=jnp.asarray(w)
+    )
+    np.testing.assert_allclose(got, np.dot(w, full) / w.sum(), rtol=1e-5)
+    spec = distill.TrainSpec(steps=100, every=10, lr=0.5, schedule="warmup_cosine")
+    lr = spec.learning_rate()
+    assert float(lr(0)) == 0.0 and float(lr(6)) == pytest.approx(0.5) and float(lr(100)) < 1e-6
+    with pytest.raises(ConfigError, match="schedule"):
+        distill.TrainSpec(steps=100, every=10, schedule="linear")
+    params = distill.ParityMLP(64, torch_init=True).init(jax.random.PRNGKey(0), jnp.ones((1, 16)))
+    k = np.asarray(params["params"]["hidden"]["kernel"])
+    assert np.abs(k).max() <= 0.25 and np.abs(k).max() > 0.2  # U(±1/√16)
+    assert params["params"]["head"]["bias"].shape == (2,)

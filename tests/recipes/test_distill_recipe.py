@@ -40,3 +40,24 @@ def test_teacher_step_data_parallel_equals_one_device():
     from jaxlab.core.testing import sharded_step_matches
 
     sharded_step_matches(RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=2)
+
+
+def test_pcfg_tiny_preset_runs_end_to_end(tmp_path):
+    """task: pcfg trains the masked-LM teacher through the loop, probes its checkpoints, distils."""
+    cfg = RECIPE.config("pcfg-tiny")
+    result = loop.run(RECIPE, cfg, tmp_path)
+    assert result.step == cfg.loop.total_steps
+    assert 0.0 <= result.eval_metrics["teacher_accuracy"] <= 1.0
+    out = json.loads((tmp_path / "results.json").read_text())
+    assert out["task"] == "pcfg" and out["checkpoint_steps"] == [20, 40]
+    assert out["transition_checkpoint"] == 0  # the only intermediate checkpoint
+    assert set(out["probes"]) >= {"m_robust_3gram", "m_close_3gram", "constituent_probe"}
+    assert np.asarray(out["student_accuracy"]["two_shot"]).shape == (1, 4)
+    assert np.isfinite(np.asarray(out["probes"]["m_robust_3gram"])).all()
+    # every method's student (2-shot follows checkpoint 0 then the final one) lowers its loss
+    for method, loss in out["student_loss"].items():
+        assert loss[0][-1] < loss[0][0] - 0.05, (method, loss)
+    for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ConfigError, match="teacher_width"):
+        C.replace(cfg, teacher_width=12)

@@ -28,10 +28,19 @@ def test_learns_below_unigram_entropy(tmp_path):
     cfg = C.replace(
         RECIPE.config("tiny"),
         **{
-            "model.d_model": 64, "model.d_ff": 128, "model.n_heads": 4, "model.max_len": 64,
-            "data.seq_len": 64, "data.batch_size": 16, "optim.lr": 3e-3,
-            "optim.warmup_steps": 10, "val_batches": 8, "loop.total_steps": 200,
-            "loop.steps_per_call": 20, "loop.checkpoint_every": 0, "loop.eval_every": 0,
+            "model.d_model": 64,
+            "model.d_ff": 128,
+            "model.n_heads": 4,
+            "model.max_len": 64,
+            "data.seq_len": 64,
+            "data.batch_size": 16,
+            "optim.lr": 3e-3,
+            "optim.warmup_steps": 10,
+            "val_batches": 8,
+            "loop.total_steps": 200,
+            "loop.steps_per_call": 20,
+            "loop.checkpoint_every": 0,
+            "loop.eval_every": 0,
         },
     )
     result = loop.run(RECIPE, cfg, tmp_path)
@@ -44,8 +53,9 @@ def test_sharded_step_equals_single_device():
     """Two AdamW steps (gradient clipping included) on an 8-device data x fsdp mesh equal one
     device: loss, metrics, updated parameters and optimizer moments (rtol 1e-5)."""
     base = C.replace(RECIPE.config("tiny"), **{"data.batch_size": 8})
-    _, s8 = sharded_step_matches(RECIPE, base, {"mesh.data": 2, "mesh.fsdp": 4}, steps=2,
-                                 rtol=2e-5, atol=2e-6)
+    _, s8 = sharded_step_matches(
+        RECIPE, base, {"mesh.data": 2, "mesh.fsdp": 4}, steps=2, rtol=2e-5, atol=2e-6
+    )
     assert int(s8.step) == 2
 
 

@@ -59,8 +59,12 @@ def test_routing_analysis_on_tiny_run(tiny_run, capsys):
     assert np.all((sat >= 0) & (sat <= 1))
     co = np.asarray(res["coactivation"])
     assert co.shape == (2, 8, 8) and np.all(np.diagonal(co, axis1=1, axis2=2) == 0)
-    for name in ("expert_load.png", "router_saturation.png", "coactivation_layer0.png",
-                 "coactivation_layer1.png"):
+    for name in (
+        "expert_load.png",
+        "router_saturation.png",
+        "coactivation_layer0.png",
+        "coactivation_layer1.png",
+    ):
         assert (run_dir / "analysis" / name).stat().st_size > 1000
 
 
