@@ -23,8 +23,9 @@ the view plane, ``t cos(dθ)``) spans rows ``[S/2 - (1 - 0.5) f/t, S/2 + 0.5 f/t
 length ``f = S / (2 tan(fov/2))``; sky above the horizon, grass below, colours fade with distance.
 Observations are uint8 ``[S, S, 3]``, ``S`` in ``{32, 64}``.
 
-``info`` (for analysis only): ``target`` (x, y), ``target_distance``, ``agent`` (x, y) and
-``success``. ``zoom(image, centre, size)`` crops a square box around ``centre`` (pixel row,
+``info`` (for analysis only): ``target`` (x, y), ``target_distance``, ``agent`` (x, y),
+``success`` and ``relevance`` (``exp(-d/2)`` with the target in view, else 0: the label of the
+MineCLIP stand-in, see ``jaxlab.rl.world_models.affordance``). ``zoom(image, centre, size)`` crops a square box around ``centre`` (pixel row,
 column) and resizes it back to ``S x S`` (bilinear), the operator of LS-Imagine's affordance
 labels and jumpy transitions. Registered as ``"open-world"``.
 """
@@ -238,6 +239,7 @@ class OpenWorld(Environment):
             "target": new.objects[0],
             "target_distance": dist.astype(jnp.float32),
             "agent": pos,
+            "relevance": relevance(new),
         }
         return self.get_obs(new, params), new, reward, success, truncated, info
 
@@ -256,6 +258,14 @@ def oracle_action(state: OpenWorldState) -> Int[Array, ""]:
     dist = jnp.linalg.norm(state.objects[0] - state.pos)
     act = jnp.where(b > TURN / 2, LEFT, jnp.where(b < -TURN / 2, RIGHT, FORWARD))
     return jnp.where((dist < REACH - 0.2) & (jnp.abs(b) < FOV / 4), INTERACT, act).astype(jnp.int32)
+
+
+def relevance(state: OpenWorldState) -> Float[Array, ""]:
+    """Ground-truth task relevance of the view, ``exp(-d/2)`` when the target is in the field of
+    view (0 otherwise): the supervision of the small similarity model that stands in for MineCLIP
+    in LS-Imagine's affordance labels (``info["relevance"]``)."""
+    dist = jnp.linalg.norm(state.objects[0] - state.pos)
+    return jnp.where(jnp.abs(bearing(state)) < FOV / 2, jnp.exp(-dist / 2), 0.0).astype(jnp.float32)
 
 
 def target_in_view(state: OpenWorldState) -> Bool[Array, ""]:
