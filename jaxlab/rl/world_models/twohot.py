@@ -47,7 +47,7 @@ def twohot(y: Float[Array, "*s"], num_bins: int) -> Float[Array, "*s k"]:
 def mean(logits: Float[Array, "*s k"]) -> Float[Array, "*s"]:
     """The head's prediction ``symexp(softmax(logits) . bins)``."""
     b = bins(logits.shape[-1])
-    return symexp(jnp.sum(jax.nn.softmax(logits, -1) * b, -1))
+    return symexp(jax.nn.softmax(logits, -1) @ b)
 
 
 def loss(logits: Float[Array, "*s k"], y: Float[Array, "*s"]) -> Float[Array, "*s"]:
