@@ -74,11 +74,12 @@ class OpenWorldState:
 
 @struct.dataclass
 class OpenWorldParams:
-    """Traced parameters: target distance range ``d_min``/``d_max`` and ``max_steps``."""
+    """Traced parameters: target distance range ``d_min``/``d_max`` and ``max_steps`` (Python
+    numbers or arrays, e.g. one per vmapped env)."""
 
-    d_min: float = 6.0
-    d_max: float = 10.0
-    max_steps: int = 64
+    d_min: float | Array = 6.0
+    d_max: float | Array = 10.0
+    max_steps: int | Array = 64
 
 
 @dataclasses.dataclass(frozen=True)

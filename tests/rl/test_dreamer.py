@@ -11,7 +11,7 @@ import pytest
 
 from jaxlab.rl.world_models.dreamer import DreamerConfig, make_parts, preprocess
 
-ITERATIONS, STARTS = 70, 10
+ITERATIONS, STARTS = 50, 10
 CFG = DreamerConfig(
     env_options=(("variant", "easy"), ("max_steps", 24)),
     num_envs=4,
