@@ -64,12 +64,12 @@ ROCK_COLOUR = np.array([110, 110, 115], np.float32)
 @struct.dataclass
 class OpenWorldState:
     """Attributes: agent ``pos`` float32[2] and ``heading`` (radians), object centres ``objects``
-    float32[1 + k, 2] (row 0 is the target), ``t`` steps taken."""
+    float32[1 + k, 2] (row 0 is the target), ``t`` steps taken (leading batch axes allowed)."""
 
-    pos: Float[Array, " 2"]
-    heading: Float[Array, ""]
-    objects: Float[Array, "n 2"]
-    t: Int[Array, ""]
+    pos: Float[Array, "*b 2"]
+    heading: Float[Array, "*b"]
+    objects: Float[Array, "*b n 2"]
+    t: Int[Array, "*b"]
 
 
 @struct.dataclass

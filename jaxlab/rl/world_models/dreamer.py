@@ -151,7 +151,7 @@ class DreamerState:
     wm_opt: Any
     actor_opt: Any
     critic_opt: Any
-    retnorm: Float[Array, " 2"]
+    retnorm: Float[Array, "*s 2"]
     buffer: Any
     env_state: Any
     obs: Any
