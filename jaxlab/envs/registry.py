@@ -13,6 +13,7 @@ Registered names (see ``describe(name)`` for each one's options):
   level of that size.
 * ``"game24"``: Game of 24 (``jaxlab.envs.game24``), 48 actions, reset pool of instances.
 * ``"grid-maze"``: procedurally generated grid mazes with a BFS oracle (``jaxlab.envs.grid_maze``).
+* ``"open-world"``: egocentric pixel world with a small, distant target (``jaxlab.envs.open_world``).
 * ``"kinetix-level"``: one Kinetix level file at the sizes stored in the file
   (``make("kinetix-level", level=PATH, action_type=..., observation_type=...)``).
 
@@ -252,4 +253,17 @@ register(
     description="2-D point mass in a maze from a text layout ('#' wall, '.' free, 'S' start)",
     options={**_POINT_2D_OPTIONS, "layout": "rows of '#', '.', 'S' (default: a small U-maze)"},
     test_options={"max_steps": 5},
+)
+register(
+    "open-world",
+    "jaxlab.envs.open_world:make_open_world",
+    description="egocentric pixel open world: collect a small, distant target (LS-Imagine)",
+    options={
+        "variant": "'easy' (target 1.5-3 away) or 'hard' (6-10 away, default)",
+        "obs_size": "observation side in pixels, 32 (default) or 64",
+        "num_distractors": "grey rocks scattered in the arena (default 4)",
+        "max_steps": "episode length limit (default 64)",
+        "auto_reset": "start a new episode when one ends (default True)",
+    },
+    test_options={"variant": "easy", "max_steps": 4},
 )

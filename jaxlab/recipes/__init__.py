@@ -18,5 +18,7 @@ NAMES: dict[str, str] = {
     "sac": "sac",
     "dtsn": "dtsn",
     "dept": "dept",
+    "dreamer": "dreamer",
+    "ls-imagine": "dreamer",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

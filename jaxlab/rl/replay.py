@@ -1,4 +1,4 @@
-"""An off-policy replay buffer that lives on the device, inside the compiled program.
+"""Off-policy replay buffers that live on the device, inside the compiled program.
 
 A thin, checked front of ``flashbax``'s item buffer (``flashbax.make_item_buffer``): a ring of
 ``capacity`` transitions (any pytree of arrays, one leading axis per item), filled by
@@ -7,6 +7,9 @@ over the items added so far (``sample(state, key).experience`` is a ``[batch_siz
 Its state (``flashbax``'s ``TrajectoryBufferState``: arrays ``[1, capacity, ...]``, the write
 index and a full flag) is a pytree of arrays, so it jits, vmaps over seeds, and the shared
 checkpoint layer saves and restores it like any other train state.
+
+``make_sequence_replay`` is the same front for world models: ``flashbax``'s trajectory buffer,
+one ring per parallel env stream, sampling runs of ``sequence_length`` consecutive items.
 """
 
 from __future__ import annotations
@@ -87,6 +90,55 @@ def make_replay(cfg: ReplayConfig, prefix: str = "") -> Replay:
         sample_batch_size=cfg.batch_size,
         add_sequences=False,
         add_batches=True,
+    )
+    return Replay(
+        *(_allow_rank_promotion(f) for f in (buf.init, buf.add, buf.sample, buf.can_sample))
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceReplayConfig:
+    """Static sizes of a sequence replay buffer (world models).
+
+    Attributes:
+        num_envs: parallel streams written side by side (one item per stream per ``add``).
+        capacity: items kept per stream (a ring; the oldest are overwritten).
+        batch_size: sequences per sample.
+        sequence_length: consecutive items per sampled sequence.
+    """
+
+    num_envs: int = 1
+    capacity: int = 10_000
+    batch_size: int = 16
+    sequence_length: int = 64
+
+
+def make_sequence_replay(cfg: SequenceReplayConfig, prefix: str = "") -> Replay:
+    """``flashbax``'s trajectory buffer for ``cfg`` as a ``Replay``: ``add(state, batch)`` takes
+    ``[num_envs, t, ...]`` (``t`` consecutive items of each stream), ``sample(state, key)
+    .experience`` is ``[batch_size, sequence_length, ...]`` of consecutive items of one stream,
+    and ``can_sample`` waits for ``sequence_length`` items per stream.
+
+    Raises:
+        ConfigError: a non-positive size, or a ``sequence_length`` longer than the buffer's
+            per-stream ``capacity`` (named with ``prefix``).
+    """
+    for name in ("num_envs", "capacity", "batch_size", "sequence_length"):
+        _check_int(prefix + name, getattr(cfg, name), 1)
+    if cfg.sequence_length > cfg.capacity:
+        raise ConfigError(
+            prefix + "sequence_length",
+            cfg.sequence_length,
+            f"<= the buffer's capacity per stream ({cfg.capacity})",
+            hint="a sampled sequence must fit in the buffer",
+        )
+    buf = fbx.make_trajectory_buffer(
+        add_batch_size=cfg.num_envs,
+        sample_batch_size=cfg.batch_size,
+        sample_sequence_length=cfg.sequence_length,
+        period=1,
+        min_length_time_axis=cfg.sequence_length,
+        max_length_time_axis=cfg.capacity,
     )
     return Replay(
         *(_allow_rank_promotion(f) for f in (buf.init, buf.add, buf.sample, buf.can_sample))

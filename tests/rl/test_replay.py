@@ -64,3 +64,21 @@ def test_state_is_a_pytree_of_arrays():
 def test_bad_sizes_name_the_field(cfg, field):
     with pytest.raises(ConfigError, match=field):
         make_replay(cfg)
+
+
+def test_sequence_replay_samples_consecutive_items_of_one_stream():
+    from jaxlab.rl.replay import SequenceReplayConfig, make_sequence_replay
+
+    r = make_sequence_replay(
+        SequenceReplayConfig(num_envs=2, capacity=8, batch_size=16, sequence_length=3)
+    )
+    state = r.init({"x": jnp.zeros((), jnp.int32)})
+    for t in range(5):
+        state = r.add(state, {"x": jnp.array([[t], [100 + t]], jnp.int32)})
+    assert bool(r.can_sample(state))
+    seqs = np.asarray(r.sample(state, jax.random.key(0)).experience["x"])
+    assert seqs.shape == (16, 3)
+    assert np.all(np.diff(seqs, axis=1) == 1)  # consecutive items
+    assert np.all((seqs % 100)[:, -1] <= 4)  # only items that were added
+    with pytest.raises(ConfigError, match="sequence_length"):
+        make_sequence_replay(SequenceReplayConfig(capacity=4, sequence_length=5))
