@@ -287,7 +287,7 @@ def schedule_index(
     student_step: Int[Array, ""] | int,
     checkpoint_steps: Int[Array, " C"],
     selected: Bool[Array, " C"],
-    multiplier: float,
+    multiplier: float | Float[Array, ""],
 ) -> Int[Array, ""]:
     """The teacher checkpoint used at ``student_step``: the first *selected* checkpoint whose step
     is ``>= student_step · multiplier``, or the last selected one when none is.

@@ -168,6 +168,50 @@ def test_flat_policy_evaluates_only_levels_that_fit(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+def test_random_training_levels_train_with_sfl():
+    """Issue 27: the pretraining presets' training path, ``env.train_levels=random`` (the
+    procedural generator through the no-op filter) with SFL, through the recipe's build and train
+    step at toy sizes: two updates run with finite losses, every env trains on a different
+    generated level (not the tiny preset's fixed level), and half of them are SFL buffer levels."""
+    cfg = RECIPE.config(
+        "tiny",
+        [
+            "env.train_levels=random",
+            "env.noop_filter=true",
+            "curriculum.kind=sfl",
+            "curriculum.sfl.update_every=1",
+            "curriculum.sfl.batch_size=8",
+            "curriculum.sfl.num_batches=1",
+            "curriculum.sfl.rollout_steps=4",
+            "curriculum.sfl.buffer_size=4",
+            "network.kind=mlp",
+            "env.observation_type=symbolic_flat",
+            "network.width=16",
+            "loop.total_steps=2",
+        ],
+    )
+    parts = run_lib.build(RECIPE, cfg)
+    state = jax.jit(parts.init)(jax.random.PRNGKey(0))
+    step = jax.jit(parts.train_step)
+    for _ in range(2):
+        state, m = step(state, None)
+        assert np.isfinite(float(m["loss"]))
+    assert int(state.update) == 2
+
+    def rows(levels):  # one row of every level's polygon and circle positions
+        pos = (levels.sim.polygon.position, levels.sim.circle.position)
+        return np.concatenate([np.asarray(p).reshape(p.shape[0], -1) for p in pos], axis=1)
+
+    trained = rows(state.levels)
+    assert len(np.unique(trained, axis=0)) >= 6  # 8 envs: 4 fresh + 4 from a 4-level buffer
+    tiny_level = kp.agent(RECIPE.config("tiny")).levels.sample(jax.random.PRNGKey(0))
+    fixed = rows(jax.tree.map(lambda x: x[None], tiny_level))
+    assert not (trained == fixed).all(axis=1).any()
+    buffer = rows(state.curriculum.levels)
+    in_buffer = [(buffer == r).all(axis=1).any() for r in trained]
+    assert in_buffer == [False] * 4 + [True] * 4
+
+
 def test_traced_hyperparameters():
     """PPO's swept hyper-parameters are the recipe's traced keys and live in the state."""
     assert set(RECIPE.traced) == {"ppo.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef"}
