@@ -147,7 +147,7 @@ def _pd_edge(m, u, v) -> bool:
 
 
 def _circ_edge(m, u, v) -> bool:
-    return m[u, v] == CIRCLE and m[v, u] == CIRCLE
+    return bool(m[u, v] == CIRCLE and m[v, u] == CIRCLE)
 
 
 def _uncovered_path_exists(m, first: int, second: int, goal: int, edge_ok, budget=20000) -> bool:

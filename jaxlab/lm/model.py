@@ -332,7 +332,7 @@ class Decoder(nn.Module):
         Returns:
             ``[batch, seq, vocab]`` float32 logits.
         """
-        logits, _ = self._forward(tokens, padding_mask, positions, None)
+        logits, _ = self._forward(jnp.asarray(tokens), padding_mask, positions, None)
         return logits
 
     def decode(
