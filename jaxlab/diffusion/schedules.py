@@ -76,7 +76,7 @@ class _ScheduleMethods:
 
     def model_time(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """The time a network is conditioned on; continuous schedules use t itself."""
-        return t
+        return jnp.asarray(t)
 
 
 def _log_sigma_vp(log_alpha: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -97,6 +97,7 @@ class VPLinear(_ScheduleMethods):
     t_max: float = 1.0
 
     def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        t = jnp.asarray(t)
         return -0.25 * t**2 * (self.beta_1 - self.beta_0) - 0.5 * t * self.beta_0
 
     def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
@@ -220,7 +221,7 @@ class VPDiscrete(_ScheduleMethods):
         return jnp.interp(log_alpha, self.log_alpha_array[::-1], self.t_array[::-1])
 
     def model_time(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
-        return (t - self.t_min) * self.total_n
+        return (jnp.asarray(t) - self.t_min) * self.total_n
 
     @property
     def prior_std(self) -> float:
