@@ -1,5 +1,5 @@
 """Images, animations and plots for every family: PNG, image grids, GIF, MP4 and the few plot
-kinds the recipes draw (curves, heat maps, scatter, bars).
+kinds the recipes draw (curves with scatter overlays, heat maps, scatter, bars, node-link graphs).
 
 PNG and GIF need only Pillow (a core dependency). MP4 needs ``imageio`` with ``imageio-ffmpeg``
 and the plots need ``matplotlib``: both come with the ``viz`` extra (``pip install
@@ -30,6 +30,12 @@ class MissingExtraError(ModuleNotFoundError):
 
     def __init__(self, what: str, module: str):
         super().__init__(f"{what} needs {module}: pip install 'jaxlab[viz]'")
+
+
+def require_plotting() -> None:
+    """Raises :class:`MissingExtraError` unless matplotlib is installed: a command that ends in a
+    plot checks this before it starts its work."""
+    _plt()
 
 
 def _plt():
@@ -228,20 +234,41 @@ def plot_curves(
     logx: bool = False,
     logy: bool = False,
     bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    points: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    diagonal: bool = False,
 ) -> Path:
-    """Line plot of named ``(x, y)`` curves (optional ``(low, high)`` bands per name) as PNG."""
+    """Line plot of named ``(x, y)`` curves as PNG, with optional ``(low, high)`` bands per name,
+    ``points`` (named ``(x, y)`` scatter overlays, drawn in the colour of the curve of the same
+    name, e.g. measurements over a fitted law) and a dashed ``y = x`` ``diagonal`` spanning the
+    data (fitted vs measured plots)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.5))
+    colors: dict[str, str] = {}
     for name, (x, y) in curves.items():
         (line,) = ax.plot(np.asarray(x), np.asarray(y), label=name)
+        colors[name] = line.get_color()
         if bands and name in bands:
             lo, hi = bands[name]
             ax.fill_between(np.asarray(x), lo, hi, color=line.get_color(), alpha=0.2)
+    values: list[np.ndarray] = []
+    for i, (name, (x, y)) in enumerate((points or {}).items()):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.shape != y.shape or x.ndim != 1:
+            raise ValueError(f"points[{name!r}]: x {x.shape} and y {y.shape}, expected two [n]")
+        own = name not in colors
+        color = colors.get(name, f"C{(len(curves) + i) % 10}")
+        ax.scatter(x, y, s=12, color=color, label=name if own else None, zorder=3)
+        values += [x, y]
+    if diagonal:
+        if not values:
+            raise ValueError("diagonal=True needs points to span")
+        lo, hi = float(min(v.min() for v in values)), float(max(v.max() for v in values))
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    if len(curves) > 1:
+    if len(ax.get_legend_handles_labels()[1]) > 1:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _finish(fig, ax, path, title, xlabel, ylabel)
@@ -333,3 +360,54 @@ def plot_bars(
     if ylim is not None:
         ax.set_ylim(*ylim)
     return _finish(fig, ax, path, title, xlabel, ylabel)
+
+
+#: the end marks :func:`plot_graph` draws (``"none"`` is a plain end, a tail)
+EDGE_MARKS = ("none", "arrow", "circle")
+
+
+def plot_graph(
+    path: PathLike,
+    names: Sequence[str],
+    edges: Sequence[tuple[int, int, str, str, str]],
+    *,
+    title: str | None = None,
+) -> Path:
+    """Node-link diagram of a mixed graph (DAG, PAG, ...) as PNG: nodes on a circle, one line per
+    edge ``(i, j, mark_at_i, mark_at_j, color)`` with each end drawn as one of
+    :data:`EDGE_MARKS` (an arrowhead, a small open circle, or nothing)."""
+    plt = _plt()
+    d = len(names)
+    ang = np.linspace(0, 2 * np.pi, d, endpoint=False) + np.pi / 2
+    pos = np.stack([np.cos(ang), np.sin(ang)], 1)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    r = 0.09
+    for k, (i, j, mark_i, mark_j, color) in enumerate(edges):
+        for m in (mark_i, mark_j):
+            if m not in EDGE_MARKS:
+                raise ValueError(f"edges[{k}]: mark {m!r}, expected one of {EDGE_MARKS}")
+        if not (0 <= i < d and 0 <= j < d and i != j):
+            raise ValueError(f"edges[{k}]: nodes ({i}, {j}), expected two of 0..{d - 1}")
+        a, b = pos[i], pos[j]
+        u = (b - a) / np.linalg.norm(b - a)
+        pa, pb = a + r * u, b - r * u
+        ax.plot(*zip(pa, pb, strict=True), color=color, lw=1.5, zorder=1)
+        for end, mark, direction in ((pb, mark_j, u), (pa, mark_i, -u)):
+            if mark == "arrow":
+                ax.annotate(
+                    "",
+                    xy=end,
+                    xytext=end - 0.08 * direction,
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=1.5),
+                )
+            elif mark == "circle":
+                c = end - 0.025 * direction
+                ax.add_patch(plt.Circle(c, 0.022, fill=True, fc="white", ec=color, zorder=3))
+    for i, name in enumerate(names):
+        ax.add_patch(plt.Circle(pos[i], r, fc="#f4f1de", ec="k", zorder=2))
+        ax.text(*pos[i], name, ha="center", va="center", fontsize=9, zorder=4)
+    ax.set_xlim(-1.3, 1.3)
+    ax.set_ylim(-1.3, 1.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return _finish(fig, ax, path, title, "", "")

@@ -62,9 +62,46 @@ def test_plots_write_pngs(tmp_path):
             tmp_path / "s.png", np.zeros((5, 2)), reference=np.ones((3, 2)), extent=2
         ),
         media.plot_bars(tmp_path / "b.png", [0.2, 0.4], labels=["x", "y"], ylim=(0, 1)),
+        media.plot_curves(
+            tmp_path / "f.png", {}, points={"fit": ([1.0, 2.0], [1.1, 1.9])}, diagonal=True
+        ),
+        media.plot_graph(
+            tmp_path / "g.png",
+            ["a", "b", "c"],
+            [(0, 1, "none", "arrow", "C0"), (1, 2, "circle", "arrow", "0.4")],
+            title="PAG",
+        ),
     ]
     for p in paths:
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 1000
+
+
+def test_curve_points_take_the_curve_colour(tmp_path, monkeypatch):
+    """A ``points`` overlay named like a curve is drawn in that curve's colour (measurements over
+    a fitted law); one with a new name gets its own colour and legend entry."""
+    import matplotlib.figure
+
+    seen = {}
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **k: seen.update(ax=fig.axes[0]),
+    )
+    media.plot_curves(
+        tmp_path / "c.png",
+        {"a": ([1, 2], [1, 2]), "b": ([1, 2], [2, 1])},
+        points={"b": ([1.5], [1.5]), "c": ([1.0], [1.0])},
+    )
+    ax = seen["ax"]
+    lines, scatters = ax.get_lines(), ax.collections
+    assert np.allclose(
+        scatters[0].get_facecolor()[0][:3], matplotlib.colors.to_rgb(lines[1].get_color())
+    )
+    assert ax.get_legend_handles_labels()[1] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match=r"points\['b'\]"):
+        media.plot_curves(tmp_path / "x.png", {}, points={"b": ([1, 2], [1])})
+    with pytest.raises(ValueError, match="mark 'dot'"):
+        media.plot_graph(tmp_path / "x.png", ["a", "b"], [(0, 1, "dot", "arrow", "k")])
 
 
 def test_bad_input_is_refused(tmp_path):

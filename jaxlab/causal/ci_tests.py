@@ -23,7 +23,7 @@ repeated queries free (CDIS asks the same questions across rounds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 
 import jax
@@ -57,7 +57,7 @@ class CITest:
         self.calls = 0  # number of batched kernel calls
         self.tests = 0  # number of distinct triples evaluated
 
-    def pvalues(self, x: Sequence[int], y: Sequence[int], conds: Sequence[Sequence[int]]):
+    def pvalues(self, x: Sequence[int], y: Sequence[int], conds: Sequence[Collection[int]]):
         """p-values of ``x[i] _||_ y[i] | conds[i]`` for every i, as a (q,) numpy array."""
         keys = [
             (min(a, b), max(a, b), frozenset(int(s) for s in c))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxlab import media
 from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, edge_meaning, edge_string
 
 MAX_VARIABLES = 50
@@ -122,60 +123,32 @@ def describe(marks: np.ndarray, names: list[str]) -> list[str]:
 
 
 def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
-    """PNG of the PAG: nodes on a circle, arrowheads, circles and tails at the edge ends."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """PNG of the PAG (through :func:`jaxlab.media.plot_graph`): nodes on a circle, arrowheads,
+    circles and tails at the edge ends; directed edges blue, selection (tail-tail) edges red."""
+    ends = {ARROW: "arrow", CIRCLE: "circle", TAIL: "none"}
+    edges = []
     d = len(names)
-    ang = np.linspace(0, 2 * np.pi, d, endpoint=False) + np.pi / 2
-    pos = np.stack([np.cos(ang), np.sin(ang)], 1)
-    fig, ax = plt.subplots(figsize=(6, 6))
-    r = 0.09
     for i in range(d):
         for j in range(i + 1, d):
             if marks[i, j] == 0:
                 continue
-            a, b = pos[i], pos[j]
-            u = (b - a) / np.linalg.norm(b - a)
-            pa, pb = a + r * u, b - r * u
+            mark_i, mark_j = int(marks[j, i]), int(marks[i, j])
             color = {(TAIL, ARROW): "C0", (ARROW, TAIL): "C0", (TAIL, TAIL): "C3"}.get(
-                (int(marks[j, i]), int(marks[i, j])), "0.4"
+                (mark_i, mark_j), "0.4"
             )
-            ax.plot(*zip(pa, pb, strict=True), color=color, lw=1.5, zorder=1)
-            for end, mark, direction in ((pb, marks[i, j], u), (pa, marks[j, i], -u)):
-                if mark == ARROW:
-                    ax.annotate(
-                        "",
-                        xy=end,
-                        xytext=end - 0.08 * direction,
-                        arrowprops=dict(arrowstyle="-|>", color=color, lw=1.5),
-                    )
-                elif mark == CIRCLE:
-                    c = end - 0.025 * direction
-                    ax.add_patch(plt.Circle(c, 0.022, fill=True, fc="white", ec=color, zorder=3))
-    for i, name in enumerate(names):
-        ax.add_patch(plt.Circle(pos[i], r, fc="#f4f1de", ec="k", zorder=2))
-        ax.text(*pos[i], name, ha="center", va="center", fontsize=9, zorder=4)
-    ax.set_xlim(-1.3, 1.3)
-    ax.set_ylim(-1.3, 1.3)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title("CDIS PAG  (blue ->: cause, red --: selection, o: unknown)", fontsize=9)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+            edges.append((i, j, ends[mark_i], ends[mark_j], color))
+    media.plot_graph(
+        path, names, edges, title="CDIS PAG  (blue ->: cause, red --: selection, o: unknown)"
+    )
 
 
 def discover(args: argparse.Namespace) -> int:
     from jaxlab.causal.cdis import cdis_from_data
 
     try:
-        import matplotlib  # noqa: F401  (checked before anything runs: the PNG needs it)
-    except ImportError:
-        raise CausalInputError(
-            "writing the PNG needs matplotlib: pip install 'jaxlab[viz]'"
-        ) from None
+        media.require_plotting()  # checked before anything runs: the PNG needs matplotlib
+    except media.MissingExtraError as e:
+        raise CausalInputError(f"writing the PNG: {e}") from None
     if not 0.0 < args.alpha < 1.0:
         raise CausalInputError(f"--alpha {args.alpha}: expected a value in (0, 1)")
     if args.test not in ("fisherz", "kci"):

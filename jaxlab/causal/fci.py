@@ -143,11 +143,11 @@ def _set(m: np.ndarray, i: int, j: int, at_i, at_j, no_latents: bool, no_selecti
 
 def _pd_edge(m, u, v) -> bool:
     """``u *-* v`` is potentially directed from u to v (no arrowhead at u, no tail at v)."""
-    return m[u, v] != NONE and m[v, u] != ARROW and m[u, v] != TAIL
+    return bool(m[u, v] != NONE and m[v, u] != ARROW and m[u, v] != TAIL)
 
 
 def _circ_edge(m, u, v) -> bool:
-    return m[u, v] == CIRCLE and m[v, u] == CIRCLE
+    return bool(m[u, v] == CIRCLE and m[v, u] == CIRCLE)
 
 
 def _uncovered_path_exists(m, first: int, second: int, goal: int, edge_ok, budget=20000) -> bool:

@@ -143,7 +143,7 @@ class Checkpointer:
     Args:
       directory: where the step folders live (created if missing).
       config: the current run's config dataclass (stored with each save, checked on restore).
-      keep: number of most recent checkpoints to keep.
+      keep: number of most recent checkpoints to keep (None: all).
       async_save: write in a background thread; :meth:`wait` (called by :meth:`close`) joins it.
       create: create ``directory`` if missing (False for read-only use: nothing is written).
       allow_change: float fields (dotted keys) that may differ from the checkpoint's config.
@@ -154,7 +154,7 @@ class Checkpointer:
         directory: str | Path,
         config: Any,
         *,
-        keep: int = 3,
+        keep: int | None = 3,
         async_save: bool = True,
         create: bool = True,
         allow_change: Sequence[str] = (),

@@ -65,17 +65,18 @@ def _nested_config_type(tp: Any) -> type | None:
     return None
 
 
+def _plain(v: Any) -> Any:
+    """A config value as YAML/JSON writes it: configs become dicts, tuples lists."""
+    if dataclasses.is_dataclass(v):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, tuple | list):
+        return [_plain(x) for x in v]
+    return v
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config (tuples become lists), suitable for YAML or JSON."""
-
-    def conv(v: Any) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, tuple | list):
-            return [conv(x) for x in v]
-        return v
-
-    return conv(cfg)
+    return _plain(cfg)
 
 
 def to_yaml(cfg: Any) -> str:
@@ -109,7 +110,7 @@ _NO_DEFAULT = object()
 
 def field_default(cfg: Any, key: str) -> Any:
     """The declared default of the dotted field ``key`` of config ``cfg`` as :func:`to_dict`
-    writes it, or a sentinel that equals no value when the key does not exist or has no default
+    writes its values, or a sentinel that equals no value when the key does not exist or has no default
     (e.g. a field added to a config class after an older run was saved)."""
     *parents, name = key.split(".")
     obj = cfg
@@ -120,9 +121,9 @@ def field_default(cfg: Any, key: str) -> Any:
     for f in dataclasses.fields(obj):
         if f.name == name:
             if f.default is not dataclasses.MISSING:
-                return to_dict(f.default)
+                return _plain(f.default)
             if f.default_factory is not dataclasses.MISSING:
-                return to_dict(f.default_factory())
+                return _plain(f.default_factory())
     return _NO_DEFAULT
 
 

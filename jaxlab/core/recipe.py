@@ -159,8 +159,8 @@ def config_value(cfg: Any, key: str) -> Any:
     return obj
 
 
-def hparams_of(recipe: Recipe, cfg: Any) -> dict[str, jax.Array]:
-    """The traced hyper-parameters of ``recipe`` as float32 scalars, valued from ``cfg``."""
+def hparams_of(recipe: Recipe, cfg: Any) -> dict[str, np.float32]:
+    """The traced hyper-parameters of ``recipe`` as NumPy float32 scalars, valued from ``cfg``."""
     return {k: np.float32(config_value(cfg, k)) for k in recipe.traced}
 
 

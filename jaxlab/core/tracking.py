@@ -11,12 +11,13 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
 
 
+@runtime_checkable
 class Backend(Protocol):
     """One sink of scalar metrics."""
 

@@ -1,8 +1,9 @@
 """Shared array aliases for jaxtyping annotations at module boundaries.
 
-Use the dimension names in docstrings too (``Float[Array, "batch seq dim"]``). Runtime checking of
-these annotations is switched on for the whole test suite (jaxtyping's pytest hook with beartype,
-see ``pyproject.toml``), so a wrong shape at a module boundary fails a test.
+Use the dimension names in docstrings too (``Float[Array, "batch seq dim"]``). The test suite
+checks these annotations at run time (jaxtyping's import hook with beartype, switched in
+``tests/conftest.py``), so a wrong shape at a module boundary fails a test; the conventions
+(``Array`` inside, ``ArrayLike`` at public boundaries that accept NumPy) are in ``docs/types.md``.
 """
 
 from __future__ import annotations

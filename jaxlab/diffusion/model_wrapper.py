@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from jaxlab.diffusion.schedules import Schedule
 
@@ -35,7 +35,9 @@ MODEL_TYPES: tuple[str, ...] = ("noise", "data", "v", "score")
 GUIDANCE_TYPES: tuple[str, ...] = ("none", "classifier", "classifier_free")
 
 
-def expand_to(v: Float[Array, " batch"], x: Float[Array, "batch ..."]) -> Float[Array, "batch ..."]:
+def expand_to(
+    v: Shaped[ArrayLike, " batch"] | Shaped[ArrayLike, ""], x: Float[Array, "batch ..."]
+) -> Shaped[Array, "batch ..."] | Shaped[Array, ""]:
     """Reshape a per-sample (batch,) or scalar array so it broadcasts against x (batch, ...)."""
     v = jnp.asarray(v)
     if v.ndim == 0:

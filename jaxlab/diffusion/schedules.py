@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 StepKind = Literal["time_uniform", "time_quadratic", "logsnr", "edm"]
 STEP_KINDS: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm")
@@ -38,20 +38,20 @@ STEP_KINDS: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm"
 class _ScheduleMethods:
     """Methods shared by all schedules, written in terms of ``log_alpha``, ``sigma`` and ``lambda_t``."""
 
-    def alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """alpha_t = exp(log alpha_t)."""
         return jnp.exp(self.log_alpha(t))
 
-    def sigma_edm(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma_edm(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """The EDM noise level of time t: sigma_t / alpha_t = exp(-lambda_t)."""
         return jnp.exp(-self.lambda_t(t))
 
-    def drift(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def drift(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """f(t) = d log alpha_t / dt (exact, by forward-mode autodiff)."""
         t = jnp.asarray(t)
         return jax.jvp(self.log_alpha, (t,), (jnp.ones_like(t),))[1]
 
-    def diffusion2(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def diffusion2(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """g(t)^2 = d sigma_t^2 / dt - 2 f(t) sigma_t^2 (exact, by forward-mode autodiff)."""
         t = jnp.asarray(t)
         sig2 = lambda s: self.sigma(s) ** 2
@@ -74,9 +74,9 @@ class _ScheduleMethods:
         """lambda at t_min (the cleanest end)."""
         return self.lambda_t(jnp.asarray(self.t_min))
 
-    def model_time(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def model_time(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """The time a network is conditioned on; continuous schedules use t itself."""
-        return t
+        return jnp.asarray(t)
 
 
 def _log_sigma_vp(log_alpha: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -96,17 +96,18 @@ class VPLinear(_ScheduleMethods):
     t_min: float = 1e-3
     t_max: float = 1.0
 
-    def log_alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        t = jnp.asarray(t)
         return -0.25 * t**2 * (self.beta_1 - self.beta_0) - 0.5 * t * self.beta_0
 
-    def sigma(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.exp(_log_sigma_vp(self.log_alpha(t)))
 
-    def lambda_t(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def lambda_t(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         la = self.log_alpha(t)
         return la - _log_sigma_vp(la)
 
-    def inverse_lambda(self, lam: Float[Array, "..."]) -> Float[Array, "..."]:
+    def inverse_lambda(self, lam: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         """Closed form of DPM-Solver: solve the quadratic log alpha_t = -0.5 log(1 + e^{-2 lambda})."""
         db = self.beta_1 - self.beta_0
         tmp = 2.0 * db * jnp.logaddexp(-2.0 * lam, 0.0)
@@ -133,17 +134,17 @@ class VPCosine(_ScheduleMethods):
     def _log_alpha_0(self):
         return jnp.log(jnp.cos(self.s / (1.0 + self.s) * math.pi / 2.0))
 
-    def log_alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.log(jnp.cos((t + self.s) / (1.0 + self.s) * math.pi / 2.0)) - self._log_alpha_0()
 
-    def sigma(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.exp(_log_sigma_vp(self.log_alpha(t)))
 
-    def lambda_t(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def lambda_t(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         la = self.log_alpha(t)
         return la - _log_sigma_vp(la)
 
-    def inverse_lambda(self, lam: Float[Array, "..."]) -> Float[Array, "..."]:
+    def inverse_lambda(self, lam: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         log_alpha = -0.5 * jnp.logaddexp(-2.0 * lam, 0.0)
         c = jnp.exp(log_alpha + self._log_alpha_0())
         return jnp.arccos(c) * 2.0 * (1.0 + self.s) / math.pi - self.s
@@ -205,22 +206,22 @@ class VPDiscrete(_ScheduleMethods):
         """The DDPM linear-beta schedule with n steps."""
         return cls.from_betas(np.linspace(beta_start, beta_end, n))
 
-    def log_alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.interp(t, self.t_array, self.log_alpha_array)
 
-    def sigma(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.exp(_log_sigma_vp(self.log_alpha(t)))
 
-    def lambda_t(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def lambda_t(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         la = self.log_alpha(t)
         return la - _log_sigma_vp(la)
 
-    def inverse_lambda(self, lam: Float[Array, "..."]) -> Float[Array, "..."]:
+    def inverse_lambda(self, lam: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         log_alpha = -0.5 * jnp.logaddexp(-2.0 * lam, 0.0)
         return jnp.interp(log_alpha, self.log_alpha_array[::-1], self.t_array[::-1])
 
-    def model_time(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
-        return (t - self.t_min) * self.total_n
+    def model_time(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        return (jnp.asarray(t) - self.t_min) * self.total_n
 
     @property
     def prior_std(self) -> float:
@@ -236,16 +237,16 @@ class VE(_ScheduleMethods):
     t_min: float = 1e-5
     t_max: float = 1.0
 
-    def log_alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.zeros_like(jnp.asarray(t, dtype=jnp.result_type(float)))
 
-    def sigma(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return self.sigma_min * (self.sigma_max / self.sigma_min) ** t
 
-    def lambda_t(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def lambda_t(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return -(jnp.log(self.sigma_min) + t * jnp.log(self.sigma_max / self.sigma_min))
 
-    def inverse_lambda(self, lam: Float[Array, "..."]) -> Float[Array, "..."]:
+    def inverse_lambda(self, lam: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return (-lam - jnp.log(self.sigma_min)) / jnp.log(self.sigma_max / self.sigma_min)
 
     @property
@@ -263,16 +264,16 @@ class EDM(_ScheduleMethods):
     t_min: float = 0.002
     t_max: float = 80.0
 
-    def log_alpha(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def log_alpha(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.zeros_like(jnp.asarray(t, dtype=jnp.result_type(float)))
 
-    def sigma(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def sigma(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.asarray(t, dtype=jnp.result_type(float))
 
-    def lambda_t(self, t: Float[Array, "..."]) -> Float[Array, "..."]:
+    def lambda_t(self, t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return -jnp.log(t)
 
-    def inverse_lambda(self, lam: Float[Array, "..."]) -> Float[Array, "..."]:
+    def inverse_lambda(self, lam: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
         return jnp.exp(-lam)
 
     @property

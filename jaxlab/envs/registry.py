@@ -208,7 +208,7 @@ _POINT_2D_OPTIONS = {
 
 
 def _params_2d(env, max_steps, goal):
-    import numpy as np
+    import jax.numpy as jnp
 
     from jaxlab.core.config import ConfigError
     from jaxlab.envs.point_mass_2d import check_goal
@@ -221,7 +221,7 @@ def _params_2d(env, max_steps, goal):
     if goal is not None:
         low, high = env.observation_space().low.min(), env.observation_space().high.max()
         params = params.replace(goal=check_goal(goal, float(low), float(high)))
-        if hasattr(env, "free") and not bool(env.is_free(np.asarray(params.goal, np.float32))):
+        if hasattr(env, "free") and not bool(env.is_free(jnp.asarray(params.goal, jnp.float32))):
             raise ConfigError("goal", goal, "a point in a free cell of the maze (not in a wall)")
     return params
 

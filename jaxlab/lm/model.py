@@ -22,7 +22,7 @@ from typing import Literal
 import flax.linen as nn
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.moe import MoEConfig, MoEFeedForward
@@ -316,7 +316,7 @@ class Decoder(nn.Module):
 
     def __call__(
         self,
-        tokens: Int[Array, "batch seq"],
+        tokens: Int[ArrayLike, "batch seq"],
         *,
         padding_mask: Bool[Array, "batch seq"] | None = None,
         positions: Int[Array, "batch seq"] | None = None,
@@ -332,7 +332,7 @@ class Decoder(nn.Module):
         Returns:
             ``[batch, seq, vocab]`` float32 logits.
         """
-        logits, _ = self._forward(tokens, padding_mask, positions, None)
+        logits, _ = self._forward(jnp.asarray(tokens), padding_mask, positions, None)
         return logits
 
     def decode(
@@ -387,8 +387,8 @@ def init_cache(cfg: DecoderConfig, batch_size: int, max_len: int | None = None) 
 
 def next_token_loss(
     logits: Float[Array, "batch seq vocab"],
-    targets: Int[Array, "batch seq"],
-    weights: Float[Array, "batch seq"] | None = None,
+    targets: Int[ArrayLike, "batch seq"],
+    weights: Float[ArrayLike, "batch seq"] | None = None,
 ) -> Float[Array, ""]:
     """Mean token cross-entropy ``-Σ w_t log softmax(logits_t)[y_t] / Σ w_t`` in nats.
 

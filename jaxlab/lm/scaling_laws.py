@@ -42,6 +42,7 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
+from jaxlab import media
 from jaxlab.core.config import ConfigError
 
 _FLOOR = 1e-9
@@ -438,32 +439,22 @@ def plot_loss_vs_precision(
 
     ``measured`` (columns ``N, P, loss``) adds the data points in the colour of their ``N``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     p = np.linspace(2.0, 16.0, 200)
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for i, n in enumerate(sizes):
-        kw = {f"p_{which}": p}
-        ax.plot(
-            p, np.asarray(training_loss(law, n, tokens, **kw)), color=f"C{i}", label=f"N={n:.3g}"
-        )
+    curves, points = {}, {}
+    for n in sizes:
+        name = f"N={n:.3g}"
+        curves[name] = (p, np.asarray(training_loss(law, n, tokens, **{f"p_{which}": p})))
         if measured is not None:
             sel = np.asarray(measured["N"]) == n
-            ax.scatter(
-                np.asarray(measured["P"])[sel], np.asarray(measured["loss"])[sel], color=f"C{i}"
-            )
-    ax.set_xlabel(f"training precision P_{which} (bits)")
-    ax.set_ylabel("loss")
-    ax.set_title(f"D = {tokens:.3g} tokens")
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+            points[name] = (np.asarray(measured["P"])[sel], np.asarray(measured["loss"])[sel])
+    return media.plot_curves(
+        path,
+        curves,
+        points=points,
+        xlabel=f"training precision P_{which} (bits)",
+        ylabel="loss",
+        title=f"D = {tokens:.3g} tokens",
+    )
 
 
 def plot_ptq_vs_data(
@@ -479,52 +470,36 @@ def plot_ptq_vs_data(
 
     ``measured`` (columns ``D, P_post, delta``) adds the data points.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     d = np.geomspace(min(tokens), max(tokens), 100)
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for i, pp in enumerate(p_post):
-        ax.plot(d, np.asarray(ptq_degradation(law, size, d, pp)), color=f"C{i}", label=f"{pp} bit")
+    curves, points = {}, {}
+    for pp in p_post:
+        name = f"{pp} bit"
+        curves[name] = (d, np.asarray(ptq_degradation(law, size, d, pp)))
         if measured is not None:
             sel = np.asarray(measured["P_post"]) == pp
-            ax.scatter(
-                np.asarray(measured["D"])[sel], np.asarray(measured["delta"])[sel], color=f"C{i}"
-            )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tokens seen D")
-    ax.set_ylabel("δ_PTQ (nats)")
-    ax.set_title(f"N = {size:.3g}")
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+            points[name] = (np.asarray(measured["D"])[sel], np.asarray(measured["delta"])[sel])
+    return media.plot_curves(
+        path,
+        curves,
+        points=points,
+        xlabel="tokens seen D",
+        ylabel="δ_PTQ (nats)",
+        title=f"N = {size:.3g}",
+        logx=True,
+        logy=True,
+    )
 
 
 def plot_fit(
     measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str
 ) -> Path:
     """PNG scatter of fitted vs measured values with the diagonal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m, p = np.asarray(measured), np.asarray(predicted)
-    fig, ax = plt.subplots(figsize=(4, 4))
-    ax.scatter(m, p, s=12)
-    lo, hi = float(min(m.min(), p.min())), float(max(m.max(), p.max()))
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-    ax.set_xlabel("measured")
-    ax.set_ylabel("fitted law")
-    ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return media.plot_curves(
+        path,
+        {},
+        points={"fit": (np.asarray(measured), np.asarray(predicted))},
+        diagonal=True,
+        xlabel="measured",
+        ylabel="fitted law",
+        title=title,
+    )

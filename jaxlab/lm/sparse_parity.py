@@ -56,8 +56,9 @@ def sample(
     return x, labels(task, x)
 
 
-def all_inputs(n: int) -> Float[Array, "m n"]:
-    """Every point of ``{±1}^n`` (``m = 2^n`` rows) (row ``j`` has ``x_i = 1 - 2·bit_i(j)``), for exact expectations.
+def all_inputs(n: int) -> Float[Array, "rows n"]:
+    """Every point of ``{±1}^n`` (``rows = 2^n``; row ``j`` has ``x_i = 1 - 2·bit_i(j)``), for exact
+    expectations.
 
     Raises:
       ConfigError: ``n > MAX_ENUMERATED_N`` (``2^n`` rows would not fit).

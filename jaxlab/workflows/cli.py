@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxlab import media
 from jaxlab.workflows import interpreter, program, search, tasks
 from jaxlab.workflows.optimizer import EditOptimizer
 from jaxlab.workflows.programmer import ProgrammerError
@@ -53,20 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plot(state: search.SearchState, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rounds = [r["round"] for r in state.rounds]
     scores = [r["score"] for r in state.rounds]
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.plot(rounds, scores, "o-", label="round score")
-    ax.plot(rounds, np.maximum.accumulate(scores), "--", label="best so far")
-    ax.set(xlabel="round", ylabel="validation accuracy", title="AFlow search")
-    ax.legend(loc="lower right")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    media.plot_curves(
+        path,
+        {"round score": (rounds, scores), "best so far": (rounds, np.maximum.accumulate(scores))},
+        points={"round score": (rounds, scores)},
+        xlabel="round",
+        ylabel="validation accuracy",
+        title="AFlow search",
+    )
 
 
 def _executor(args, load_lm):

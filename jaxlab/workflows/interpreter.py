@@ -13,7 +13,7 @@ arrays inside each operator are batched, jit-compiled JAX) with one PRNG key per
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ class Answers:
     valid: Bool[Array, "... problems"]
 
 
+@runtime_checkable
 class Executor(Protocol):
     """The operators, batched over problems. Every method takes a key first."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +54,7 @@ class Proposal:
     kind: str
 
 
+@runtime_checkable
 class Optimizer(Protocol):
     def propose(
         self,

@@ -68,8 +68,8 @@ class StandInParams:
 def _draw(
     key: PRNGKeyArray,
     truth: Int[Array, " problems"],
-    p: Float[Array, ""],
-    unformatted: Float[Array, ""],
+    p: float | Float[Array, ""],
+    unformatted: float | Float[Array, ""],
     n: int,
     num_wrong: int,
 ) -> Answers:

@@ -11,6 +11,7 @@ from jaxlab.diffusion import samplers as sm
 from jaxlab.diffusion import schedules as sc
 from jaxlab.diffusion.gmm import GaussianMixture, gmm_eps_fn
 from tests.diffusion import diffusion_numpy_reference as ref
+from tests.typecheck import unchecked
 
 MEANS = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.3, -1.0]])
 STDS = np.array([0.3, 0.5, 0.4])
@@ -316,10 +317,11 @@ def test_bad_inputs_raise_value_errors():
     sch = sc.EDM()
     eps_fn = gmm_eps_fn(_gmm(), sch)
     x = jnp.zeros((2, 2))
+    euler = unchecked(sm.euler)  # the sampler's own validation (shapes that disagree)
     with pytest.raises(ValueError, match="timesteps"):
-        sm.euler(eps_fn, x, jnp.ones((1,)), schedule=sch)
+        euler(eps_fn, x, jnp.ones((1,)), schedule=sch)
     with pytest.raises(ValueError, match="eval_timesteps"):
-        sm.euler(eps_fn, x, jnp.ones((4,)), schedule=sch, eval_timesteps=jnp.ones((3,)))
+        euler(eps_fn, x, jnp.ones((4,)), schedule=sch, eval_timesteps=jnp.ones((3,)))
     with pytest.raises(ValueError, match="order"):
         sm.SamplerSpec("dpm_solver++", 4)
     with pytest.raises(ValueError, match="name"):

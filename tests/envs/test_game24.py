@@ -12,7 +12,7 @@ from jaxlab.envs import demonstrations, game24, make
 
 def action(i, op, j):
     pair = [tuple(p) for p in game24.PAIRS].index((i, j))
-    return pair * game24.NUM_OPS + "+-*/".index(op)
+    return jnp.int32(pair * game24.NUM_OPS + "+-*/".index(op))
 
 
 def test_a_known_solution_reaches_24_with_reward_1():

@@ -15,6 +15,7 @@ import pytest
 from jaxlab.core.config import ConfigError
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
+from tests.typecheck import unchecked
 
 TASK = sp.SparseParity(n=16, k=3)
 TEACHER = distill.ParityMLP(width=512)
@@ -86,7 +87,7 @@ def test_method_selection_and_bad_input():
     with pytest.raises(ConfigError, match="transition"):
         distill.method_selection("two_shot", 4, 3)  # the final one is not intermediate
     with pytest.raises(ConfigError, match="method"):
-        distill.method_selection("three_shot", 4, 1)
+        unchecked(distill.method_selection)("three_shot", 4, 1)  # its own validation
     with pytest.raises(ConfigError, match="'k': got 5"):
         sp.SparseParity(n=4, k=5)
     with pytest.raises(ConfigError, match="every"):

@@ -138,30 +138,55 @@ def test_data_sharded_updates_equal_one_device():
     assert int(single.update) == int(sharded.update) == 2
 
 
-def test_flat_policy_evaluates_only_levels_that_fit(tmp_path):
+def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
     """Issue 27: an MLP on flat observations trained at size S with the library as evaluation
     levels used to train and then crash in the final evaluation. Now it evaluates the levels
     that fit S (naming those left out), and a level set with none that fits is refused with a
-    ConfigError before anything is trained or written."""
+    ConfigError before anything is trained or written.
+
+    The run trains on the pretraining presets' levels, ``env.train_levels=random`` (the
+    procedural generator through the no-op filter, drawn by the env's reset), for two updates:
+    the 8 envs play 8 different generated levels, none of them the tiny preset's fixed level
+    (compared on the shapes' vertices, roles and densities, which the physics does not change)."""
     cfg = RECIPE.config(
         "tiny",
         [
             "network.kind=mlp",
             "env.observation_type=symbolic_flat",
             "network.width=16",
+            "env.train_levels=random",
+            "env.noop_filter=true",
             "eval.levels=library",
             "eval.gif_levels=0",
-            "loop.total_steps=1",
+            "loop.total_steps=2",
             "loop.steps_per_call=1",
+            "loop.log_every=1",
             "loop.checkpoint_every=0",
         ],
     )
     result = loop.run(RECIPE, cfg, tmp_path / "ok")
-    assert result.step == 1 and np.isfinite(result.eval_metrics["solve_rate"])
+    assert result.step == 2 and np.isfinite(result.eval_metrics["solve_rate"])
+    rows_ = (tmp_path / "ok" / "metrics.jsonl").read_text().splitlines()
+    losses = [json.loads(r).get("loss") for r in rows_]
+    assert len([x for x in losses if x is not None and np.isfinite(x)]) == 2
     data = json.loads((tmp_path / "ok" / "eval_levels.json").read_text())
     names = {r["level"] for r in data["levels"]}
     assert "s/h2_one_wheel_car" in names and "l/car_hill" not in names
     assert "l/car_hill" in data["left_out"]
+
+    def rows(env_state):  # one row per env: what identifies its level
+        s = env_state
+        while not hasattr(s, "polygon_shape_roles"):  # unwrap the episode statistics
+            s = s.env_state
+        parts_ = (s.sim.polygon.vertices, s.polygon_shape_roles, s.polygon_densities)
+        return np.concatenate([np.asarray(p).reshape(p.shape[0], -1) for p in parts_], axis=1)
+
+    played = rows(jax.device_get(result.state.env_state))
+    assert len(np.unique(played, axis=0)) == cfg.ppo.num_envs
+    tiny_level = kp.agent(RECIPE.config("tiny")).levels.sample(jax.random.PRNGKey(0))
+    fixed = rows(jax.tree.map(lambda x: x[None], tiny_level))
+    assert not (played == fixed).all(axis=1).any()
+
     bad = C.replace(cfg, **{"eval.levels": "library/l"})
     with pytest.raises(ConfigError, match="eval.levels"):
         loop.run(RECIPE, bad, tmp_path / "bad")

@@ -9,7 +9,7 @@ import pytest
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.base import Environment
 from jaxlab.envs.point_mass import PointMass
-from jaxlab.envs.spaces import Box
+from jaxlab.envs.spaces import Box, Discrete
 from jaxlab.rl import ppo as ppo_mod
 from jaxlab.rl.action_heads import head_for_space
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
@@ -344,3 +344,64 @@ def test_anneal_lr_decays_linearly_to_zero():
                     break
             want = -1e-2 * (1 - t / total) if anneal else -1e-2
             assert float(upd["w"][0]) == pytest.approx(want, rel=1e-4, abs=1e-9), (anneal, t)
+
+
+class Timer(Environment):
+    """Episodes of exactly 3 steps with reward 1; each episode draws (at reset) whether it ends
+    by a time limit (truncated, ``kind = 1``) or in a terminal state (terminated, ``kind = 0``).
+    Observation ``[t, kind]``, so the final observation of every episode is ``[3, kind]``."""
+
+    @property
+    def default_params(self):
+        return ()
+
+    def get_obs(self, state, params=None):
+        t, kind = state
+        return jnp.stack([t.astype(jnp.float32), kind.astype(jnp.float32)])
+
+    def reset_env(self, key, params):
+        state = (jnp.int32(0), jax.random.bernoulli(key).astype(jnp.int32))
+        return self.get_obs(state), state
+
+    def step_env(self, key, state, action, params):
+        t, kind = state
+        new = (t + 1, kind)
+        end = new[0] >= 3
+        term, trunc = end & (kind == 0), end & (kind == 1)
+        return self.get_obs(new), new, jnp.float32(1.0), term, trunc, {"solved": term}
+
+    def action_space(self, params=None):
+        return Discrete(2)
+
+    def observation_space(self, params=None):
+        return Box(0.0, 3.0, (2,))
+
+
+def test_bootstrap_truncation_adds_the_final_value_only_to_truncated_steps():
+    """bootstrap_truncation: a truncated step's reward becomes ``r + gamma V(s_final)``; a
+    terminated step keeps ``r`` (no bootstrap from a terminal state); without the option both are
+    treated as episode ends with plain ``r``."""
+    env = Timer()
+    net = ActorCritic(
+        NetworkConfig(kind="mlp", width=8, actor_depth=1, critic_depth=1),
+        head_for_space(env.action_space()),
+    )
+    trajs = {}
+    for boot in (False, True):
+        cfg = PPOConfig(num_envs=8, num_steps=9, num_minibatches=1, bootstrap_truncation=boot)
+        ppo = PPO(cfg, env, (), net, num_updates=1)
+        s = ppo.init(jax.random.PRNGKey(0))
+        roll = jax.jit(ppo.rollout, static_argnums=6)
+        trajs[boot] = roll(jax.random.PRNGKey(1), s.params, s.obs_stats, s.env_state, s.obs, (), 9)
+    plain, boot = trajs[False][2], trajs[True][2]
+    np.testing.assert_array_equal(np.asarray(plain.obs), np.asarray(boot.obs))  # same episodes
+    np.testing.assert_array_equal(np.asarray(plain.reward), 1.0)
+    obs = np.asarray(boot.obs)  # [T, B, 2]: (t, kind) before each step
+    ends = obs[..., 0] == 2
+    truncated = ends & (obs[..., 1] == 1)
+    assert truncated.any() and (ends & ~truncated).any()  # both kinds of episode end occur
+    np.testing.assert_array_equal(np.asarray(boot.done), ends)
+    _, v_final = ppo.policy(s.params, s.obs_stats, jnp.asarray([[3.0, 1.0]]))
+    want = 1.0 + cfg.gamma * float(v_final[0]) * truncated
+    np.testing.assert_allclose(np.asarray(boot.reward), want, rtol=1e-6)
+    assert abs(float(v_final[0])) > 1e-3  # the bootstrap term is visible

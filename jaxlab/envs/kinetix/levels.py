@@ -604,7 +604,7 @@ def _py(x, kind: str):
     return bool(x)
 
 
-def _json_array(x: np.ndarray, kind: str):
+def _json_array(x: np.ndarray | np.generic, kind: str):
     if x.ndim == 0:
         return _py(x, kind)
     return {str(i): _json_array(x[i], kind) for i in range(x.shape[0])}

@@ -26,12 +26,12 @@ from jaxlab.envs.kinetix import (
 from jaxlab.envs.kinetix.levels import collision_matrix_np
 from jaxlab.physics import calculate_collision_matrix
 
-ROOT = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
+ROOT = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 LEVELS = sorted(ROOT.glob("*/*.json"))
 IDS = [f"{p.parent.name}/{p.stem}" for p in LEVELS]
 # The L levels ship inside the kinetix-env wheel; the peer venv (benchmarks/peers) has them.
 PEER_L = sorted(
-    (Path(__file__).resolve().parents[2] / "benchmarks" / "peers" / ".venv-kinetix").glob(
+    (Path(__file__).resolve().parents[3] / "benchmarks" / "peers" / ".venv-kinetix").glob(
         "lib/python*/site-packages/kinetix/levels/l/*.json"
     )
 )

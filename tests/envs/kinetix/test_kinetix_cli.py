@@ -11,7 +11,7 @@ from PIL import Image
 
 from jaxlab.envs.kinetix.cli import main
 
-LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
+LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 LEVEL = LEVELS / "s" / "h0_weak_thrust.json"  # terminates (touches red) at step 19 with no-ops
 STEPS = 24
 
@@ -65,7 +65,7 @@ def test_rollout_matches_the_original_trajectory(trajectory):
     """Against the original env's zero-action rollout (tests/physics/fixtures)."""
     data, _ = trajectory
     with np.load(
-        Path(__file__).resolve().parents[1] / "physics" / "fixtures" / "s_h0_weak_thrust.npz"
+        Path(__file__).resolve().parents[2] / "physics" / "fixtures" / "s_h0_weak_thrust.npz"
     ) as z:
         ref = z["env_reward"][:STEPS]
         done = z["env_done"][:STEPS]

@@ -23,6 +23,7 @@ from jaxlab.envs.kinetix import noop_filter as nf
 from jaxlab.physics import add_circle, add_rectangle, calculate_collision_matrix, pair_indices
 from jaxlab.physics.collision import compute_manifolds
 from tests.envs.env_probes import B, kinetix_probe
+from tests.typecheck import unchecked
 
 N = 512
 S_SIZE = StaticEnvParams.from_size("s")
@@ -320,4 +321,4 @@ def test_sampler_arguments_are_validated():
     with pytest.raises(ValueError, match="add_shape_n_proposals"):
         gen.GeneratorParams(add_shape_n_proposals=0)
     with pytest.raises(ValueError, match="static_params"):
-        gen.make_sample_level("s")
+        unchecked(gen.make_sample_level)("s")

@@ -26,7 +26,7 @@ from jaxlab.envs.kinetix import (
 from jaxlab.envs.kinetix.render import FIXATED_COLOUR, ROLE_COLOURS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
+LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 WHITE = [255, 255, 255]
 
 

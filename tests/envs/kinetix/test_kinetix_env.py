@@ -20,7 +20,7 @@ from jaxlab.envs.kinetix.levels import collision_matrix_np
 from tests.envs.env_probes import B, T, kinetix_probe
 
 GREEN, BLUE, RED = 1, 2, 3
-LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
+LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 
 
 def _noop(batch=B, steps=T):
