@@ -18,5 +18,7 @@ NAMES: dict[str, str] = {
     "sac": "sac",
     "dtsn": "dtsn",
     "dept": "dept",
+    "metra": "metra",
+    "csf": "csf",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
