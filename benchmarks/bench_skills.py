@@ -10,6 +10,9 @@ uniformly random and the zero policy) and the zero-shot success on ``--goals`` h
 per-seed values, a bar chart ``<out>/coverage_<env>.png`` / ``goals_<env>.png`` and the skills
 PNG of seed 0 per method.
 
+``--envs`` may name ``kinetix-morphology:LEVEL`` (e.g. ``kinetix-morphology:s/car_left``): coverage
+only (its observation is not a position, so no goals).
+
 ``--mode speed``: env steps and gradient steps per second of one chunk of iterations (``lax.scan``
 of ``training``'s iteration) at 1 and 256 envs, with compile time; ``act_add`` (policy, env step,
 buffer add, no learning) and ``update`` (gradient steps alone) show where the time goes.
@@ -49,11 +52,15 @@ MAKE = {"csf": csf.make_parts, "metra": metra.make_parts}
 
 
 def skill_config(env: str, args, num_envs: int, iters: int) -> SkillConfig:
-    opts = (("max_steps", args.horizon),)
+    if env.startswith("kinetix-morphology"):
+        env, _, level = env.partition(":")
+        opts = (("max_timesteps", args.horizon), ("level", level or "s/car_left"))
+    else:
+        opts = (("max_steps", args.horizon),)
     if env == "point-mass-2d":
         opts += (("size", args.size),)
     return SkillConfig(
-        env=env,
+        env=env.partition(":")[0],
         env_options=opts,
         skill_dim=2,
         num_envs=num_envs,
@@ -117,7 +124,7 @@ def learn(args) -> None:
                 )
             )(jax.random.key(8))
             plot_skill_trajectories(
-                out / f"skills_{env}_{method}.png",
+                out / f"skills_{env.replace('/', '_').replace(':', '_')}_{method}.png",
                 xy,
                 skills,
                 env=parts.env,
@@ -137,7 +144,7 @@ def learn(args) -> None:
                 goal.append(float(np.mean(v["goal_success"])))
                 goal_err.append(float(np.std(v["goal_success"]) / np.sqrt(len(v["goal_success"]))))
         media.plot_bars(
-            out / f"coverage_{env}.png",
+            out / f"coverage_{env.replace('/', '_').replace(':', '_')}.png",
             cov,
             labels=labels,
             ylabel="cells covered",
@@ -145,7 +152,7 @@ def learn(args) -> None:
         )
         if goal:
             media.plot_bars(
-                out / f"goals_{env}.png",
+                out / f"goals_{env.replace('/', '_').replace(':', '_')}.png",
                 goal,
                 labels=list(summary),
                 ylabel="goal success",

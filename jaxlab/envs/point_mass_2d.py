@@ -28,10 +28,10 @@ from jaxlab.envs.spaces import Box
 
 @struct.dataclass
 class PointMass2DState:
-    """Attributes: ``pos`` position ``[2]``, ``t`` steps taken."""
+    """Attributes: ``pos`` position ``[2]``, ``t`` steps taken (leading batch axes under vmap)."""
 
-    pos: Float[Array, " 2"]
-    t: Int[Array, ""]
+    pos: Float[Array, "*b 2"]
+    t: Int[Array, "*b"]
 
 
 @struct.dataclass
@@ -93,7 +93,7 @@ class PointMass2D(Environment):
         return Box(-self.size, self.size, (2,), jnp.float32)
 
 
-def check_goal(goal, low: Float, high: Float) -> tuple[float, float]:
+def check_goal(goal, low: float, high: float) -> tuple[float, float]:
     """``goal`` as a float pair inside ``[low, high]^2``, else ``ConfigError('goal', ...)``."""
     try:
         g = tuple(float(v) for v in goal)

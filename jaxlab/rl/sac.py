@@ -127,15 +127,15 @@ class SACState:
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Float[Array, ""]
+    log_alpha: Float[Array, "*s"]
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     buffer: Any
     env_state: Any
-    obs: Float[Array, "n o"]
-    episode_return: Float[Array, " n"]
-    last_return: Float[Array, " n"]
+    obs: Float[Array, "*s n o"]
+    episode_return: Float[Array, "*s n"]
+    last_return: Float[Array, "*s n"]
     key: PRNGKeyArray
     iteration: Any
 

@@ -39,7 +39,8 @@ from jaxlab.rl.skills.training import SkillConfig, check_config, sample_skills
 class SkillRecipeConfig:
     """Attributes as in ``rl.skills.training.SkillConfig`` and ``evaluate.SkillEvalConfig``;
     ``max_steps`` is the episode length (and the evaluation rollouts'), ``size`` the half-width
-    of ``point-mass-2d``'s arena (ignored by other envs), ``seeds`` the vmapped runs."""
+    of ``point-mass-2d``'s arena and ``level`` the body of ``kinetix-morphology`` (each ignored
+    by other envs), ``seeds`` the vmapped runs."""
 
     method: str = "metra"
     seed: int = 0
@@ -47,6 +48,7 @@ class SkillRecipeConfig:
     env: str = "point-mass-2d"
     max_steps: int = 50
     size: float = 5.0
+    level: str = "s/car_left"
     skill_dim: int = 2
     num_envs: int = 8
     buffer_size: int = 100_000
@@ -84,8 +86,12 @@ class SkillRecipeConfig:
         opts: tuple[tuple[str, object], ...] = ()
         if "max_steps" in envs.spec(self.env).options:
             opts += (("max_steps", self.max_steps),)
+        elif "max_timesteps" in envs.spec(self.env).options:
+            opts += (("max_timesteps", self.max_steps),)
         if self.env == "point-mass-2d":
             opts += (("size", float(self.size)),)
+        if self.env == "kinetix-morphology":
+            opts += (("level", self.level),)
         return opts
 
     def skills(self) -> SkillConfig:

@@ -146,23 +146,23 @@ class Phi(nn.Module):
 class SkillState:
     """The whole training state of METRA or CSF (a pytree of arrays). ``critic`` is SAC's twin
     Q (METRA) or the twin successor features (CSF); ``log_dual_lam``/``dual_opt`` are METRA's
-    dual variable (unused by CSF)."""
+    dual variable (unused by CSF). Seeds vmapped: a leading ``s`` axis on every leaf."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Float[Array, ""]
+    log_alpha: Float[Array, "*s"]
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     phi: Any
     phi_opt: Any
-    log_dual_lam: Float[Array, ""]
+    log_dual_lam: Float[Array, "*s"]
     dual_opt: Any
     buffer: Any
     env_state: Any
-    obs: Float[Array, "n o"]
-    skill: Float[Array, "n d"]
+    obs: Float[Array, "*s n o"]
+    skill: Float[Array, "*s n d"]
     key: PRNGKeyArray
     iteration: Any
 
