@@ -122,21 +122,23 @@ class TwinCritic(nn.Module):
 
 @struct.dataclass
 class SACState:
-    """The whole training state (a pytree of arrays)."""
+    """The whole training state (a pytree of arrays): ``log_alpha []``, ``obs [n, o]``,
+    ``episode_return``/``last_return [n]``, ``key``, ``iteration []`` (a leading seed axis when
+    vmapped, ``ShapeDtypeStruct`` leaves under ``eval_shape``: the fields are typed ``Any``)."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Float[Array, "*s"]
+    log_alpha: Any
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     buffer: Any
     env_state: Any
-    obs: Float[Array, "*s n o"]
-    episode_return: Float[Array, "*s n"]
-    last_return: Float[Array, "*s n"]
-    key: PRNGKeyArray
+    obs: Any
+    episode_return: Any
+    last_return: Any
+    key: Any
     iteration: Any
 
 
@@ -318,7 +320,14 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
         )
 
     learner = SACLearner(
-        actor, critic, actor_tx, critic_tx, alpha_tx, cfg.gamma, cfg.tau, target_entropy
+        actor,
+        critic,
+        actor_tx,
+        critic_tx,
+        alpha_tx,
+        float(cfg.gamma),
+        float(cfg.tau),
+        target_entropy,
     )
 
     def update(state: SACState, key: PRNGKeyArray) -> tuple[SACState, dict]:

@@ -107,7 +107,7 @@ def make_update(
 
         def phi_loss(p):
             delta = phi.apply(p, b["next_obs"]) - phi.apply(p, b["obs"])
-            obj, _ = contrastive_objective(delta, b["skill"], negatives, cfg.infonce_coef)
+            obj, _ = contrastive_objective(delta, b["skill"], negatives, float(cfg.infonce_coef))
             return -obj, jnp.linalg.norm(delta, axis=-1)
 
         (p_loss, delta_norm), p_grad = jax.value_and_grad(phi_loss, has_aux=True)(state.phi)
@@ -120,7 +120,7 @@ def make_update(
         next_obs = policy_input(b["next_obs"], b["skill"])
         next_a, _ = sample_and_log_prob(actor.apply(state.actor, next_obs), k_next)
         next_psi = critic.apply(state.target_critic, next_obs, next_a)
-        target = jax.lax.stop_gradient(sf_target(delta, next_psi, b["skill"], cfg.gamma))
+        target = jax.lax.stop_gradient(sf_target(delta, next_psi, b["skill"], float(cfg.gamma)))
 
         def sf_loss(p):
             psi = critic.apply(p, obs, b["action"])

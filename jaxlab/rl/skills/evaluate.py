@@ -141,8 +141,8 @@ def sample_goals(env: Any, key: PRNGKeyArray, n: int) -> Float[Array, "n 2"]:
     raise ConfigError("env", type(env).__name__, "a point-mass-2d or point-maze env for goals")
 
 
-def check_goals(env: Any, goals: Float[ArrayLike, "n 2"]) -> np.ndarray:
-    """``goals`` as a ``[n, 2]`` float array inside ``env``'s arena (free maze cells), else
+def check_goals(env: Any, goals: Any) -> np.ndarray:
+    """``goals`` (array-like ``[n, 2]``) as a float array inside ``env``'s arena (free maze cells), else
     ``ConfigError('goals', ...)``."""
     g = np.asarray(goals, np.float32)
     if g.ndim != 2 or g.shape[1] != 2 or not np.all(np.isfinite(g)):

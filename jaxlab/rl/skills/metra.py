@@ -68,7 +68,7 @@ def make_update(
 
         def phi_loss(p):
             delta = phi.apply(p, b["next_obs"]) - phi.apply(p, b["obs"])
-            obj, penalty = metra_objective(delta, b["skill"], lam, cfg.dual_slack)
+            obj, penalty = metra_objective(delta, b["skill"], lam, float(cfg.dual_slack))
             return -obj, (penalty, jnp.linalg.norm(delta, axis=-1))
 
         (p_loss, (penalty, delta_norm)), p_grad = jax.value_and_grad(phi_loss, has_aux=True)(

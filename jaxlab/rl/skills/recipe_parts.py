@@ -108,23 +108,23 @@ class SkillRecipeConfig:
             learning_starts=self.learning_starts,
             updates_per_iteration=self.updates_per_iteration,
             hidden=tuple(self.hidden),
-            lr=self.lr,
-            gamma=self.gamma,
-            tau=self.tau,
-            init_alpha=self.init_alpha,
-            dual_lam_init=self.dual_lam_init,
-            dual_slack=self.dual_slack,
+            lr=float(self.lr),
+            gamma=float(self.gamma),
+            tau=float(self.tau),
+            init_alpha=float(self.init_alpha),
+            dual_lam_init=float(self.dual_lam_init),
+            dual_slack=float(self.dual_slack),
             num_negatives=self.num_negatives,
-            infonce_coef=self.infonce_coef,
+            infonce_coef=float(self.infonce_coef),
         )
 
     def eval_config(self) -> SkillEvalConfig:
         return SkillEvalConfig(
             num_skills=self.eval_skills,
             steps=self.max_steps,
-            cell=self.coverage_cell,
+            cell=float(self.coverage_cell),
             num_goals=self.eval_goals,
-            goal_radius=self.goal_radius,
+            goal_radius=float(self.goal_radius),
         )
 
 

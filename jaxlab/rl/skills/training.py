@@ -146,24 +146,26 @@ class Phi(nn.Module):
 class SkillState:
     """The whole training state of METRA or CSF (a pytree of arrays). ``critic`` is SAC's twin
     Q (METRA) or the twin successor features (CSF); ``log_dual_lam``/``dual_opt`` are METRA's
-    dual variable (unused by CSF). Seeds vmapped: a leading ``s`` axis on every leaf."""
+    dual variable (unused by CSF). Shapes: ``log_alpha``, ``log_dual_lam []``, ``obs [n, o]``,
+    ``skill [n, d]``, ``iteration []``; vmapped seeds add a leading axis to every leaf and
+    ``eval_shape`` gives ``ShapeDtypeStruct`` leaves, so the fields are typed ``Any``."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Float[Array, "*s"]
+    log_alpha: Any
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     phi: Any
     phi_opt: Any
-    log_dual_lam: Float[Array, "*s"]
+    log_dual_lam: Any
     dual_opt: Any
     buffer: Any
     env_state: Any
-    obs: Float[Array, "*s n o"]
-    skill: Float[Array, "*s n d"]
-    key: PRNGKeyArray
+    obs: Any
+    skill: Any
+    key: Any
     iteration: Any
 
 
@@ -232,7 +234,9 @@ def make_skill_parts(
     )
     tx = optax.adam(cfg.lr)
     actor = Actor(act_dim, tuple(cfg.hidden))
-    learner = SACLearner(actor, critic, tx, tx, tx, cfg.gamma, cfg.tau, target_entropy)
+    learner = SACLearner(
+        actor, critic, tx, tx, tx, float(cfg.gamma), float(cfg.tau), target_entropy
+    )
     nets = Nets(actor, critic, Phi(d, tuple(cfg.hidden)), learner, tx, tx, obs_dim, act_dim)
     method_update = make_update(cfg, nets)
 
