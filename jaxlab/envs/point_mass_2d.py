@@ -16,10 +16,12 @@ Resets draw ``p_0 ~ U(-reset_noise, reset_noise)^2``. Observation ``p`` (shape `
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.base import Environment
@@ -28,10 +30,11 @@ from jaxlab.envs.spaces import Box
 
 @struct.dataclass
 class PointMass2DState:
-    """Attributes: ``pos`` position ``[2]``, ``t`` steps taken."""
+    """Attributes: ``pos`` float32 position ``[2]``, ``t`` int32 steps taken (leading batch axes
+    under vmap; abstract ``ShapeDtypeStruct`` leaves under ``eval_shape``, hence ``Any``)."""
 
-    pos: Float[Array, " 2"]
-    t: Int[Array, ""]
+    pos: Any
+    t: Any
 
 
 @struct.dataclass

@@ -11,6 +11,9 @@ Registered names (see ``describe(name)`` for each one's options):
   episode distribution is a level file (``level=PATH``), several files (``levels=[...]``, one
   drawn uniformly per episode), a ``reset_fn(key) -> EnvState``, or (default) the built-in demo
   level of that size.
+* ``"kinetix-morphology"``: one Kinetix body (default ``l/knee_walker``) with continuous motors,
+  goal/death roles cleared (no termination) and ``info["xy"]`` the agent's position
+  (``jaxlab.envs.kinetix.morphology``; skill discovery).
 * ``"game24"``: Game of 24 (``jaxlab.envs.game24``), 48 actions, reset pool of instances.
 * ``"grid-maze"``: procedurally generated grid mazes with a BFS oracle (``jaxlab.envs.grid_maze``).
 * ``"open-world"``: egocentric pixel world with a small, distant target (``jaxlab.envs.open_world``).
@@ -172,6 +175,18 @@ register(
     # Same configuration as kinetix-s's test options on the same (demo) level, so the contract
     # tests share one compiled program.
     test_options={"level": "@demo-s", "observation_type": "symbolic_flat", "max_timesteps": 4},
+)
+register(
+    "kinetix-morphology",
+    "jaxlab.envs.kinetix.morphology:make_kinetix_morphology",
+    description="a Kinetix body with continuous motors, no goal, info['xy'] (skill discovery)",
+    options={
+        "level": "level file or shipped name, e.g. 'l/knee_walker' (default), 's/car_left'",
+        "auto_reset": "start a new episode when one ends (default True)",
+        "max_timesteps": "episode length (default 200)",
+        "frame_skip": "physics substeps per env step (default: the level's)",
+    },
+    test_options={"level": "s/car_left", "max_timesteps": 4},
 )
 register(
     "game24",

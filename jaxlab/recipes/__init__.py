@@ -20,5 +20,7 @@ NAMES: dict[str, str] = {
     "dept": "dept",
     "dreamer": "dreamer",
     "ls-imagine": "dreamer",
+    "metra": "metra",
+    "csf": "csf",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -122,21 +122,23 @@ class TwinCritic(nn.Module):
 
 @struct.dataclass
 class SACState:
-    """The whole training state (a pytree of arrays)."""
+    """The whole training state (a pytree of arrays): ``log_alpha []``, ``obs [n, o]``,
+    ``episode_return``/``last_return [n]``, ``key``, ``iteration []`` (a leading seed axis when
+    vmapped, ``ShapeDtypeStruct`` leaves under ``eval_shape``: the fields are typed ``Any``)."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Float[Array, ""]
+    log_alpha: Any
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     buffer: Any
     env_state: Any
-    obs: Float[Array, "n o"]
-    episode_return: Float[Array, " n"]
-    last_return: Float[Array, " n"]
-    key: PRNGKeyArray
+    obs: Any
+    episode_return: Any
+    last_return: Any
+    key: Any
     iteration: Any
 
 
@@ -162,6 +164,90 @@ def check_config(cfg: SACConfig) -> None:
         raise ConfigError("tau", cfg.tau, "a float in (0, 1]")
     if not cfg.init_alpha > 0:
         raise ConfigError("init_alpha", cfg.init_alpha, "a float > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SACLearner:
+    """SAC's gradient steps on any state pytree with the fields ``actor``, ``critic``,
+    ``target_critic``, ``log_alpha``, ``actor_opt``, ``critic_opt``, ``alpha_opt`` (a
+    ``flax.struct`` dataclass, updated with ``.replace``): ``SACState`` and the skill-discovery
+    states of ``jaxlab.rl.skills`` share these steps.
+
+    ``critic_step`` is eq. 5 with clipped double-Q and the Polyak target update; ``actor_step``
+    is eq. 7 against any ``q_fn(critic_params, obs, action) -> Q [b]`` (default ``min_i Q_i``;
+    CSF passes ``min_i psi_i^T z``) followed by the temperature step (eq. 18).
+    """
+
+    actor: nn.Module
+    critic: nn.Module
+    actor_tx: Any
+    critic_tx: Any
+    alpha_tx: Any
+    gamma: float
+    tau: float
+    target_entropy: float
+
+    def critic_step(self, state: Any, batch: dict, key: PRNGKeyArray) -> tuple[Any, dict]:
+        """``batch``: ``obs [b o]``, ``action [b a]``, ``reward [b]``, ``next_obs [b o]``,
+        ``discount [b]``; ``y = r + gamma d (min_i Qbar_i(s', a') - alpha log pi(a'|s'))``."""
+        alpha = jnp.exp(state.log_alpha)
+        next_a, next_logp = sample_and_log_prob(
+            self.actor.apply(state.actor, batch["next_obs"]), key
+        )
+        q_next = self.critic.apply(state.target_critic, batch["next_obs"], next_a).min(-1)
+        target = batch["reward"] + self.gamma * batch["discount"] * (q_next - alpha * next_logp)
+        target = jax.lax.stop_gradient(target)
+
+        def critic_loss(p):
+            q = self.critic.apply(p, batch["obs"], batch["action"])
+            return jnp.mean(jnp.sum((q - target[:, None]) ** 2, -1)), q.mean()
+
+        (c_loss, q_mean), c_grad = jax.value_and_grad(critic_loss, has_aux=True)(state.critic)
+        return self.apply_critic_grad(state, c_grad), {"critic_loss": c_loss, "q": q_mean}
+
+    def apply_critic_grad(self, state: Any, grad: Any) -> Any:
+        """Adam step on the critics, then the Polyak update of their targets."""
+        upd, critic_opt = self.critic_tx.update(grad, state.critic_opt, state.critic)
+        critic_p = optax.apply_updates(state.critic, upd)
+        target_p = optax.incremental_update(critic_p, state.target_critic, self.tau)
+        return state.replace(critic=critic_p, target_critic=target_p, critic_opt=critic_opt)
+
+    def actor_step(
+        self,
+        state: Any,
+        obs: Float[Array, "b o"],
+        key: PRNGKeyArray,
+        q_fn: Callable[[Any, Array, Array], Array] | None = None,
+    ) -> tuple[Any, dict]:
+        """Actor loss ``mean(alpha log pi(a|s) - Q(s, a))`` then the temperature loss
+        ``-mean(log alpha (log pi + target_entropy))``."""
+        if q_fn is None:
+
+            def q_fn(p, o, a):
+                return self.critic.apply(p, o, a).min(-1)
+
+        alpha = jnp.exp(state.log_alpha)
+
+        def actor_loss(p):
+            a, logp = sample_and_log_prob(self.actor.apply(p, obs), key)
+            return jnp.mean(alpha * logp - q_fn(state.critic, obs, a)), logp
+
+        (a_loss, logp), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
+        a_upd, actor_opt = self.actor_tx.update(a_grad, state.actor_opt, state.actor)
+        actor_p = optax.apply_updates(state.actor, a_upd)
+        logp = jax.lax.stop_gradient(logp)
+
+        def alpha_loss(log_alpha):
+            return -jnp.mean(log_alpha * (logp + self.target_entropy))
+
+        al_grad = jax.grad(alpha_loss)(state.log_alpha)
+        al_upd, alpha_opt = self.alpha_tx.update(al_grad, state.alpha_opt, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, al_upd)
+        state = state.replace(
+            actor=actor_p, log_alpha=log_alpha, actor_opt=actor_opt, alpha_opt=alpha_opt
+        )
+        metrics = {"actor_loss": a_loss, "alpha": jnp.exp(log_alpha), "entropy": -logp.mean()}
+        return state, metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,64 +319,26 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
             iteration=jnp.int32(0),
         )
 
+    learner = SACLearner(
+        actor,
+        critic,
+        actor_tx,
+        critic_tx,
+        alpha_tx,
+        float(cfg.gamma),
+        float(cfg.tau),
+        target_entropy,
+    )
+
     def update(state: SACState, key: PRNGKeyArray) -> tuple[SACState, dict]:
         """One gradient step of critics, actor, temperature and targets."""
-        k_sample, k_next, k_pi = jax.random.split(key, 3)
+        k_sample, k_critic, k_actor = jax.random.split(key, 3)
         b = replay.sample(state.buffer, k_sample).experience
         if spread is not None:  # data parallel: the sampled batch split over the data axes
             b = spread(b)
-        alpha = jnp.exp(state.log_alpha)
-
-        next_pi = actor.apply(state.actor, b["next_obs"])
-        next_a, next_logp = sample_and_log_prob(next_pi, k_next)
-        q_next = critic.apply(state.target_critic, b["next_obs"], next_a).min(-1)
-        target = b["reward"] + cfg.gamma * b["discount"] * (q_next - alpha * next_logp)
-        target = jax.lax.stop_gradient(target)
-
-        def critic_loss(p):
-            q = critic.apply(p, b["obs"], b["action"])
-            return jnp.mean(jnp.sum((q - target[:, None]) ** 2, -1)), q.mean()
-
-        (c_loss, q_mean), c_grad = jax.value_and_grad(critic_loss, has_aux=True)(state.critic)
-        c_upd, critic_opt = critic_tx.update(c_grad, state.critic_opt, state.critic)
-        critic_p = optax.apply_updates(state.critic, c_upd)
-
-        def actor_loss(p):
-            a, logp = sample_and_log_prob(actor.apply(p, b["obs"]), k_pi)
-            q = critic.apply(critic_p, b["obs"], a).min(-1)
-            return jnp.mean(alpha * logp - q), logp
-
-        (a_loss, logp), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
-        a_upd, actor_opt = actor_tx.update(a_grad, state.actor_opt, state.actor)
-        actor_p = optax.apply_updates(state.actor, a_upd)
-
-        logp = jax.lax.stop_gradient(logp)
-
-        def alpha_loss(log_alpha):
-            return -jnp.mean(log_alpha * (logp + target_entropy))
-
-        al_loss, al_grad = jax.value_and_grad(alpha_loss)(state.log_alpha)
-        al_upd, alpha_opt = alpha_tx.update(al_grad, state.alpha_opt, state.log_alpha)
-        log_alpha = optax.apply_updates(state.log_alpha, al_upd)
-
-        target_p = optax.incremental_update(critic_p, state.target_critic, cfg.tau)
-        new = state.replace(
-            actor=actor_p,
-            critic=critic_p,
-            target_critic=target_p,
-            log_alpha=log_alpha,
-            actor_opt=actor_opt,
-            critic_opt=critic_opt,
-            alpha_opt=alpha_opt,
-        )
-        metrics = {
-            "critic_loss": c_loss,
-            "actor_loss": a_loss,
-            "alpha": jnp.exp(log_alpha),
-            "entropy": -logp.mean(),
-            "q": q_mean,
-        }
-        return new, metrics
+        state, c_metrics = learner.critic_step(state, b, k_critic)
+        state, a_metrics = learner.actor_step(state, b["obs"], k_actor)
+        return state, {**c_metrics, **a_metrics}
 
     zero_metrics = {
         k: jnp.float32(0) for k in ("critic_loss", "actor_loss", "alpha", "entropy", "q")

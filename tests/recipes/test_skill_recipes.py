@@ -1,0 +1,91 @@
+"""The ``metra`` and ``csf`` recipes through the shared loop: ``metra`` (two vmapped seeds) trains,
+evaluates (coverage and goal success) and plots its skills, and resumes bit-identically (replay
+buffer, dual variable, skills); ``csf``'s replay batch data parallel over simulated devices
+equals one device (the two recipes share their wiring, ``rl.skills.recipe_parts``); bad config
+names the field."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxlab import envs
+from jaxlab.core import loop
+from jaxlab.core.config import ConfigError
+from jaxlab.core.tracking import read_metrics
+from jaxlab.recipes.csf import RECIPE as CSF
+from jaxlab.recipes.metra import RECIPE as METRA
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    return loop.run(METRA, METRA.config("tiny"), tmp_path_factory.mktemp("full"))
+
+
+def _leaves_equal(a, b):
+    a, b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        x, y = jax.device_get(x), jax.device_get(y)
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def test_metra_tiny_trains_evaluates_and_plots(full):
+    assert full.step == 8 and full.state.obs.shape == (2, 2, 2)  # [seed, env, xy]
+    assert np.asarray(full.state.iteration).tolist() == [8, 8]
+    a = jax.tree.leaves(full.state.phi)[0]
+    assert not np.array_equal(a[0], a[1])  # two vmapped seeds, independent runs
+    rows = read_metrics(full.run_dir)
+    assert [r["step"] for r in rows if "phi_loss" in r] == [2, 4, 6, 8]
+    ev = [r for r in rows if any(k.endswith("coverage") for k in r)][-1]
+    keys = {k.split("/")[-1] for k in ev}
+    assert {"coverage", "coverage_random", "coverage_zero", "goal_success"} <= keys
+    assert {"coverage_seed0", "coverage_seed1", "goal_success_seed1"} <= keys
+    assert all(np.isfinite(v) for v in ev.values() if isinstance(v, float))
+    assert (full.run_dir / "skills.png").stat().st_size > 1000
+
+
+def test_metra_resume_is_bit_identical(full, tmp_path):
+    half = loop.run(METRA, METRA.config("tiny", ["loop.total_steps=4"]), tmp_path)
+    assert half.step == 4
+    resumed = loop.run(METRA, METRA.config("tiny"), tmp_path)
+    assert resumed.step == 8
+    _leaves_equal(full.state, resumed.state)
+
+
+def test_csf_replay_batch_data_parallel_equals_one_device():
+    from jaxlab.core.testing import sharded_step_matches
+
+    sharded_step_matches(CSF, CSF.config("tiny"), {"mesh.data": 8}, steps=3, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("skill_dim=0", "skill_dim"),
+        ("buffer_size=4", "buffer_size"),
+        ("method=csf", "method"),
+        ("seeds=0", "seeds"),
+        ("coverage_cell=0.0", "cell"),
+    ],
+)
+def test_bad_config_names_the_field(override, field):
+    with pytest.raises(ConfigError, match=field):
+        METRA.config("tiny", [override])
+
+
+def test_maze_without_a_free_cell_and_goal_outside_the_arena_are_refused():
+    from jaxlab.rl.skills.evaluate import check_goals
+
+    with pytest.raises(ConfigError, match="layout"):
+        envs.make("point-maze", layout=("###", "###"))
+    env, _ = envs.make("point-mass-2d", size=1.0)
+    assert check_goals(env, [[0.5, -0.5]]).shape == (1, 2)
+    with pytest.raises(ConfigError, match="goals"):
+        check_goals(env, [[0.5, 1.5]])
+    maze, _ = envs.make("point-maze")
+    with pytest.raises(ConfigError, match="goals"):
+        check_goals(maze, [[0.5, 0.5]])  # a wall cell of the U-maze
