@@ -16,12 +16,10 @@ Resets draw ``p_0 ~ U(-reset_noise, reset_noise)^2``. Observation ``p`` (shape `
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.base import Environment
@@ -30,11 +28,10 @@ from jaxlab.envs.spaces import Box
 
 @struct.dataclass
 class PointMass2DState:
-    """Attributes: ``pos`` float32 position ``[2]``, ``t`` int32 steps taken (leading batch axes
-    under vmap; abstract ``ShapeDtypeStruct`` leaves under ``eval_shape``, hence ``Any``)."""
+    """Attributes: ``pos`` position ``[2]``, ``t`` steps taken (leading batch axes under vmap)."""
 
-    pos: Any
-    t: Any
+    pos: Float[Array, "*b 2"]
+    t: Int[Array, "*b"]
 
 
 @struct.dataclass

@@ -122,23 +122,21 @@ class TwinCritic(nn.Module):
 
 @struct.dataclass
 class SACState:
-    """The whole training state (a pytree of arrays): ``log_alpha []``, ``obs [n, o]``,
-    ``episode_return``/``last_return [n]``, ``key``, ``iteration []`` (a leading seed axis when
-    vmapped, ``ShapeDtypeStruct`` leaves under ``eval_shape``: the fields are typed ``Any``)."""
+    """The whole training state (a pytree of arrays)."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Any
+    log_alpha: Float[Array, "*s"]
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     buffer: Any
     env_state: Any
-    obs: Any
-    episode_return: Any
-    last_return: Any
-    key: Any
+    obs: Float[Array, "*s n o"]
+    episode_return: Float[Array, "*s n"]
+    last_return: Float[Array, "*s n"]
+    key: PRNGKeyArray
     iteration: Any
 
 

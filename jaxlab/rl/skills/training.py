@@ -146,26 +146,24 @@ class Phi(nn.Module):
 class SkillState:
     """The whole training state of METRA or CSF (a pytree of arrays). ``critic`` is SAC's twin
     Q (METRA) or the twin successor features (CSF); ``log_dual_lam``/``dual_opt`` are METRA's
-    dual variable (unused by CSF). Shapes: ``log_alpha``, ``log_dual_lam []``, ``obs [n, o]``,
-    ``skill [n, d]``, ``iteration []``; vmapped seeds add a leading axis to every leaf and
-    ``eval_shape`` gives ``ShapeDtypeStruct`` leaves, so the fields are typed ``Any``."""
+    dual variable (unused by CSF). Seeds vmapped: a leading ``s`` axis on every leaf."""
 
     actor: Any
     critic: Any
     target_critic: Any
-    log_alpha: Any
+    log_alpha: Float[Array, "*s"]
     actor_opt: Any
     critic_opt: Any
     alpha_opt: Any
     phi: Any
     phi_opt: Any
-    log_dual_lam: Any
+    log_dual_lam: Float[Array, "*s"]
     dual_opt: Any
     buffer: Any
     env_state: Any
-    obs: Any
-    skill: Any
-    key: Any
+    obs: Float[Array, "*s n o"]
+    skill: Float[Array, "*s n d"]
+    key: PRNGKeyArray
     iteration: Any
 
 
