@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import flax.struct
 import jax
@@ -64,8 +64,8 @@ class LearnerConfig:
         holdout_fraction: Game of 24 instances held out.
     """
 
-    env: Literal["maze", "game24"] = "maze"
-    method: Literal["dtsn", "fixed", "bc"] = "dtsn"
+    env: str = "maze"  # "maze" | "game24" (checked in __post_init__: ConfigError)
+    method: str = "dtsn"  # "dtsn" | "fixed" | "bc"
     height: int = 8
     width: int = 8
     wall_prob: float = 0.3
@@ -77,7 +77,7 @@ class LearnerConfig:
     latent_dim: int = 32
     hidden: int = 64
     channels: int = 16
-    maze_model: Literal["vector", "spatial"] = "vector"
+    maze_model: str = "vector"  # "vector" | "spatial"
     latent_weight: float = 0.01
     reward_weight: float = 0.1
     learning_rate: float = 1e-3
