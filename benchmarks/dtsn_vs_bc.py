@@ -14,6 +14,7 @@ Usage: ``python benchmarks/dtsn_vs_bc.py --env maze --methods dtsn,bc,fixed --se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -35,6 +36,15 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--model", default="vector", choices=["vector", "spatial"])
+    ap.add_argument("--channels", type=int, default=16)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--latent-weight", type=float, default=0.01)
+    ap.add_argument("--reward-weight", type=float, default=0.1)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--gamma", type=float, default=0.9)
+    ap.add_argument("--eval-size", type=int, default=0, help="held-out maze size (0: --size)")
+    ap.add_argument("--eval-k", type=int, default=0, help="K at evaluation (0: --k)")
     args = ap.parse_args()
     for method in args.methods.split(","):
         cfg = training.LearnerConfig(
@@ -48,13 +58,27 @@ def main() -> None:
             eval_episodes=args.eval,
             learning_rate=args.lr,
             demo_length=3 * args.size,
+            maze_model=args.model,
+            channels=args.channels,
+            hidden=args.hidden,
+            latent_weight=args.latent_weight,
+            reward_weight=args.reward_weight,
+            temperature=args.temperature,
+            gamma=args.gamma,
         )
         t0 = time.perf_counter()
         train = jax.jit(jax.vmap(training.make_train(cfg, args.steps)))
         state, metrics = train(jax.random.split(jax.random.key(0), args.seeds))
         jax.block_until_ready(state)
         train_s = time.perf_counter() - t0
-        ev = jax.jit(jax.vmap(lambda p, cfg=cfg: training.evaluate(jax.random.key(1234), p, cfg)))
+        ecfg = dataclasses.replace(
+            cfg,
+            num_expansions=args.eval_k or args.k,
+            height=args.eval_size or args.size,
+            width=args.eval_size or args.size,
+            eval_max_steps=6 * (args.eval_size or args.size),
+        )
+        ev = jax.jit(jax.vmap(lambda p, c=ecfg: training.evaluate(jax.random.key(1234), p, c)))
         res = jax.device_get(ev(state.params))
         n_params = models.param_count(jax.tree.map(lambda x: x[0], state.params))
         succ = np.asarray(res["success_rate"])

@@ -80,18 +80,19 @@ class MazeWorldModel(nn.Module):
 
 
 @functools.cache
-def maze_search_model(net: MazeWorldModel) -> SearchModel:
+def maze_search_model(net: MazeWorldModel | SpatialMazeWorldModel) -> SearchModel:
     """The :class:`SearchModel` of a maze world model (cached: one per network config)."""
+    cls = type(net)
 
     def expand(params, h):
-        nxt, r = net.apply(params, h, method=MazeWorldModel.expand)
+        nxt, r = net.apply(params, h, method=cls.expand)
         ones = jnp.ones((net.num_actions,), jnp.float32)
         return Expansion(latent=nxt, reward=r, discount=ones, valid=ones > 0)
 
     return SearchModel(
-        encode=lambda p, obs: net.apply(p, obs, method=MazeWorldModel.encode),
+        encode=lambda p, obs: net.apply(p, obs, method=cls.encode),
         expand=expand,
-        value=lambda p, h: net.apply(p, h, method=MazeWorldModel.value),
+        value=lambda p, h: net.apply(p, h, method=cls.value),
     )
 
 
@@ -107,6 +108,110 @@ class MazeBC(nn.Module):
     def __call__(self, obs):
         h = MazeEncoder(self.latent_dim, self.channels)(obs)
         x = nn.relu(nn.Dense(self.hidden)(h))
+        x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.num_actions)(x)
+
+
+class Conv3x3(nn.Module):
+    """A 3x3 "same" convolution (zero padding) written as im2col + one ``Dense``: the nine shifted
+    copies of the input are concatenated on the channel axis, ``[..., H, W, 9 C_in]``, then
+    multiplied by the ``[9 C_in, C_out]`` kernel. The same function and parameter count as
+    ``nn.Conv(features, (3, 3))``; under ``vmap`` inside the search's ``scan`` (and its
+    gradient) it stays a plain matmul, where XLA's CPU convolution with extra batch axes was
+    ~100x slower in the training step."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        h, w = x.shape[-3], x.shape[-2]
+        pad = [(0, 0)] * (x.ndim - 3) + [(1, 1), (1, 1), (0, 0)]
+        xp = jnp.pad(x, pad)
+        cols = [xp[..., i : i + h, j : j + w, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features)(jnp.concatenate(cols, axis=-1))
+
+
+class SpatialMazeEncoder(nn.Module):
+    """``E`` with a spatial latent: maze observation ``[H, W, C_in]`` to ``h`` ``[H, W, C]`` in
+    ``[-1, 1]`` (two 3x3 convolutions, ``tanh``); the grid structure is kept, so a local
+    transition model can move the agent and respect walls on any layout."""
+
+    channels: int = 16
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs.astype(jnp.float32)
+        if obs.dtype == jnp.uint8:
+            x = x / 255.0
+        x = nn.relu(Conv3x3(self.channels)(x))
+        return jnp.tanh(Conv3x3(self.channels)(x))
+
+
+class SpatialMazeWorldModel(nn.Module):
+    """Maze D-TSN with a spatial latent ``h`` ``[H, W, C]`` (module docstring).
+
+    * ``T(h, a) = tanh(h + conv([h, onehot(a)]))``: two 3x3 convolutions on the latent map with
+      the action broadcast over the grid (a 5x5 receptive field: moving the agent one cell and
+      checking the walls around it are local operations, the same on every layout);
+    * ``R(h, a) = w . maxpool(relu(conv([h, onehot(a)])))``;
+    * ``V(h) = MLP(flatten(relu(conv(h))))``.
+    """
+
+    num_actions: int = 4
+    hidden: int = 64
+    channels: int = 16
+
+    def setup(self):
+        self.encoder = SpatialMazeEncoder(self.channels)
+        self.trans_hidden = Conv3x3(self.channels)
+        self.trans_out = Conv3x3(self.channels)
+        self.reward_conv = Conv3x3(self.channels)
+        self.reward_out = nn.Dense(1)
+        self.value_conv = Conv3x3(self.channels)
+        self.value_hidden = nn.Dense(self.hidden)
+        self.value_out = nn.Dense(1)
+
+    def encode(self, obs):
+        return self.encoder(obs)
+
+    def _with_actions(self, h):
+        """``[A, H, W, C + A]``: the latent once per action with the action's one-hot planes."""
+        a = self.num_actions
+        planes = jnp.broadcast_to(
+            jnp.eye(a, dtype=h.dtype)[:, None, None, :], (a,) + h.shape[:2] + (a,)
+        )
+        return jnp.concatenate([jnp.broadcast_to(h, (a,) + h.shape), planes], axis=-1)
+
+    def expand(self, h):
+        x = self._with_actions(h)
+        nxt = jnp.tanh(h[None] + self.trans_out(nn.relu(self.trans_hidden(x))))
+        r = nn.relu(self.reward_conv(x))
+        reward = self.reward_out(jnp.max(r, axis=(-3, -2)))[..., 0]
+        return nxt, reward
+
+    def value(self, h):
+        x = nn.relu(self.value_conv(h))
+        x = x.reshape(x.shape[:-3] + (-1,))
+        return self.value_out(nn.relu(self.value_hidden(x)))[..., 0]
+
+    def __call__(self, obs):
+        h = self.encode(obs)
+        nxt, r = self.expand(h)
+        return h, nxt, r, self.value(h)
+
+
+class SpatialMazeBC(nn.Module):
+    """Behaviour cloning with the spatial encoder: ``E``, flatten, ``hidden``-wide MLP, logits."""
+
+    num_actions: int = 4
+    hidden: int = 64
+    channels: int = 16
+
+    @nn.compact
+    def __call__(self, obs):
+        h = SpatialMazeEncoder(self.channels)(obs)
+        x = h.reshape(h.shape[:-3] + (-1,))
+        x = nn.relu(nn.Dense(self.hidden)(x))
         x = nn.relu(nn.Dense(self.hidden)(x))
         return nn.Dense(self.num_actions)(x)
 

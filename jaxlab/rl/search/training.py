@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import flax.struct
 import jax
@@ -53,6 +53,9 @@ class LearnerConfig:
         gamma: discount.
         latent_dim, hidden, channels: network sizes (maze); ``hidden`` is the value MLP width
             for Game of 24.
+        maze_model: ``"vector"`` (CNN encoder to a ``latent_dim`` vector, MLP transition) or
+            ``"spatial"`` (the latent is a ``[H, W, channels]`` map, convolutional transition;
+            ``models.SpatialMazeWorldModel``); BC uses the same encoder either way.
         latent_weight, reward_weight: consistency-loss weights (maze; 0 for the known model).
         learning_rate, batch_size: Adam step size and transitions per step.
         eval_episodes: held-out episodes (maze) per evaluation; Game of 24 uses every held-out
@@ -61,8 +64,8 @@ class LearnerConfig:
         holdout_fraction: Game of 24 instances held out.
     """
 
-    env: Literal["maze", "game24"] = "maze"
-    method: Literal["dtsn", "fixed", "bc"] = "dtsn"
+    env: str = "maze"  # "maze" | "game24" (checked in __post_init__: ConfigError)
+    method: str = "dtsn"  # "dtsn" | "fixed" | "bc"
     height: int = 8
     width: int = 8
     wall_prob: float = 0.3
@@ -74,6 +77,7 @@ class LearnerConfig:
     latent_dim: int = 32
     hidden: int = 64
     channels: int = 16
+    maze_model: str = "vector"  # "vector" | "spatial"
     latent_weight: float = 0.01
     reward_weight: float = 0.1
     learning_rate: float = 1e-3
@@ -83,6 +87,8 @@ class LearnerConfig:
     holdout_fraction: float = 0.2
 
     def __post_init__(self):
+        if self.maze_model not in ("vector", "spatial"):
+            raise ConfigError("maze_model", self.maze_model, "'vector' or 'spatial'")
         if self.env not in ("maze", "game24"):
             raise ConfigError("env", self.env, "'maze' or 'game24'")
         if self.method not in ("dtsn", "fixed", "bc"):
@@ -152,17 +158,21 @@ def networks(cfg: LearnerConfig):
     """``(module, example_obs)`` of the config's method (BC width matched to D-TSN's count)."""
     if cfg.env == "maze":
         obs = np.zeros((cfg.height, cfg.width, 3), np.float32)  # numpy: cached outside traces
-        wm = models.MazeWorldModel(grid_maze.NUM_ACTIONS, cfg.latent_dim, cfg.hidden, cfg.channels)
+        na = grid_maze.NUM_ACTIONS
+        if cfg.maze_model == "spatial":
+            wm = models.SpatialMazeWorldModel(na, cfg.hidden, cfg.channels)
+            make_bc = lambda w: models.SpatialMazeBC(na, w, cfg.channels)  # noqa: E731
+        else:
+            wm = models.MazeWorldModel(na, cfg.latent_dim, cfg.hidden, cfg.channels)
+            make_bc = lambda w: models.MazeBC(na, cfg.latent_dim, w, cfg.channels)  # noqa: E731
         if cfg.method != "bc":
             return wm, obs
         target = models.param_count(jax.eval_shape(wm.init, jax.random.key(0), obs))
 
         def count(w):
-            m = models.MazeBC(grid_maze.NUM_ACTIONS, cfg.latent_dim, w, cfg.channels)
-            return models.param_count(jax.eval_shape(m.init, jax.random.key(0), obs))
+            return models.param_count(jax.eval_shape(make_bc(w).init, jax.random.key(0), obs))
 
-        w = models.matched_width(count, target)
-        return models.MazeBC(grid_maze.NUM_ACTIONS, cfg.latent_dim, w, cfg.channels), obs
+        return make_bc(models.matched_width(count, target)), obs
     obs = np.zeros((8,), np.float32)
     value = models.Game24Value(cfg.hidden)
     if cfg.method != "bc":
