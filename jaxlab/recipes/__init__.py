@@ -18,5 +18,6 @@ NAMES: dict[str, str] = {
     "sac": "sac",
     "dtsn": "dtsn",
     "dept": "dept",
+    "planner": "planner",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
