@@ -51,6 +51,7 @@ class PlannerRecipeConfig:
     n_scenes, log_steps: expert rollouts and the samples taken from each (training data).
     batch_size, lr, warmup_steps, weight_decay, ema_decay: optimisation.
     eval_scenes, eval_steps: closed-loop evaluation size.
+    gif_scenes: scenes of the closed-loop GIF ``finalize`` writes (0: none).
     """
 
     seed: int = 0
@@ -66,6 +67,7 @@ class PlannerRecipeConfig:
     ema_decay: float = 0.999
     eval_scenes: int = 32
     eval_steps: int = 50
+    gif_scenes: int = 2
     mesh: MeshConfig = MeshConfig()
     loop: LoopConfig = LoopConfig(total_steps=2000, steps_per_call=50, log_every=100)
 
@@ -115,13 +117,37 @@ def world(cfg: PlannerRecipeConfig) -> tuple[DrivingWorld, Any]:
     return env, params
 
 
-@functools.cache
 def expert_data(cfg: PlannerRecipeConfig, split: str = "train") -> dict[str, jax.Array]:
-    """Expert logs (cached per config and split; concrete arrays even when called under a trace)."""
-    env, params = world(cfg)
-    seed = cfg.seed if split == "train" else cfg.seed + 10_000
-    n = cfg.n_scenes if split == "train" else max(cfg.eval_scenes, 8)
-    gen = jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=n, steps=cfg.log_steps))
+    """Expert logs of the run's world (concrete arrays, also when called under a trace; cached on
+    the fields that define them, so runs differing only in mesh or optimiser share them)."""
+    m = cfg.model
+    sizes = (m.n_neighbours, m.n_static, m.n_lanes, m.lane_points, m.history, m.horizon)
+    return _expert_data(
+        sizes,
+        cfg.scene_type,
+        cfg.route_visible,
+        cfg.n_scenes,
+        cfg.eval_scenes,
+        cfg.log_steps,
+        cfg.seed,
+        split,
+    )
+
+
+@functools.cache
+def _expert_data(sizes, scene_type, route_visible, n_scenes, eval_scenes, log_steps, seed, split):
+    n_nb, _, _, _, history, horizon = sizes
+    env, params = make_driving(
+        auto_reset=False,
+        scene_type=scene_type,
+        route_visible=route_visible,
+        n_neighbours=n_nb,
+        horizon=horizon,
+        history=history,
+    )
+    seed = seed if split == "train" else seed + 10_000
+    n = n_scenes if split == "train" else max(eval_scenes, 8)
+    gen = jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=n, steps=log_steps))
     with jax.ensure_compile_time_eval():
         logs = gen(jax.random.PRNGKey(seed))
     pl.check_finite("future", logs["future"])
@@ -201,7 +227,10 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         return evaluate_run(cfg, state.ema_params, planners=("diffusion",))
 
     def finalize(state: PlannerState, run_dir: Path) -> None:
-        write_gif(cfg, state.ema_params, run_dir / "planner.gif", n_scenes=2, steps=10)
+        if cfg.gif_scenes > 0:
+            write_gif(
+                cfg, state.ema_params, run_dir / "planner.gif", n_scenes=cfg.gif_scenes, steps=20
+            )
 
     return Parts(
         init=init,
