@@ -96,12 +96,12 @@ def quality(run_dir, scenes, steps):
     sc = {kk: v[:k] for kk, v in held.items() if kk in pl.SCENE_KEYS}
     noise = jax.random.normal(jax.random.PRNGKey(7), (k, m.n_agents, 1 + m.horizon, 4))
     samp = jax.jit(
-        lambda n: pl.sample_trajectories(params, None, sc, m, noise=noise, steps=n, guidance=()),
+        lambda n, p, s, z: pl.sample_trajectories(p, None, s, m, noise=z, steps=n, guidance=()),
         static_argnums=0,
     )
-    ref = samp(100)
-    for n in (3, 5, 10, 20):
-        d = jnp.linalg.norm(samp(n)[..., :2] - ref[..., :2], axis=-1)
+    ref = samp(100, params, sc, noise)
+    for n in (3, 10):
+        d = jnp.linalg.norm(samp(n, params, sc, noise)[..., :2] - ref[..., :2], axis=-1)
         emit(
             what="steps_vs_100",
             steps=n,
@@ -113,25 +113,26 @@ def quality(run_dir, scenes, steps):
         "unguided": (),
         "collision": (("collision", 0.5),),
         "drivable": (("drivable", 0.5),),
-        "both": (("collision", 0.5), ("drivable", 0.5)),
     }
     env, params_w = rp.world(cfg)
     key = jax.random.PRNGKey(11)
-    run = lambda fn, ep: jax.jit(  # noqa: E731
-        lambda key, ep: de.closed_loop(
-            key, env, params_w, fn, n_scenes=scenes, steps=steps, expert_progress=ep
+    run = lambda make_fn, ep: jax.jit(  # noqa: E731
+        lambda key, ep, p: de.closed_loop(
+            key, env, params_w, make_fn(p), n_scenes=scenes, steps=steps, expert_progress=ep
         )
-    )(key, ep)
+    )(key, ep, params)
     t0 = time.perf_counter()
-    expert = run(de.expert_plan_fn(env, params_w), None)
+    expert = run(lambda p: de.expert_plan_fn(env, params_w), None)
     emit(what="closed_loop", planner="expert", scenes=scenes, steps=steps, **de.summarize(expert))
     ref_p = expert["progress_m"]
-    cv = run(de.constant_velocity_plan_fn(m.horizon, 0.1), ref_p)
+    cv = run(lambda p: de.constant_velocity_plan_fn(m.horizon, 0.1), ref_p)
     emit(what="closed_loop", planner="constant_velocity", **de.summarize(cv))
     for name, g in variants.items():
-        res = run(rp.planner_plan_fn(m, params, guidance=g), ref_p)
+        res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
         emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g, **de.summarize(res))
-    traj = jax.jit(lambda key: pl.sample_trajectories(params, key, sc, m, guidance=()))(key)
+    traj = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
+        key, params, sc
+    )
     ade, fde = de.ade_fde(traj[:, 0], held["future"][:k, 0])
     emit(what="open_loop", ade_m=float(ade), fde_m=float(fde), samples=k,
          seconds=round(time.perf_counter() - t0, 1))  # fmt: skip
@@ -154,8 +155,8 @@ def modes(run_dir, samples_per_scene):
     sc = {k: np.repeat(np.asarray(held[k])[first], samples_per_scene, 0) for k in pl.SCENE_KEYS}
     expert_modes = _mode(np.asarray(held["future"])[first, 0])
     traj = np.asarray(
-        jax.jit(lambda key: pl.sample_trajectories(params, key, sc, m, guidance=()))(
-            jax.random.PRNGKey(5)
+        jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
+            jax.random.PRNGKey(5), params, sc
         )
     )
     plan_modes = _mode(traj[:, 0])

@@ -266,21 +266,22 @@ def evaluate_run(
     ade, fde = de.ade_fde(traj[:, 0], held["future"][:k, 0])
     out = {"open_loop/ade": float(ade), "open_loop/fde": float(fde)}
 
-    def run(plan_fn, expert_progress=None):
+    def run(make_plan_fn, expert_progress=None):
+        # parameters enter as arguments (closed-over arrays would be folded as XLA constants)
         f = jax.jit(
-            lambda key, ep: de.closed_loop(
-                key, env, params_w, plan_fn, n_scenes=n, steps=t, expert_progress=ep
+            lambda key, ep, p: de.closed_loop(
+                key, env, params_w, make_plan_fn(p), n_scenes=n, steps=t, expert_progress=ep
             )
         )
-        return f(key, expert_progress)
+        return f(key, expert_progress, params)
 
-    expert = run(de.expert_plan_fn(env, params_w))
+    expert = run(lambda p: de.expert_plan_fn(env, params_w))
     ref = expert["progress_m"]
     fns = {
         "expert": None,
-        "constant_velocity": de.constant_velocity_plan_fn(m.horizon, float(params_w.dt)),
-        "unguided": planner_plan_fn(m, params, guidance=()),
-        "diffusion": planner_plan_fn(m, params),
+        "constant_velocity": lambda p: de.constant_velocity_plan_fn(m.horizon, float(params_w.dt)),
+        "unguided": lambda p: planner_plan_fn(m, p, guidance=()),
+        "diffusion": lambda p: planner_plan_fn(m, p),
     }
     for name in planners:
         res = expert if name == "expert" else run(fns[name], ref)
@@ -298,14 +299,14 @@ def write_gif(cfg: PlannerRecipeConfig, params, path: Path, *, n_scenes: int, st
     m = cfg.model
     env, params_w = world(cfg)
 
-    def plan_fn(key, obs, state):
-        return pl.sample_trajectories(params, key, scene_of(obs), m)
+    def make_plan_fn(p):
+        return lambda key, obs, state: pl.sample_trajectories(p, key, scene_of(obs), m)
 
     res = jax.jit(
-        lambda key: de.closed_loop(
-            key, env, params_w, plan_fn, n_scenes=n_scenes, steps=steps, record=True
+        lambda key, p: de.closed_loop(
+            key, env, params_w, make_plan_fn(p), n_scenes=n_scenes, steps=steps, record=True
         )
-    )(jax.random.PRNGKey(2))
+    )(jax.random.PRNGKey(2), params)
     log = jax.device_get(res["log"])
     frames = []
     for i in range(steps):
