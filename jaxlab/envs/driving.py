@@ -127,28 +127,29 @@ class DrivingState:
         nb_lane (N,), nb_s (N,), nb_v (N,), nb_v0 (N,) desired speed, nb_valid (N,).
         static: (S, 5) x, y, heading, length, width; ``static_valid`` (S,).
         past: (history, 1 + N, 4) x, y, heading, speed of ego and neighbours, oldest first.
-        t: steps taken; ``progress`` the ego's arc length on its route at reset.
+        t: steps taken; ``start_s`` the ego's arc length on its route at reset.
+        (Annotations allow leading batch axes: states are vmapped over scenes.)
     """
 
-    lanes: Float[Array, "L M 2"]
-    lane_len: Float[Array, " L"]
-    lane_valid: Bool[Array, " L"]
-    scene: Int[Array, ""]
-    route: Int[Array, ""]
-    route_mode: Int[Array, ""]
-    ego: Float[Array, " 4"]
-    ego_acc: Float[Array, ""]
-    ego_yaw_rate: Float[Array, ""]
-    nb_lane: Int[Array, " N"]
-    nb_s: Float[Array, " N"]
-    nb_v: Float[Array, " N"]
-    nb_v0: Float[Array, " N"]
-    nb_valid: Bool[Array, " N"]
-    static: Float[Array, "S 5"]
-    static_valid: Bool[Array, " S"]
-    past: Float[Array, "H A 4"]
-    t: Int[Array, ""]
-    start_s: Float[Array, ""]
+    lanes: Float[Array, "*b L M 2"]
+    lane_len: Float[Array, "*b L"]
+    lane_valid: Bool[Array, "*b L"]
+    scene: Int[Array, "*b"]
+    route: Int[Array, "*b"]
+    route_mode: Int[Array, "*b"]
+    ego: Float[Array, "*b 4"]
+    ego_acc: Float[Array, "*b"]
+    ego_yaw_rate: Float[Array, "*b"]
+    nb_lane: Int[Array, "*b N"]
+    nb_s: Float[Array, "*b N"]
+    nb_v: Float[Array, "*b N"]
+    nb_v0: Float[Array, "*b N"]
+    nb_valid: Bool[Array, "*b N"]
+    static: Float[Array, "*b S 5"]
+    static_valid: Bool[Array, "*b S"]
+    past: Float[Array, "*b H A 4"]
+    t: Int[Array, "*b"]
+    start_s: Float[Array, "*b"]
 
 
 # ---------------------------------------------------------------------------------------------
