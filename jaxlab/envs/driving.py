@@ -108,11 +108,11 @@ class DrivingParams:
         offroad_limit: distance (m) from every lane centre that ends the episode.
     """
 
-    scene_type: int = -1
-    max_steps: int = 60
-    route_visible: bool = True
-    dt: float = 0.1
-    offroad_limit: float = 6.0
+    scene_type: int | Array = -1
+    max_steps: int | Array = 60
+    route_visible: bool | Array = True
+    dt: float | Array = 0.1
+    offroad_limit: float | Array = 6.0
 
 
 @struct.dataclass
