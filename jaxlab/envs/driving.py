@@ -513,7 +513,7 @@ class DrivingWorld(Environment):
         return jnp.clip(acc, -8.0, _IDM["a_max"])
 
     def track(
-        self, ego: Float[Array, " 4"], plan: Float[Array, "T 4"], dt: float
+        self, ego: Float[Array, " 4"], plan: Float[Array, "T 4"], dt: float | Array
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """Pure pursuit + speed control of the ego towards an ego-frame plan: (accel, steer)."""
         plan_xy = jnp.nan_to_num(plan[:, :2])
