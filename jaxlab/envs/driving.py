@@ -45,6 +45,7 @@ from every lane centre; truncated after ``max_steps``.
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import jax
 import jax.numpy as jnp
@@ -708,7 +709,10 @@ class DrivingWorld(Environment):
         """An RGB uint8 top view (ego-centred, ``extent`` m half-width; +x of the ego points right):
         lanes grey, ego blue, neighbours orange, parked cars dark red, the ego plan green and
         neighbour predictions yellow (both (.., T, >=2) in the ego frame)."""
-        st = jax.device_get(state)
+        # numpy copies of the fields (not a DrivingState: its annotations are for jax arrays)
+        st = types.SimpleNamespace(
+            **{f.name: np.asarray(getattr(state, f.name)) for f in dataclasses.fields(state)}
+        )
         img = np.full((size, size, 3), 30, np.uint8)
         ego = np.asarray(st.ego)
         scale = size / (2 * extent)
