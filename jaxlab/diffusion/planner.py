@@ -445,7 +445,7 @@ def planner_eps_fn(
 
 def sample_trajectories(
     params,
-    key: PRNGKeyArray,
+    key: PRNGKeyArray | None,
     scene: Mapping[str, Array],
     cfg: PlannerConfig,
     *,
@@ -458,7 +458,8 @@ def sample_trajectories(
     """Sample joint futures (B, A, T, 4) in the ego frame (de-normalised, current state excluded
     unless ``include_current``: then (B, A, 1 + T, 4)).
 
-    x_T = temperature * noise (standard normal from ``key`` unless ``noise`` is given), the current
+    x_T = temperature * noise (standard normal from ``key`` unless ``noise`` is given; then ``key``
+    may be None), the current
     state pinned after every DPM-Solver++ step, a final data prediction at t_min. ``steps`` and
     ``guidance`` default to the config's.
     """
@@ -468,6 +469,8 @@ def sample_trajectories(
     b = scene["current"].shape[0]
     shape = (b, cfg.n_agents, 1 + cfg.horizon, 4)
     if noise is None:
+        if key is None:
+            raise ConfigError("key", None, "a PRNG key (or pass noise)")
         noise = jax.random.normal(key, shape)
     elif tuple(noise.shape) != shape:
         raise ConfigError("noise", tuple(noise.shape), f"{shape} (batch, agents, 1 + horizon, 4)")
