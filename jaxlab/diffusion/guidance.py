@@ -75,6 +75,7 @@ def windowed_guidance(
 
         on = jnp.any(active) & (w != 0)
         delta = jax.lax.cond(on, push, jnp.zeros_like, x)
-        return jnp.where(expand_to(active, x) & on, eps + delta, eps)
+        mask = active.reshape(active.shape + (1,) * (x.ndim - 1)) & on
+        return jnp.where(mask, eps + delta, eps)
 
     return guided
