@@ -41,7 +41,9 @@ def test_guidance_formula_inside_and_outside_the_window():
         plain = EPS(X, tb)
         got = jax.jit(g)(X, tb)
         if inside:
-            want = plain + 0.7 * SCH.sigma(t) * (data_from_noise(plain, X, tb, SCH) - TARGET[None])
+            want = plain + 0.7 * SCH.sigma(jnp.float32(t)) * (
+                data_from_noise(plain, X, tb, SCH) - TARGET[None]
+            )
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         else:
             np.testing.assert_allclose(got, jax.jit(EPS)(X, tb), rtol=1e-6, atol=1e-6)
