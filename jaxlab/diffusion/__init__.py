@@ -9,7 +9,10 @@ Modules (import what you use; nothing heavy is imported here):
 - ``sliced_wasserstein``: the sliced Wasserstein distance.
 - ``ld3``: LD3 (teacher pairs, softmax-cumsum steps, hard/soft loss, validation, patience).
 - ``preference``: Diffusion-DPO, DSPO and SFT losses.
-- ``losses``, ``precond``: DSM (noise prediction) and EDM training; EDM preconditioning.
+- ``losses``, ``precond``: DSM (noise prediction), x_0-prediction and EDM training; EDM preconditioning.
+- ``guidance``: classifier guidance by an energy of the x_0-estimate inside a time window.
+- ``planner``, ``planner_energies``: Diffusion Planner (joint prediction and planning, DiT over
+  agents, pinned current state, guidance energies for collision, drivable area, speed, comfort).
 - ``mlp_denoiser``, ``unet``, ``dit``, ``time_embedding``, ``init``: networks.
 - ``datasets``, ``images``: sklearn digits; PNG grids and scatter plots.
 """

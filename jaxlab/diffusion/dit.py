@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from jaxlab.diffusion.time_embedding import sinusoidal_embedding
 from jaxlab.nn import MLP, MultiHeadAttention
@@ -24,14 +24,40 @@ def _pos_embedding(gh: int, gw: int, dim: int) -> Float[Array, "tokens dim"]:
 
 
 class DiTBlock(nn.Module):
-    """One adaLN-Zero transformer block."""
+    """One adaLN-Zero transformer block, optionally with a key padding mask and cross-attention.
+
+    Self-attention part (DiT): x <- x + g1 Attn(LN(x)(1 + s1) + b1; padding_mask);
+    x <- x + g2 MLP(LN(x)(1 + s2) + b2), with (s, b, g) from a zero-initialised Dense of
+    silu(emb) (emb: (batch, width)).
+
+    With ``context`` (batch, ctx, ctx_width) a cross-attention stage follows (Diffusion Planner's
+    decoder block, ``model/module/dit.py``), with affine LayerNorms LN3, LN4 and a second MLP:
+
+    - ``cross_residual=False`` (the original's code, reproduced): x <- XAttn(LN3(x), context);
+      x <- MLP2(LN4(x)) -- neither stage keeps a skip connection;
+    - ``cross_residual=True``: x <- x + XAttn(LN3(x), context); x <- x + MLP2(LN4(x)).
+
+    Attributes:
+        width, heads, mlp_ratio: sizes.
+        cross_residual: the form of the cross-attention stage (ignored without ``context``).
+    """
 
     width: int
     heads: int
     mlp_ratio: int = 4
+    cross_residual: bool = True
 
     @nn.compact
-    def __call__(self, x, emb):
+    def __call__(
+        self,
+        x: Float[Array, "batch tokens width"],
+        emb: Float[Array, "batch width"],
+        *,
+        mask: Bool[Array, "batch tokens"] | None = None,
+        context: Float[Array, "batch ctx cw"] | None = None,
+        context_mask: Bool[Array, "batch ctx"] | None = None,
+    ) -> Float[Array, "batch tokens width"]:
+        """``mask``: True for real tokens (padded tokens are never attended to)."""
         mod = nn.Dense(6 * self.width, kernel_init=nn.initializers.zeros_init(), name="ada")(
             nn.silu(emb)
         )
@@ -43,11 +69,27 @@ class DiTBlock(nn.Module):
             causal=False,
             use_rope=False,
             name="attn",
-        )(y)
+        )(y, padding_mask=mask)
         x = x + g1 * y
         y = nn.LayerNorm(use_scale=False, use_bias=False, name="ln2")(x) * (1 + s2) + b2
         y = MLP((self.mlp_ratio * self.width, self.width), activation=nn.gelu, name="mlp")(y)
-        return x + g2 * y
+        x = x + g2 * y
+        if context is None:
+            if context_mask is not None:
+                raise ValueError("context_mask: given without context")
+            return x
+        y, _ = MultiHeadAttention(
+            n_heads=self.heads,
+            head_dim=self.width // self.heads,
+            causal=False,
+            use_rope=False,
+            name="cross_attn",
+        )(nn.LayerNorm(name="ln3")(x), context=context, context_mask=context_mask)
+        x = x + y if self.cross_residual else y
+        y = MLP((self.mlp_ratio * self.width, self.width), activation=nn.gelu, name="mlp2")(
+            nn.LayerNorm(name="ln4")(x)
+        )
+        return x + y if self.cross_residual else y
 
 
 class DiT(nn.Module):

@@ -5,6 +5,9 @@
 - ``edm_loss`` (Karras et al. 2022, eq. 8 and Table 1): ln sigma ~ N(P_mean, P_std^2),
   L = E lambda(sigma) ||D(x_0 + sigma eps; sigma) - x_0||^2 with lambda = (sigma^2 + sigma_d^2) /
   (sigma sigma_d)^2.
+- ``x0_loss`` (x_0 / "x_start" prediction, Diffusion Planner ``loss.py``): t ~ U[t_min, t_max],
+  x_t = C(alpha_t x_0 + sigma_t eps, t) with an optional correction C (e.g. re-imposing known
+  entries), L = sum(w (D(x_t, t) - x_0)^2) / sum(w) over a weight/validity mask w.
 """
 
 from __future__ import annotations
@@ -61,3 +64,49 @@ def edm_loss(
     weight = (sigma**2 + sigma_data**2) / (sigma * sigma_data) ** 2
     err = (denoiser(x0 + expand_to(sigma, x0) * eps, sigma) - x0) ** 2
     return jnp.mean(expand_to(weight, x0) * err)
+
+
+def x0_errors(
+    key: PRNGKeyArray,
+    denoiser: Callable[
+        [Float[Array, "batch ..."], Float[Array, " batch"]], Float[Array, "batch ..."]
+    ],
+    x0: Float[Array, "batch ..."],
+    schedule: Schedule,
+    *,
+    correct_fn: Callable | None = None,
+) -> Float[Array, "batch ..."]:
+    """Element-wise squared errors (D(x_t, t) - x_0)^2 of an x_0-prediction network.
+
+    ``denoiser(x_t, t)`` returns the x_0 estimate; ``correct_fn(x_t, t)``, if given, is applied to
+    the noised sample first (the samplers' correction hook, so training sees what sampling sees).
+    """
+    t, _, xt = sample_noisy(key, x0, schedule)
+    if correct_fn is not None:
+        xt = correct_fn(xt, t)
+    return (denoiser(xt, t) - x0) ** 2
+
+
+def x0_loss(
+    key: PRNGKeyArray,
+    denoiser: Callable[
+        [Float[Array, "batch ..."], Float[Array, " batch"]], Float[Array, "batch ..."]
+    ],
+    x0: Float[Array, "batch ..."],
+    schedule: Schedule,
+    *,
+    weights: Float[Array, "..."] | None = None,
+    correct_fn: Callable | None = None,
+) -> Float[Array, ""]:
+    """Weighted x_0-prediction loss sum(w err) / max(sum(w), 1e-8), err of :func:`x0_errors`.
+
+    ``weights`` broadcasts against x0 (a validity mask gives the mean over valid entries; entries
+    with weight 0 contribute neither value nor gradient; they are replaced by zeros before noising,
+    so a NaN placeholder there is harmless). None: the plain mean.
+    """
+    if weights is None:
+        return jnp.mean(x0_errors(key, denoiser, x0, schedule, correct_fn=correct_fn))
+    w = jnp.broadcast_to(jnp.asarray(weights, x0.dtype), x0.shape)
+    x0 = jnp.where(w != 0, x0, 0.0)  # masked entries (maybe NaN) become zeros before noising
+    err = x0_errors(key, denoiser, x0, schedule, correct_fn=correct_fn)
+    return jnp.sum(jnp.where(w != 0, w * err, 0.0)) / jnp.maximum(jnp.sum(w), 1e-8)

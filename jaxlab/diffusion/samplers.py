@@ -12,6 +12,11 @@ Every sampler has the signature ``sampler(eps_fn, x, timesteps, *, schedule, ...
 - ``eval_timesteps`` (n + 1,), optional, are LD3's decoupled network-evaluation times: the model is
   called at eval_timesteps[i] where the integrator is at timesteps[i] (LD3 "v2"; equal by default).
 
+- ``correct_fn(x, t)``, optional, is applied to the state after every solver step (at the step's
+  target time t_{i+1}; UniPC also to its predicted point before the model sees it), as
+  DPM-Solver's ``correcting_xt_fn``: e.g. Diffusion Planner re-imposes the current state with it.
+  ``None`` (default) runs exactly the uncorrected program.
+
 All samplers are pure and jit-able (jit a closure over ``eps_fn``), and differentiable with respect to
 ``x``, ``timesteps`` and ``eval_timesteps``: the step coefficients are jnp functions of the log-SNR
 of the steps, computed before the scan, so the scan body is a model call plus a linear combination.
@@ -104,22 +109,29 @@ def _noise_fn(eps_fn: EpsFn) -> Callable:
     return lambda x, t: eps_fn(x, jnp.broadcast_to(t, x.shape[:1]))
 
 
-def _linear_multistep(model_fn, x, a, b, t_eval, *, remat: bool):
-    """x_{i+1} = a_i x_i + sum_j b_ij m_{i-j}, with m_i = model_fn(x_i, t_eval_i); n model calls."""
+def _correct(correct_fn, x, t):
+    return x if correct_fn is None else correct_fn(x, t)
+
+
+def _linear_multistep(model_fn, x, a, b, t_eval, *, remat: bool, t_next=None, correct_fn=None):
+    """x_{i+1} = C(a_i x_i + sum_j b_ij m_{i-j}, t_{i+1}), with m_i = model_fn(x_i, t_eval_i) and
+    C = correct_fn (identity when None); n model calls."""
     k = b.shape[1]
     hist0 = jnp.zeros((k,) + x.shape, x.dtype)
+    if t_next is None:
+        t_next = t_eval
 
     def body(carry, inp):
         x, hist = carry
-        a_i, b_i, t_i = inp
+        a_i, b_i, t_i, tn_i = inp
         m = model_fn(x, t_i)
         hist = jnp.concatenate([m[None], hist[:-1]], axis=0)
         x = a_i * x + jnp.tensordot(b_i.astype(x.dtype), hist, axes=1)
-        return (x, hist), None
+        return (_correct(correct_fn, x, tn_i), hist), None
 
     if remat:
         body = jax.checkpoint(body)
-    (x, _), _ = jax.lax.scan(body, (x, hist0), (a.astype(x.dtype), b, t_eval))
+    (x, _), _ = jax.lax.scan(body, (x, hist0), (a.astype(x.dtype), b, t_eval, t_next))
     return x
 
 
@@ -136,6 +148,7 @@ def euler(
     schedule: Schedule,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """Euler on the probability-flow ODE in t (LD3's ``Euler``), n NFE.
 
@@ -149,7 +162,8 @@ def euler(
     def body(x, inp):
         t_cur, t_next, t_ev = inp
         d = schedule.pf_ode_velocity(x, t_cur, noise(x, t_ev))
-        return x + (t_next - t_cur).astype(x.dtype) * d.astype(x.dtype), None
+        x = x + (t_next - t_cur).astype(x.dtype) * d.astype(x.dtype)
+        return _correct(correct_fn, x, t_next), None
 
     if remat:
         body = jax.checkpoint(body)
@@ -165,6 +179,7 @@ def heun(
     schedule: Schedule,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """Heun's second-order method on the probability-flow ODE in t (EDM Alg. 1 without churn), 2n NFE.
 
@@ -180,7 +195,7 @@ def heun(
         d1 = schedule.pf_ode_velocity(x, t_cur, noise(x, ev_cur)).astype(x.dtype)
         x_e = x + dt * d1
         d2 = schedule.pf_ode_velocity(x_e, t_next, noise(x_e, ev_next)).astype(x.dtype)
-        return x + 0.5 * dt * (d1 + d2), None
+        return _correct(correct_fn, x + 0.5 * dt * (d1 + d2), t_next), None
 
     if remat:
         body = jax.checkpoint(body)
@@ -217,6 +232,7 @@ def ddim(
     schedule: Schedule,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """Deterministic DDIM (Song et al. 2021a) = DPM-Solver-1 (Lu et al. 2022, eq. 3.7), n NFE.
 
@@ -225,7 +241,16 @@ def ddim(
     _check_inputs(x, timesteps, eval_timesteps)
     t2 = timesteps if eval_timesteps is None else eval_timesteps
     a, c = _ddim_coefficients(schedule, timesteps)
-    return _linear_multistep(_noise_fn(eps_fn), x, a, c[:, None], t2[:-1], remat=remat)
+    return _linear_multistep(
+        _noise_fn(eps_fn),
+        x,
+        a,
+        c[:, None],
+        t2[:-1],
+        remat=remat,
+        t_next=timesteps[1:],
+        correct_fn=correct_fn,
+    )
 
 
 def ipndm(
@@ -237,6 +262,7 @@ def ipndm(
     order: int = 4,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """iPNDM (Zhang & Chen 2023; LD3's ``iPNDM``), n NFE.
 
@@ -255,7 +281,16 @@ def ipndm(
     for i in range(n):
         ab[i, : p[i]] = _AB[int(p[i])]
     b = c[:, None] * jnp.asarray(ab, c.dtype)
-    return _linear_multistep(_noise_fn(eps_fn), x, a, b, t2[:-1], remat=remat)
+    return _linear_multistep(
+        _noise_fn(eps_fn),
+        x,
+        a,
+        b,
+        t2[:-1],
+        remat=remat,
+        t_next=timesteps[1:],
+        correct_fn=correct_fn,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,6 +359,7 @@ def dpm_solver_pp(
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
     third_order: str = "dpm_solver",
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """Multistep DPM-Solver++ (2M for order 2, 3M for order 3; Lu et al. 2022b), n NFE.
 
@@ -338,7 +374,16 @@ def dpm_solver_pp(
     n = timesteps.shape[0] - 1
     orders = step_orders(n, order, lower_order_final=lower_order_final)
     a, b = dpm_solver_pp_coefficients(schedule, timesteps, orders, third_order=third_order)
-    return _linear_multistep(_data_fn(eps_fn, schedule), x, a, b[:, :order], t2[:-1], remat=remat)
+    return _linear_multistep(
+        _data_fn(eps_fn, schedule),
+        x,
+        a,
+        b[:, :order],
+        t2[:-1],
+        remat=remat,
+        t_next=timesteps[1:],
+        correct_fn=correct_fn,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -456,6 +501,7 @@ def uni_pc(
     lower_order_final: bool = True,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """UniPC multistep predictor-corrector (Zhao et al. 2023), n NFE, order ``order`` + 1.
 
@@ -479,17 +525,19 @@ def uni_pc(
 
     def body(carry, inp):
         x, hist = carry
-        a_i, bp_i, bc_i, cn_i, t_ev = inp
-        x_pred = a_i * x + jnp.tensordot(bp_i, hist, axes=1)
+        a_i, bp_i, bc_i, cn_i, t_ev, t_nx = inp
+        x_pred = _correct(correct_fn, a_i * x + jnp.tensordot(bp_i, hist, axes=1), t_nx)
         m = data(x_pred, t_ev)
         x_corr = a_i * x + jnp.tensordot(bc_i, hist, axes=1) + cn_i * m
         hist = jnp.concatenate([m[None], hist[:-1]], axis=0)
-        return (x_corr, hist), None
+        return (_correct(correct_fn, x_corr, t_nx), hist), None
 
     if remat:
         body = jax.checkpoint(body)
-    (x, hist), _ = jax.lax.scan(body, (x, hist), (a[:-1], bp[:-1], bc[:-1], c_new[:-1], t2[1:-1]))
-    return a[-1] * x + jnp.tensordot(bp[-1], hist, axes=1)
+    (x, hist), _ = jax.lax.scan(
+        body, (x, hist), (a[:-1], bp[:-1], bc[:-1], c_new[:-1], t2[1:-1], timesteps[1:-1])
+    )
+    return _correct(correct_fn, a[-1] * x + jnp.tensordot(bp[-1], hist, axes=1), timesteps[-1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -548,9 +596,10 @@ def sample(
     schedule: Schedule,
     eval_timesteps: Float[Array, " n1"] | None = None,
     remat: bool = False,
+    correct_fn: Callable | None = None,
 ) -> Float[Array, "batch ..."]:
     """Run the sampler described by ``spec`` (see the module docstring for the arguments)."""
-    kw = dict(schedule=schedule, eval_timesteps=eval_timesteps, remat=remat)
+    kw = dict(schedule=schedule, eval_timesteps=eval_timesteps, remat=remat, correct_fn=correct_fn)
     if spec.name == "euler":
         return euler(eps_fn, x, timesteps, **kw)
     if spec.name == "heun":

@@ -282,3 +282,18 @@ register(
     },
     test_options={"variant": "easy", "max_steps": 4},
 )
+register(
+    "driving",
+    "jaxlab.envs.driving:make_driving",
+    description="driving world: straight/intersection/merge scenes, IDM neighbours, plan actions",
+    options={
+        "auto_reset": "start a new episode when one ends (default True)",
+        "scene_type": "-1 random, 0 straight, 1 intersection, 2 merge (default -1)",
+        "max_steps": "episode length in 0.1 s steps (default 60)",
+        "route_visible": "give the ego's route lane to the planner (default True)",
+        "n_neighbours": "neighbour capacity (default 4)",
+        "horizon": "plan length in steps (the action shape is (horizon, 4); default 16)",
+        "history": "past steps of the neighbour tokens (default 5)",
+    },
+    test_options={"max_steps": 5},
+)

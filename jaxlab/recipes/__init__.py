@@ -22,5 +22,6 @@ NAMES: dict[str, str] = {
     "ls-imagine": "dreamer",
     "metra": "metra",
     "csf": "csf",
+    "planner": "planner",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

@@ -193,7 +193,9 @@ def model_and_schedule(cfg: LD3Config):
     try:
         model, params = load_model(cfg.checkpoint)
     except RunNotFoundError as e:
-        raise ConfigError("checkpoint", cfg.checkpoint, f"a diffusion run directory ({e})") from None
+        raise ConfigError(
+            "checkpoint", cfg.checkpoint, f"a diffusion run directory ({e})"
+        ) from None
     if model.data_shape != cfg.static.data_shape:
         raise ConfigError(
             "checkpoint", cfg.checkpoint, f"a model of data shape {cfg.static.data_shape}"

@@ -1,0 +1,195 @@
+"""Benchmarks of Diffusion Planner (jaxlab.diffusion.planner) in the driving world: JSON lines.
+
+Sections (``--only a,b``):
+
+- ``speed``: latency of one plan (batch 1) and plans/s for 256 scenes (one vmapped batch), with and
+  without guidance; world steps/s at 1 and 4096 scenes; compile times. Parameters from
+  ``--run-dir`` (a ``planner`` run) or freshly initialised at the cpu preset's size.
+- ``quality`` (``--run-dir``, a run with the route visible): open-loop ADE/FDE, the distance of
+  10-step to 100-step DPM-Solver++ samples on the same noise, and the closed-loop table (expert,
+  constant velocity, unguided, collision-, drivable- and both-guided diffusion).
+- ``modes`` (``--modes-run-dir``, a run on intersections with the route hidden): the ego's route
+  mode of sampled plans (heading change at the plan's end: left > 0.15 rad, right < -0.15 rad,
+  else straight) on held-out intersection scenes before the junction vs the expert's logged
+  modes, with a chi-square test of the planner's counts against the expert's proportions.
+
+Run: ``python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
+--modes-run-dir R2``. Train the runs with ``jaxlab train planner --preset cpu --run-dir R1`` and
+``jaxlab train planner --preset cpu --run-dir R2 scene_type=1 route_visible=false``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.harness import emit, emit_rate, timed
+from jaxlab.core.run import open_run
+from jaxlab.diffusion import planner as pl
+from jaxlab.envs import driving_eval as de
+from jaxlab.recipes import planner as rp
+
+
+def _params(run_dir):
+    if run_dir is None:
+        cfg = rp.RECIPE.config("cpu")
+        params = jax.jit(lambda k: pl.init_planner(k, cfg.model, rp.dummy_scene(cfg.model)))(
+            jax.random.PRNGKey(0)
+        )
+        return cfg, params
+    run = open_run(run_dir, recipe=rp.RECIPE)
+    return run.cfg, run.state.ema_params
+
+
+def speed(run_dir):
+    cfg, params = _params(run_dir)
+    m = cfg.model
+    logs = rp.expert_data(cfg, "valid")
+    for guidance in ((), (("collision", 0.5), ("drivable", 0.5))):
+        for b in (1, 256):
+            idx = np.arange(b) % logs["future"].shape[0]
+            sc = {k: logs[k][idx] for k in pl.SCENE_KEYS}
+            fn = jax.jit(
+                lambda p, key, s, g=guidance: pl.sample_trajectories(p, key, s, m, guidance=g)
+            )
+            c, t, _, _ = timed(fn, params, jax.random.PRNGKey(0), sc, repeats=5)
+            emit_rate(
+                "plan",
+                {"scenes": b, "width": m.width, "steps": m.steps, "guided": bool(guidance)},
+                c,
+                t,
+                b / t,
+                "plans/s",
+                latency_ms=round(1000 * t, 2),
+            )
+    env, params_w = rp.world(cfg)
+    for n in (1, 4096):
+        _, st = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(
+            jax.random.split(jax.random.PRNGKey(0), n), params_w
+        )
+        plan = de.constant_velocity_plan(
+            {"ego": jnp.zeros((n, 3)).at[:, 0].set(st.ego[:, 3])}, m.horizon, 0.1
+        )
+
+        def roll(st, plan):
+            def body(s, _):
+                s2 = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+                    jax.random.PRNGKey(0), s, plan, params_w
+                )[1]
+                return s2, None
+
+            return jax.lax.scan(body, st, None, length=20)[0]
+
+        c, t, _, _ = timed(jax.jit(roll), st, plan, repeats=3)
+        emit_rate("world_step", {"scenes": n}, c, t, 20 * n / t, "scene-steps/s")
+
+
+def quality(run_dir, scenes, steps):
+    cfg, params = _params(run_dir)
+    m = cfg.model
+    held = rp.expert_data(cfg, "valid")
+    k = min(256, held["future"].shape[0])
+    sc = {kk: v[:k] for kk, v in held.items() if kk in pl.SCENE_KEYS}
+    noise = jax.random.normal(jax.random.PRNGKey(7), (k, m.n_agents, 1 + m.horizon, 4))
+    samp = jax.jit(
+        lambda n, p, s, z: pl.sample_trajectories(p, None, s, m, noise=z, steps=n, guidance=()),
+        static_argnums=0,
+    )
+    ref = samp(100, params, sc, noise)
+    for n in (3, 10):
+        d = jnp.linalg.norm(samp(n, params, sc, noise)[..., :2] - ref[..., :2], axis=-1)
+        emit(
+            what="steps_vs_100",
+            steps=n,
+            mean_dist_m=float(jnp.mean(d[:, 0])),
+            ego_final_dist_m=float(jnp.mean(d[:, 0, -1])),
+            all_agents_mean_dist_m=float(jnp.mean(d)),
+        )
+    variants = {
+        "unguided": (),
+        "collision": (("collision", 0.5),),
+        "drivable": (("drivable", 0.5),),
+    }
+    env, params_w = rp.world(cfg)
+    key = jax.random.PRNGKey(11)
+    run = lambda make_fn, ep: jax.jit(  # noqa: E731
+        lambda key, ep, p: de.closed_loop(
+            key, env, params_w, make_fn(p), n_scenes=scenes, steps=steps, expert_progress=ep
+        )
+    )(key, ep, params)
+    t0 = time.perf_counter()
+    expert = run(lambda p: de.expert_plan_fn(env, params_w), None)
+    emit(what="closed_loop", planner="expert", scenes=scenes, steps=steps, **de.summarize(expert))
+    ref_p = expert["progress_m"]
+    cv = run(lambda p: de.constant_velocity_plan_fn(m.horizon, 0.1), ref_p)
+    emit(what="closed_loop", planner="constant_velocity", **de.summarize(cv))
+    for name, g in variants.items():
+        res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
+        emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g, **de.summarize(res))
+    traj = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
+        key, params, sc
+    )
+    ade, fde = de.ade_fde(traj[:, 0], held["future"][:k, 0])
+    emit(what="open_loop", ade_m=float(ade), fde_m=float(fde), samples=k,
+         seconds=round(time.perf_counter() - t0, 1))  # fmt: skip
+
+
+def _mode(traj):
+    """0 left, 1 straight, 2 right from the heading at the end of ego-frame trajectories."""
+    h = np.arctan2(traj[..., -1, 3], traj[..., -1, 2])
+    return np.where(h > 0.15, 0, np.where(h < -0.15, 2, 1))
+
+
+def modes(run_dir, samples_per_scene):
+    from scipy.stats import chisquare
+
+    cfg, params = _params(run_dir)
+    m = cfg.model
+    held = rp.expert_data(cfg, "valid")
+    # the first sample of every held-out rollout: the ego before the junction
+    first = np.arange(0, held["future"].shape[0], cfg.log_steps)
+    sc = {k: np.repeat(np.asarray(held[k])[first], samples_per_scene, 0) for k in pl.SCENE_KEYS}
+    expert_modes = _mode(np.asarray(held["future"])[first, 0])
+    traj = np.asarray(
+        jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
+            jax.random.PRNGKey(5), params, sc
+        )
+    )
+    plan_modes = _mode(traj[:, 0])
+    exp_counts = np.bincount(expert_modes, minlength=3)
+    counts = np.bincount(plan_modes, minlength=3)
+    expected = exp_counts / exp_counts.sum() * counts.sum()
+    stat, p = chisquare(counts, np.maximum(expected, 1e-9))
+    emit(what="route_modes", scenes=len(first), samples_per_scene=samples_per_scene,
+         expert_counts=exp_counts.tolist(), planner_counts=counts.tolist(),
+         chi2=float(stat), p_value=float(p))  # fmt: skip
+    # per scene: how many of a scene's samples take the expert's mode (the route is hidden, so
+    # about 1/3 is the faithful answer, 1 would mean the route leaks)
+    same = (plan_modes.reshape(len(first), samples_per_scene) == expert_modes[:, None]).mean()
+    emit(what="route_modes_per_scene", agree_with_logged_route=float(same))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="speed")
+    ap.add_argument("--run-dir", default=None)
+    ap.add_argument("--modes-run-dir", default=None)
+    ap.add_argument("--scenes", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--samples-per-scene", type=int, default=8)
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    if "speed" in only:
+        speed(args.run_dir)
+    if "quality" in only:
+        quality(args.run_dir, args.scenes, args.steps)
+    if "modes" in only:
+        modes(args.modes_run_dir, args.samples_per_scene)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,486 @@
+"""Diffusion Planner (Zheng et al., ICLR 2025): joint prediction and planning as one generation.
+
+A DiT generates the future states of the ego and its neighbours jointly (papers/diffusion.md §3).
+Trajectories are x in R^{A x (1 + T) x 4}, A = 1 + N agents (ego first), T future steps, each
+state (x, y, cos h, sin h) in the ego frame; index 0 is the current state, fixed in training and
+re-imposed after every solver step (the samplers' ``correct_fn``, the original's
+``correcting_xt_fn``). States are normalised per dimension, x_n = (x - mean) / std.
+
+Scene inputs (the token format of :mod:`jaxlab.envs.driving`, passed as a dict of arrays with a
+leading batch axis): ``ego`` (3,), ``current`` (A, 4), ``neighbours`` (N, Hp, 8) with
+``neighbour_valid`` (N,), ``static`` (S, 6) with ``static_valid``, ``lanes`` (L, P, 4) with
+``lane_valid``, ``route`` (R, P, 4) with ``route_valid``.
+
+Network (``model/module/*`` of the original, at small width):
+
+- encoder: MLP-Mixer tokens (token mixing over the Hp past steps or the P lane points, then
+  channel mixing, mean-pooled) for neighbours and lanes, an MLP for parked cars and for the ego's
+  motion state, type embeddings, fused by a pre-norm transformer with the key padding mask;
+- decoder: per-agent token = MLP(flatten((1 + T) x 4)) + ego/neighbour embedding; DiT blocks
+  with adaLN-Zero on (route Mixer encoding + time embedding), self-attention over agents with the
+  validity mask, cross-attention to the encoder tokens (non-residual as in the original's code,
+  ``cross_residual`` for the residual form); an adaLN final layer regresses the x_0 estimate.
+
+Training (``loss.py``): VP-linear SDE (beta in [0.1, 20]), t ~ U[1e-3, 1], x_0 prediction,
+L = mean_{valid neighbours, t} ||D - x_0||^2 + alpha mean_{ego, t} ||D - x_0||^2 (squared error
+summed over the 4 state dimensions, index 0 excluded: it is pinned).
+
+Sampling (``decoder.py``): x_T = temperature * N(0, I) with the current state pinned, DPM-Solver++
+(2M, multistep) over logSNR-uniform steps, then one final data prediction (``denoise_to_zero``);
+optional classifier guidance by the energies of :mod:`jaxlab.diffusion.planner_energies` through
+:func:`jaxlab.diffusion.guidance.windowed_guidance`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from jaxlab.core.config import ConfigError
+from jaxlab.diffusion import samplers
+from jaxlab.diffusion.dit import DiTBlock
+from jaxlab.diffusion.guidance import windowed_guidance
+from jaxlab.diffusion.losses import x0_errors
+from jaxlab.diffusion.model_wrapper import data_from_noise, model_wrapper
+from jaxlab.diffusion.planner_energies import make_energy
+from jaxlab.diffusion.schedules import VPLinear, get_time_steps
+from jaxlab.diffusion.time_embedding import sinusoidal_embedding
+from jaxlab.nn import MLP, MultiHeadAttention
+
+SCENE_KEYS: tuple[str, ...] = (
+    "ego",
+    "current",
+    "neighbours",
+    "neighbour_valid",
+    "static",
+    "static_valid",
+    "lanes",
+    "lane_valid",
+    "route",
+    "route_valid",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerConfig:
+    """Static configuration of the planner (sizes fix shapes; hashable, a static argument).
+
+    Attributes:
+        n_neighbours, history, n_static, n_lanes, lane_points, n_route, horizon: input capacities
+            (must match the scene tokens) and the number T of generated future steps.
+        width, heads, encoder_depth, decoder_depth: network sizes (original: 192, 6, 3, 3).
+        cross_residual: False reproduces the original's non-residual cross-attention stage.
+        ego_weight: alpha of the loss.
+        steps, order, temperature: DPM-Solver++ steps (10), order (2), and the scale of x_T (0.5).
+        guidance: ((energy name, weight), ...) composed at sampling; weight 0 entries are dropped.
+        guidance_window: (t_lo, t_hi) of the guidance (original (0.005, 0.1)).
+        norm_mean, norm_std: per-dimension normalisation of (x, y, cos, sin) (the original's
+            ``normalization.json``; the defaults are :func:`fit_normalization` of expert logs of
+            the driving world, 64 scenes x 30 steps, all scene types).
+        dt: time between trajectory steps (s), used by the energies.
+        target_speed: the target-speed energy's speed (m/s).
+    """
+
+    n_neighbours: int = 4
+    history: int = 5
+    n_static: int = 2
+    n_lanes: int = 6
+    lane_points: int = 16
+    n_route: int = 1
+    horizon: int = 16
+    width: int = 64
+    heads: int = 4
+    encoder_depth: int = 2
+    decoder_depth: int = 2
+    cross_residual: bool = False
+    ego_weight: float = 1.0
+    steps: int = 10
+    order: int = 2
+    temperature: float = 0.5
+    guidance: tuple[tuple[str, float], ...] = ()
+    guidance_window: tuple[float, float] = (0.005, 0.1)
+    norm_mean: tuple[float, float, float, float] = (21.0, -0.65, 0.77, -0.06)
+    norm_std: tuple[float, float, float, float] = (23.0, 12.9, 0.45, 0.45)
+    dt: float = 0.1
+    target_speed: float = 8.0
+
+    def __post_init__(self):
+        for name in (
+            "n_neighbours",
+            "history",
+            "n_static",
+            "n_lanes",
+            "lane_points",
+            "n_route",
+            "horizon",
+            "width",
+            "heads",
+            "encoder_depth",
+            "decoder_depth",
+            "steps",
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, v, "a positive int")
+        if self.width % self.heads or self.width % 2:
+            raise ConfigError("width", self.width, f"an even multiple of heads={self.heads}")
+        if self.order not in (1, 2, 3):
+            raise ConfigError("order", self.order, "1, 2 or 3")
+        if not self.temperature > 0:
+            raise ConfigError("temperature", self.temperature, "a float > 0")
+        if any(s <= 0 for s in self.norm_std):
+            raise ConfigError("norm_std", self.norm_std, "four floats > 0")
+        # validates names and weights (a clear error for an unknown energy)
+        make_energy(self.guidance, {}, self, check_only=True)
+
+    @property
+    def n_agents(self) -> int:
+        return 1 + self.n_neighbours
+
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-scene shapes of the scene tokens the planner was built for."""
+        n, p = self.n_neighbours, self.lane_points
+        return {
+            "ego": (3,),
+            "current": (1 + n, 4),
+            "neighbours": (n, self.history, 8),
+            "neighbour_valid": (n,),
+            "static": (self.n_static, 6),
+            "static_valid": (self.n_static,),
+            "lanes": (self.n_lanes, p, 4),
+            "lane_valid": (self.n_lanes,),
+            "route": (self.n_route, p, 4),
+            "route_valid": (self.n_route,),
+        }
+
+
+def check_scene(cfg: PlannerConfig, scene: Mapping[str, Array], *, batched: bool = True) -> None:
+    """Raise ``ConfigError`` naming the field when a scene does not fit the planner's capacities
+    (shapes are static, so this runs at trace time, before compilation)."""
+    for k, shape in cfg.input_shapes().items():
+        if k not in scene:
+            raise ConfigError(f"scene.{k}", None, f"an array of per-scene shape {shape}")
+        got = tuple(np.shape(scene[k]))[1 if batched else 0 :]
+        if got != shape:
+            raise ConfigError(
+                f"scene.{k}", got, f"per-scene shape {shape} (the planner's static capacity)"
+            )
+
+
+def check_finite(name: str, value) -> None:
+    """Host-side check for NaN/inf in training data (a clear error naming the field)."""
+    arr = np.asarray(value)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.sum(~np.isfinite(arr)))
+        raise ConfigError(name, f"{bad} non-finite values", "finite trajectories (no NaN/inf)")
+
+
+# ---------------------------------------------------------------------------------------------
+# network
+# ---------------------------------------------------------------------------------------------
+
+
+class MixerBlock(nn.Module):
+    """MLP-Mixer block (Tolstikhin et al. 2021): x += MLP_tok(LN(x)^T)^T; x += MLP_ch(LN(x))."""
+
+    width: int
+
+    @nn.compact
+    def __call__(self, x: Float[Array, "... n w"]) -> Float[Array, "... n w"]:
+        n = x.shape[-2]
+        y = jnp.swapaxes(nn.LayerNorm(name="ln_tok")(x), -1, -2)
+        x = x + jnp.swapaxes(MLP((2 * n, n), activation=nn.gelu, name="tok")(y), -1, -2)
+        return x + MLP((2 * self.width, self.width), activation=nn.gelu, name="ch")(
+            nn.LayerNorm(name="ln_ch")(x)
+        )
+
+
+class MixerEncoder(nn.Module):
+    """(..., n, f) point sequences -> (..., width) tokens: embed, Mixer blocks, LN, mean pool."""
+
+    width: int
+    depth: int = 1
+
+    @nn.compact
+    def __call__(self, x: Float[Array, "... n f"]) -> Float[Array, "... w"]:
+        h = nn.Dense(self.width, name="embed")(x)
+        for i in range(self.depth):
+            h = MixerBlock(self.width, name=f"mix{i}")(h)
+        return jnp.mean(nn.LayerNorm(name="ln")(h), axis=-2)
+
+
+class SceneEncoder(nn.Module):
+    """Scene tokens -> (tokens (B, K, W), mask (B, K), route encoding (B, W))."""
+
+    cfg: PlannerConfig
+
+    @nn.compact
+    def __call__(self, scene):
+        c = self.cfg
+        w = c.width
+        types = self.param("types", nn.initializers.normal(0.02), (4, w))
+        nb = MixerEncoder(w, name="neighbours")(scene["neighbours"]) + types[0][None, None]
+        st = MLP((w, w), activation=nn.gelu, name="static")(scene["static"]) + types[1][None, None]
+        ln = MixerEncoder(w, name="lanes")(scene["lanes"]) + types[2][None, None]
+        ego = (
+            MLP((w, w), activation=nn.gelu, name="ego")(scene["ego"])[:, None]
+            + types[3][None, None]
+        )
+        tok = jnp.concatenate([nb, st, ln, ego], 1)
+        b = tok.shape[0]
+        mask = jnp.concatenate(
+            [
+                scene["neighbour_valid"],
+                scene["static_valid"],
+                scene["lane_valid"],
+                jnp.ones((b, 1), bool),
+            ],
+            1,
+        )
+        for i in range(c.encoder_depth):
+            y, _ = MultiHeadAttention(
+                n_heads=c.heads,
+                head_dim=w // c.heads,
+                causal=False,
+                use_rope=False,
+                name=f"attn{i}",
+            )(nn.LayerNorm(name=f"ln_a{i}")(tok), padding_mask=mask)
+            tok = tok + y
+            tok = tok + MLP((4 * w, w), activation=nn.gelu, name=f"mlp{i}")(
+                nn.LayerNorm(name=f"ln_m{i}")(tok)
+            )
+        tok = nn.LayerNorm(name="ln_out")(tok)
+        r = MixerEncoder(w, name="route")(scene["route"])  # (B, R, W)
+        rv = scene["route_valid"].astype(r.dtype)[..., None]
+        route = jnp.sum(r * rv, 1) / jnp.maximum(jnp.sum(rv, 1), 1.0)
+        return tok, mask, route
+
+
+class TrajectoryDecoder(nn.Module):
+    """The DiT over agents: (B, A, 1 + T, 4) noisy trajectories -> x_0 estimates (normalised)."""
+
+    cfg: PlannerConfig
+
+    @nn.compact
+    def __call__(self, x, t, tokens, token_mask, route, agent_mask):
+        c = self.cfg
+        w = c.width
+        b, a = x.shape[:2]
+        tok = MLP((w, w), activation=nn.gelu, name="embed")(x.reshape(b, a, -1))
+        agent = self.param("agent", nn.initializers.normal(0.02), (2, w))
+        kind = jnp.concatenate([agent[:1], jnp.broadcast_to(agent[1:], (a - 1, w))], 0)
+        tok = tok + kind[None]
+        temb = sinusoidal_embedding(jnp.broadcast_to(t, (b,)) * 1000.0, w)
+        temb = MLP((w, w), activation=nn.silu, name="time")(temb)
+        y = route + temb
+        for i in range(c.decoder_depth):
+            tok = DiTBlock(w, c.heads, cross_residual=c.cross_residual, name=f"block{i}")(
+                tok, y, mask=agent_mask, context=tokens, context_mask=token_mask
+            )
+        shift, scale = jnp.split(
+            nn.Dense(2 * w, kernel_init=nn.initializers.zeros_init(), name="ada_out")(nn.silu(y)),
+            2,
+            axis=-1,
+        )
+        tok = nn.LayerNorm(use_scale=False, use_bias=False, name="ln_out")(tok)
+        tok = tok * (1 + scale[:, None]) + shift[:, None]
+        out = nn.Dense(x.shape[2] * 4, kernel_init=nn.initializers.zeros_init(), name="out")(tok)
+        return out.reshape(x.shape)
+
+
+class DiffusionPlannerNet(nn.Module):
+    """Encoder + decoder; ``encode(scene)`` once per plan, ``decode(x, t, enc, scene)`` per step."""
+
+    cfg: PlannerConfig
+
+    def setup(self):
+        self.encoder = SceneEncoder(self.cfg)
+        self.decoder = TrajectoryDecoder(self.cfg)
+
+    def encode(self, scene):
+        return self.encoder(scene)
+
+    def decode(self, x, t, enc, scene):
+        tokens, mask, route = enc
+        agent_mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), scene["neighbour_valid"]], 1)
+        return self.decoder(x, t, tokens, mask, route, agent_mask)
+
+    def __call__(self, x, t, scene):
+        return self.decode(x, t, self.encode(scene), scene)
+
+
+# ---------------------------------------------------------------------------------------------
+# normalisation, pinning, loss
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize(cfg: PlannerConfig, x: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+    mean = jnp.asarray(cfg.norm_mean, x.dtype).reshape((1,) * (x.ndim - 1) + (4,))
+    std = jnp.asarray(cfg.norm_std, x.dtype).reshape((1,) * (x.ndim - 1) + (4,))
+    return (x - mean) / std
+
+
+def denormalize(cfg: PlannerConfig, x: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+    mean = jnp.asarray(cfg.norm_mean, x.dtype).reshape((1,) * (x.ndim - 1) + (4,))
+    std = jnp.asarray(cfg.norm_std, x.dtype).reshape((1,) * (x.ndim - 1) + (4,))
+    return x * std + mean
+
+
+def fit_normalization(
+    future: np.ndarray, valid: np.ndarray
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-dimension mean and std of the valid agents' future states (the original's
+    ``normalization.json``), std floored at 0.1."""
+    f = np.asarray(future)[np.asarray(valid, bool)]
+    f = f.reshape(-1, 4)
+    return tuple(float(v) for v in f.mean(0)), tuple(float(v) for v in np.maximum(f.std(0), 0.1))
+
+
+def pin_current(current_n: Float[Array, "B A 4"]) -> Callable:
+    """The correction x[:, :, 0] <- current (normalised), for the samplers and the loss."""
+
+    def correct(x, t):
+        del t
+        return x.at[:, :, 0].set(current_n.astype(x.dtype))
+
+    return correct
+
+
+def make_net(cfg: PlannerConfig) -> DiffusionPlannerNet:
+    return DiffusionPlannerNet(cfg)
+
+
+def init_planner(key: PRNGKeyArray, cfg: PlannerConfig, scene: Mapping[str, Array]):
+    """Parameters for a batch of scenes (used for the shapes only)."""
+    check_scene(cfg, scene)
+    b = np.shape(scene["current"])[0]
+    x = jnp.zeros((b, cfg.n_agents, 1 + cfg.horizon, 4))
+    bits = jax.random.bits(key, (4,), jnp.uint32)
+    return make_net(cfg).init(jax.random.wrap_key_data(bits, impl="rbg"), x, jnp.zeros(b), scene)
+
+
+def planner_loss(
+    params,
+    key: PRNGKeyArray,
+    scene: Mapping[str, Array],
+    future: Float[Array, "B A T 4"],
+    cfg: PlannerConfig,
+    schedule: VPLinear | None = None,
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """The x_0 loss of the module docstring. ``future``: ground-truth future states (ego frame)
+    with invalid neighbours' rows arbitrary (masked by ``scene["neighbour_valid"]``)."""
+    check_scene(cfg, scene)
+    if future.shape[1:] != (cfg.n_agents, cfg.horizon, 4):
+        raise ConfigError(
+            "future",
+            tuple(future.shape[1:]),
+            f"(agents, horizon, 4) = {(cfg.n_agents, cfg.horizon, 4)}",
+        )
+    schedule = VPLinear() if schedule is None else schedule
+    net = make_net(cfg)
+    nb_valid = scene["neighbour_valid"]
+    valid = jnp.concatenate([jnp.ones_like(nb_valid[:, :1]), nb_valid], 1)
+    # invalid agents' targets become zeros (a NaN placeholder there must not leak anywhere)
+    future = jnp.where(valid[:, :, None, None], future, 0.0)
+    cur_n = normalize(cfg, scene["current"])
+    x0 = jnp.concatenate([cur_n[:, :, None], normalize(cfg, future)], 2)
+    x0 = jnp.where(valid[:, :, None, None], x0, 0.0)
+    enc = net.apply(params, scene, method=DiffusionPlannerNet.encode)
+
+    def denoiser(xt, t):
+        return net.apply(params, xt, t, enc, scene, method=DiffusionPlannerNet.decode)
+
+    err = x0_errors(key, denoiser, x0, schedule, correct_fn=pin_current(cur_n))
+    per_step = jnp.sum(err, -1)[:, :, 1:]  # (B, A, T); index 0 is pinned
+    ego = jnp.mean(per_step[:, 0])
+    w_nb = jnp.broadcast_to(nb_valid[:, :, None], per_step[:, 1:].shape)
+    nb = jnp.sum(jnp.where(w_nb, per_step[:, 1:], 0.0)) / jnp.maximum(jnp.sum(w_nb), 1)
+    loss = nb + cfg.ego_weight * ego
+    return loss, {"loss": loss, "ego_loss": ego, "neighbour_loss": nb}
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling
+# ---------------------------------------------------------------------------------------------
+
+
+def planner_eps_fn(
+    params,
+    scene: Mapping[str, Array],
+    cfg: PlannerConfig,
+    *,
+    guidance: tuple[tuple[str, float], ...] | None = None,
+    schedule: VPLinear | None = None,
+) -> tuple[Callable, Callable]:
+    """(eps_fn, pin): the samplers' noise prediction of the planner for these scenes (encoder run
+    once, guidance by the composed energies in the config's window) and the correction that pins
+    the normalised current state at index 0."""
+    schedule = VPLinear() if schedule is None else schedule
+    guidance = cfg.guidance if guidance is None else guidance
+    net = make_net(cfg)
+    pin = pin_current(normalize(cfg, scene["current"]))
+    enc = net.apply(params, scene, method=DiffusionPlannerNet.encode)
+
+    def x0_net(x, mt):
+        return net.apply(params, x, mt, enc, scene, method=DiffusionPlannerNet.decode)
+
+    eps_fn = model_wrapper(x0_net, schedule, model_type="data")
+    energy = make_energy(guidance, scene, cfg)
+    if energy is not None:
+        eps_fn = windowed_guidance(
+            eps_fn,
+            lambda x0, t: energy(denormalize(cfg, x0)),
+            schedule,
+            weight=1.0,
+            t_window=cfg.guidance_window,
+        )
+    return eps_fn, pin
+
+
+def sample_trajectories(
+    params,
+    key: PRNGKeyArray | None,
+    scene: Mapping[str, Array],
+    cfg: PlannerConfig,
+    *,
+    steps: int | None = None,
+    guidance: tuple[tuple[str, float], ...] | None = None,
+    noise: Float[Array, "B A T1 4"] | None = None,
+    schedule: VPLinear | None = None,
+    include_current: bool = False,
+) -> Float[Array, "B A T 4"]:
+    """Sample joint futures (B, A, T, 4) in the ego frame (de-normalised, current state excluded
+    unless ``include_current``: then (B, A, 1 + T, 4)).
+
+    x_T = temperature * noise (standard normal from ``key`` unless ``noise`` is given; then ``key``
+    may be None), the current
+    state pinned after every DPM-Solver++ step, a final data prediction at t_min. ``steps`` and
+    ``guidance`` default to the config's.
+    """
+    check_scene(cfg, scene)
+    schedule = VPLinear() if schedule is None else schedule
+    steps = cfg.steps if steps is None else steps
+    b = scene["current"].shape[0]
+    shape = (b, cfg.n_agents, 1 + cfg.horizon, 4)
+    if noise is None:
+        if key is None:
+            raise ConfigError("key", None, "a PRNG key (or pass noise)")
+        noise = jax.random.normal(key, shape)
+    elif tuple(noise.shape) != shape:
+        raise ConfigError("noise", tuple(noise.shape), f"{shape} (batch, agents, 1 + horizon, 4)")
+    eps_fn, pin = planner_eps_fn(params, scene, cfg, guidance=guidance, schedule=schedule)
+    ts = get_time_steps(schedule, steps, "logsnr")
+    spec = samplers.SamplerSpec(name="dpm_solver++", order=cfg.order)
+    x_T = pin(cfg.temperature * noise, None)
+    x = samplers.sample(spec, eps_fn, x_T, ts, schedule=schedule, correct_fn=pin)
+    # denoise_to_zero: one more data prediction at t_min, then pin
+    t_end = jnp.full((b,), ts[-1])
+    x0 = pin(data_from_noise(eps_fn(x, t_end), x, t_end, schedule), None)
+    out = denormalize(cfg, x0).at[:, :, 0].set(scene["current"].astype(x0.dtype))
+    return out if include_current else out[:, :, 1:]

@@ -1,0 +1,36 @@
+"""The planner recipe end to end on its tiny preset, and 8 devices equal one."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxlab.core.config import ConfigError
+from jaxlab.core.loop import run
+from jaxlab.core.testing import sharded_step_matches
+from jaxlab.core.tracking import read_metrics
+from jaxlab.recipes import planner as planner_recipe
+
+
+def test_planner_tiny_trains_and_evaluates_in_closed_loop(tmp_path):
+    recipe = planner_recipe.RECIPE
+    res = run(recipe, recipe.config("tiny"), tmp_path)
+    assert res.step == 20
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    assert rows and all(np.isfinite(r["loss"]) for r in rows)
+    m = res.eval_metrics
+    assert {"open_loop/ade", "diffusion/score", "diffusion/collision"} <= set(m)
+    assert 0.0 <= m["diffusion/score"] <= 100.0 and np.isfinite(m["open_loop/ade"])
+    cfg = recipe.config("tiny")
+    assert cfg.model.guidance == (("collision", 0.5),)
+    with pytest.raises(ConfigError, match="--scenes"):
+        recipe.eval_main(cfg, tmp_path, ["--scenes", "0"])
+
+
+def test_planner_eight_devices_equal_one():
+    recipe = planner_recipe.RECIPE
+    cfg = recipe.config("tiny", ["batch_size=16"])
+    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5)
+    assert set(s8.hparams) == {"lr"}
+    assert jax.tree.leaves(s8.params)
