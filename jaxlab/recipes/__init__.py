@@ -18,5 +18,7 @@ NAMES: dict[str, str] = {
     "sac": "sac",
     "dtsn": "dtsn",
     "dept": "dept",
+    "loopy": "loopy",
+    "cyberhost": "cyberhost",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))
