@@ -163,10 +163,10 @@ def build(cfg: AvatarConfig, mesh: jax.sharding.Mesh) -> Parts:
         return cond
 
     @jax.jit
-    def generate(params, audio_scale, clarity=None):
+    def generate(params, audio_scale, clarity=cfg.clarity_high):
         clips, feats = eval_data(cfg, static)
         cond = conditions(clips, feats)
-        if clarity is not None and cfg.net.clarity:
+        if cfg.net.clarity:
             cond = cond.replace(clarity=jnp.full_like(cond.clarity, clarity))
         apply = lambda x, t, c: net.apply(params, x, t, c)
         vid = rollout(
@@ -185,10 +185,10 @@ def build(cfg: AvatarConfig, mesh: jax.sharding.Mesh) -> Parts:
         return vid, clips
 
     def evaluate(state) -> dict[str, float]:
-        vid, clips = generate(state.ema_params, cfg.audio_scale)
+        vid, clips = generate(state.ema_params, cfg.audio_scale, cfg.clarity_high)
         env = clips.envelope[:, lm:]
         out = {"audio_sync": float(E.audio_sync(vid, env, cfg.task.kind).mean())}
-        silent, _ = generate(state.ema_params, 0.0)
+        silent, _ = generate(state.ema_params, 0.0, cfg.clarity_high)
         out["audio_sync_audio_dropped"] = float(E.audio_sync(silent, env, cfg.task.kind).mean())
         if cfg.task.kind == "head":
             d = E.drift(vid, clips.position[:, lm:], clips.brightness)
@@ -208,7 +208,7 @@ def build(cfg: AvatarConfig, mesh: jax.sharding.Mesh) -> Parts:
         return out
 
     def finalize(state, run_dir: Path) -> None:
-        vid, clips = generate(state.ema_params, cfg.audio_scale)
+        vid, clips = generate(state.ema_params, cfg.audio_scale, cfg.clarity_high)
         frames = side_by_side(
             np.asarray(vid), np.asarray(clips.frames[:, lm:]), np.asarray(clips.envelope[:, lm:])
         )
@@ -250,13 +250,7 @@ def side_by_side(
             r = np.kron(
                 media.to_uint8(truth[j, i, ..., 0], (-1, 1)), np.ones((upscale, upscale), np.uint8)
             )
-            plot = np.zeros((h, 2 * h), np.uint8)
-            xs = np.linspace(0, 2 * h - 1, t).astype(int)
-            ys = (h - 1 - np.clip(envelope[j], 0, 1) * (h - 1)).astype(int)
-            for k in range(t - 1):
-                y0, y1 = sorted((ys[k], ys[k + 1]))
-                plot[y0 : y1 + 1, xs[k] : xs[k + 1] + 1] = 160
-            plot[:, xs[i]] = 255
+            plot = media.curve_strip(envelope[j], i, height=h, width=2 * h)
             rows.append(
                 np.concatenate(
                     [g, np.full((h, 2), 128, np.uint8), r, np.full((h, 2), 128, np.uint8), plot], 1

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.diffusion import samplers
+from jaxlab.diffusion.model_wrapper import expand_to
 from jaxlab.diffusion.schedules import Schedule, get_time_steps
 from jaxlab.diffusion.video.denoiser import VideoCond, VideoNetConfig
 from jaxlab.diffusion.video.guidance import ApplyFn, guided_eps
@@ -50,7 +51,8 @@ def generate_clip(
         eps = guided_eps(apply_fn, xt, tt, cond, audio_scale=audio_scale, ref_scale=ref_scale)
         if clip_x0 is None:
             return eps
-        a, s = schedule.alpha(t), schedule.sigma(t)
+        tb = jnp.broadcast_to(t, (b,))
+        a, s = expand_to(schedule.alpha(tb), xt), expand_to(schedule.sigma(tb), xt)
         x0 = jnp.clip((xt - s * eps) / a, -clip_x0, clip_x0)
         return (xt - a * x0) / s
 

@@ -34,7 +34,7 @@ def _mha_numpy(p, q_in, kv_in, mask):
 def test_temporal_attention_equals_a_per_pixel_loop():
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 3, 2, 8))
     layer = temporal.TemporalAttention(heads=2, max_len=6)
-    params = layer.init(jax.random.PRNGKey(1), x)
+    params = jax.jit(layer.init)(jax.random.PRNGKey(1), x)
     y = np.asarray(jax.jit(layer.apply)(params, x))
     attn = MultiHeadAttention(2, 4, causal=False, use_rope=False)
     table = params["params"]["temporal_pos"][:5]
@@ -56,8 +56,9 @@ def test_inter_clip_layer_is_masked_attention_over_motion_and_clip():
     clip = jax.random.normal(k1, (1, t, n, d))
     motion = jax.random.normal(k2, (1, m, n, d))
     layer = loopy.InterClipTemporalLayer(heads=2, n_motion=m, clip_len=t)
-    params = layer.init(jax.random.PRNGKey(3), clip, motion)
-    y = np.asarray(layer.apply(params, clip, motion))
+    params = jax.jit(layer.init)(jax.random.PRNGKey(3), clip, motion)
+    apply = jax.jit(layer.apply)
+    y = np.asarray(apply(params, clip, motion))
     mask = loopy.inter_clip_mask(m, t)
     assert mask[m:].all() and mask[:m, :m].all() and not mask[:m, m:].any()
     p = params["params"]
@@ -70,11 +71,11 @@ def test_inter_clip_layer_is_masked_attention_over_motion_and_clip():
         seq2[m:] += 1.0
         np.testing.assert_allclose(_mha_numpy(p["attn"], seq2, seq2, mask)[:m], full[:m])
     # clip tokens see the motion frames; an invalid motion frame is not seen
-    y2 = np.asarray(layer.apply(params, clip, motion.at[:, 0].add(3.0)))
+    y2 = np.asarray(apply(params, clip, motion.at[:, 0].add(3.0)))
     assert np.abs(y2 - y).max() > 1e-3
     valid = jnp.array([[False, True, True]])
-    y3 = layer.apply(params, clip, motion, valid)
-    y4 = layer.apply(params, clip, motion.at[:, 0].add(3.0), valid)
+    y3 = apply(params, clip, motion, valid)
+    y4 = apply(params, clip, motion.at[:, 0].add(3.0), valid)
     np.testing.assert_allclose(y3, y4, atol=1e-6)
 
 
@@ -105,8 +106,8 @@ def test_region_attention_writes_back_only_under_the_mask():
     ident = jax.random.normal(jax.random.PRNGKey(5), (b, r, 4, d))
     masks = jnp.zeros((b, t, n, r)).at[:, :, 1, 0].set(1.0).at[:, 1, 4, 1].set(0.5)
     layer = cyberhost.RegionAttention(r, bank_size=2, clip_len=t, heads=2)
-    params = layer.init(jax.random.PRNGKey(6), x, ident, masks)
-    y, logits = layer.apply(params, x, ident, masks)
+    params = jax.jit(layer.init)(jax.random.PRNGKey(6), x, ident, masks)
+    y, logits = jax.jit(layer.apply)(params, x, ident, masks)
     changed = np.abs(np.asarray(y - x)).max(-1) > 0
     assert logits.shape == (b, t, n, r)
     np.testing.assert_array_equal(changed, np.asarray(masks.max(-1) > 0))
@@ -224,3 +225,13 @@ def test_patchify_roundtrip():
     assert tok.shape == (2, 3, 4, 32)
     np.testing.assert_array_equal(unpatchify(tok, 4, 2), x)
     np.testing.assert_array_equal(tok[0, 0, 1].reshape(4, 4, 2), x[0, 0, :4, 4:])
+
+
+def test_curve_strip_draws_the_envelope_and_a_cursor():
+    from jaxlab import media
+
+    panel = media.curve_strip([0.0, 1.0, 0.0], 1, height=9, width=9)
+    assert panel.shape == (9, 9) and panel[:, 4].min() == 255  # the cursor column
+    assert panel[8, 0] == 160 and panel[0, 3] == 160  # starts low, peaks in the middle
+    with pytest.raises(ValueError, match="cursor"):
+        media.curve_strip([0.0, 1.0], 2, height=4, width=4)
