@@ -140,18 +140,18 @@ class VideoCond:
         pose: ``[B, S, S, P]`` pose map of the reference.
     """
 
-    reference: Float[Array, "b s s c"]
-    audio: Float[Array, "b t w f"]
-    motion: Float[Array, "b l s s c"] | None = None
-    audio_keep: Bool[Array, " b"] | None = None
-    ref_keep: Bool[Array, " b"] | None = None
-    motion_feat: Float[Array, "b t fm"] | None = None
-    use_motion_feat: Bool[Array, " b"] | None = None
-    region_masks: Float[Array, "b t s s r"] | None = None
-    ref_region_masks: Float[Array, "b s s r"] | None = None
-    movement: Float[Array, "b s s 1"] | None = None
-    clarity: Float[Array, " b"] | None = None
-    pose: Float[Array, "b s s p"] | None = None
+    reference: Float[Array, "*batch s s c"]
+    audio: Float[Array, "*batch t w f"]
+    motion: Float[Array, "*batch l s s c"] | None = None
+    audio_keep: Bool[Array, "*batch"] | None = None
+    ref_keep: Bool[Array, "*batch"] | None = None
+    motion_feat: Float[Array, "*batch t fm"] | None = None
+    use_motion_feat: Bool[Array, "*batch"] | None = None
+    region_masks: Float[Array, "*batch t s s r"] | None = None
+    ref_region_masks: Float[Array, "*batch s s r"] | None = None
+    movement: Float[Array, "*batch s s 1"] | None = None
+    clarity: Float[Array, "*batch"] | None = None
+    pose: Float[Array, "*batch s s p"] | None = None
 
 
 def check_cond(cfg: VideoNetConfig, x: Float[Array, "b t s s c"], cond: VideoCond) -> None:

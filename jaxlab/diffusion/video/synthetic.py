@@ -69,15 +69,15 @@ class AVClip:
         blur: ``[]`` the hand blur sigma (0 for the talking head).
     """
 
-    frames: Float[Array, "t s s 1"]
-    reference: Float[Array, "s s 1"]
-    waveform: Float[Array, " samples"]
-    envelope: Float[Array, " t"]
-    position: Float[Array, "t 2"]
-    brightness: Float[Array, ""]
-    masks: Float[Array, "t s s r"]
-    ref_masks: Float[Array, "s s r"]
-    blur: Float[Array, ""]
+    frames: Float[Array, "*batch t s s 1"]
+    reference: Float[Array, "*batch s s 1"]
+    waveform: Float[Array, "*batch samples"]
+    envelope: Float[Array, "*batch t"]
+    position: Float[Array, "*batch t 2"]
+    brightness: Float[Array, "*batch"]
+    masks: Float[Array, "*batch t s s r"]
+    ref_masks: Float[Array, "*batch s s r"]
+    blur: Float[Array, "*batch"]
 
 
 def speech_envelope(key: PRNGKeyArray, n_frames: int, fps: int = 25) -> Float[Array, " t"]:

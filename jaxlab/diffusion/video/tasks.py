@@ -57,7 +57,7 @@ class Example:
     """``x0 [T, S, S, C]`` target clip, ``cond`` (unbatched :class:`VideoCond`), the source
     ``clip`` (``L + T`` frames of ground truth)."""
 
-    x0: Float[Array, "t s s c"]
+    x0: Float[Array, "*batch t s s c"]
     cond: VideoCond
     clip: AVClip
 
