@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 
-def mel_filterbank(n_fft: int, sample_rate: float, n_mels: int) -> np.ndarray:
+def mel_filterbank(n_fft: int, sample_rate: int | float, n_mels: int) -> np.ndarray:
     """``(n_fft // 2 + 1, n_mels)`` triangular filters evenly spaced on the HTK mel scale
     ``mel(f) = 2595 log10(1 + f / 700)`` between 0 and the Nyquist frequency."""
     if n_mels < 1 or n_fft < 2:
@@ -37,7 +37,7 @@ def log_mel(
     hop: int,
     n_fft: int,
     n_mels: int,
-    sample_rate: float,
+    sample_rate: int | float,
     n_frames: int | None = None,
     eps: float = 1e-4,
 ) -> Float[Array, "... frames n_mels"]:
