@@ -122,8 +122,9 @@ def test_region_crop_movement_map_pose_and_local_loss():
     mask = jnp.zeros((16, 16)).at[10:13, 3:6].set(1.0)
     crop = cyberhost.region_crop(img, mask, 4)
     np.testing.assert_array_equal(crop[..., 0], img[9:13, 2:6, 0])
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises((ValueError, TypeError)) as err:  # TypeError: jaxtyping checks on
         cyberhost.region_crop(img, mask[:8], 4)
+    assert "mask" in str(err.value)
     mm = cyberhost.movement_map(jnp.array([[5.0, 6.0], [9.0, 7.0]]), (1.0, 1.0), 16)[..., 0]
     assert mm[6, 7] > 0.95 and mm[6, 12] < 0.01 and mm[12, 7] < 0.01
     pm = cyberhost.pose_map(jnp.array([[3.5, 8.5]]), 16)[..., 0]
@@ -196,7 +197,7 @@ def test_guidance_combines_three_predictions_with_separate_scales():
     got = guidance.guided_eps(_fake_apply, x, t, c, audio_scale=2.5, ref_scale=0.5)
     np.testing.assert_allclose(got, e00 + 0.5 * (e01 - e00) + 2.5 * (e11 - e01), rtol=1e-6)
     np.testing.assert_allclose(
-        guidance.guided_eps(_fake_apply, x, t, c, audio_scale=1, ref_scale=1), e11, rtol=1e-6
+        guidance.guided_eps(_fake_apply, x, t, c, audio_scale=1.0, ref_scale=1.0), e11, rtol=1e-6
     )
 
 
