@@ -411,3 +411,30 @@ def plot_graph(
     ax.set_aspect("equal")
     ax.axis("off")
     return _finish(fig, ax, path, title, "", "")
+
+
+def curve_strip(
+    values: Sequence[float],
+    cursor: int,
+    *,
+    height: int,
+    width: int,
+    value_range: tuple[float, float] = (0.0, 1.0),
+) -> UInt8[np.ndarray, "h w"]:
+    """A ``uint8`` ``[height, width]`` panel drawing ``values`` as a polyline (grey) with a
+    vertical cursor (white) at index ``cursor``: a signal drawn beside video frames (e.g. the
+    audio envelope driving an avatar)."""
+    v = np.asarray(values, np.float64)
+    if v.ndim != 1 or len(v) < 2:
+        raise ValueError(f"values: shape {v.shape}, expected a 1-D series of >= 2 values")
+    if not 0 <= cursor < len(v):
+        raise ValueError(f"cursor={cursor}: expected 0..{len(v) - 1}")
+    lo, hi = value_range
+    panel = np.zeros((height, width), np.uint8)
+    xs = np.linspace(0, width - 1, len(v)).astype(int)
+    ys = (height - 1 - np.clip((v - lo) / (hi - lo), 0, 1) * (height - 1)).astype(int)
+    for k in range(len(v) - 1):
+        y0, y1 = sorted((ys[k], ys[k + 1]))
+        panel[y0 : y1 + 1, xs[k] : xs[k + 1] + 1] = 160
+    panel[:, xs[cursor]] = 255
+    return panel

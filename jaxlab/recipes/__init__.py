@@ -23,5 +23,7 @@ NAMES: dict[str, str] = {
     "metra": "metra",
     "csf": "csf",
     "planner": "planner",
+    "loopy": "loopy",
+    "cyberhost": "cyberhost",
 }
 MODULES: tuple[str, ...] = tuple(sorted(set(NAMES.values())))

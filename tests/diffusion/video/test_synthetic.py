@@ -1,0 +1,66 @@
+"""Synthetic audio-visual data: the measurements read back the known ground truth."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.diffusion.video import evaluation as E
+from jaxlab.diffusion.video import measure, synthetic
+
+
+@pytest.fixture(scope="module")
+def clips():
+    st = synthetic.AVStatic()
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    head = jax.jit(jax.vmap(lambda k: synthetic.talking_head(k, 48, st)))(keys)
+    body = jax.jit(jax.vmap(lambda k: synthetic.talking_body(k, 48, st)))(keys)
+    return head, body
+
+
+def test_talking_head_measurements_recover_the_ground_truth(clips):
+    head, _ = clips
+    assert head.frames.shape == (3, 48, 16, 16, 1) and head.waveform.shape == (3, 48 * 64)
+    assert float(jnp.abs(head.frames).max()) <= 1.0 + 1e-6
+    sync = np.asarray(E.audio_sync(head.frames, head.envelope, "head"))
+    assert (sync > 0.8).all(), sync
+    d = E.drift(head.frames, head.position, head.brightness)
+    assert float(d["head_x_err"].max()) < 0.4 and float(d["brightness_err"].max()) < 0.3
+    # the drift is slower than a clip: a period of 48..96 frames
+    x = np.asarray(head.position[..., 0])
+    assert np.abs(np.diff(x, axis=1)).max() < 2 * np.pi * 3.0 / 48 + 1e-3
+
+
+def test_talking_body_hand_follows_audio_and_blur_lowers_sharpness(clips):
+    _, body = clips
+    sync = np.asarray(E.audio_sync(body.frames, body.envelope, "body"))
+    assert (sync > 0.7).all(), sync
+    c = jax.vmap(jax.vmap(measure.body_centre))(body.frames)
+    assert float(jnp.abs(c - body.position).max()) < 1.0
+    st = synthetic.AVStatic()
+    sharp = [
+        float(
+            measure.hand_sharpness(synthetic.render_body(st, 6.5, 8.5, 0.5, 0.5, jnp.float32(s))[0])
+        )
+        for s in (0.0, 0.4, 0.8, 1.2)
+    ]
+    assert all(a > b for a, b in zip(sharp, sharp[1:], strict=False)), sharp
+
+
+def test_audio_envelope_is_in_the_waveform(clips):
+    head, _ = clips
+    from jaxlab.diffusion.video.audio import log_mel
+
+    mel = log_mel(head.waveform[0], hop=64, n_fft=128, n_mels=8, sample_rate=1600)
+    assert float(measure.correlation(jnp.exp(mel).sum(-1) ** 0.5, head.envelope[0])) > 0.9
+
+
+def test_bad_static_and_frames_raise():
+    with pytest.raises(ValueError, match="sample_rate"):
+        synthetic.AVStatic(sample_rate=1000, fps=30)
+    # a ValueError from the check, or jaxtyping's TypeError when its runtime checks are on
+    with pytest.raises((ValueError, TypeError)) as err:
+        measure.head_position(jnp.zeros((16, 8, 1)))
+    assert "frame" in str(err.value)
