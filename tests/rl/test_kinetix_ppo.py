@@ -20,7 +20,6 @@ from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
-from jaxlab.core.testing import sharded_step_matches
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import kinetix_eval as ke
 from jaxlab.rl import ppo as ppo_mod
@@ -117,25 +116,6 @@ def test_eval_command_prints_the_table(tiny_run, capsys):
     assert status == 0
     assert "checkpoint step 4" in out and "s/h2_one_wheel_car" in out
     assert "1 levels x 2 attempts" in out
-
-
-def test_data_sharded_updates_equal_one_device():
-    """Two PPO updates with the envs split over 4 simulated devices (``shard_map`` over ``data``)
-    equal the same updates on one device: metrics, parameters, Adam moments, env states, keys.
-    ``ppo.shard_invariant`` keys each env's randomness by its global index, averages the
-    advantage statistics over devices and stratifies minibatches per env (an MLP on flat
-    observations keeps the compile short; the sharding is the transformer's too)."""
-    cfg = RECIPE.config(
-        "tiny",
-        [
-            "ppo.shard_invariant=true",
-            "network.kind=mlp",
-            "env.observation_type=symbolic_flat",
-            "network.width=16",
-        ],
-    )
-    single, sharded = sharded_step_matches(RECIPE, cfg, {"mesh.data": 4}, steps=2)
-    assert int(single.update) == int(sharded.update) == 2
 
 
 def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
