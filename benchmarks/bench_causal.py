@@ -51,7 +51,18 @@ def _triples(rng, d, q, max_s):
     return out
 
 
+def _causallearn():
+    """The peer package, or a clear error naming the extra that brings it."""
+    try:
+        import causallearn  # noqa: F401  (PyPI: causal-learn)
+    except ImportError as err:
+        raise SystemExit(
+            "bench_causal compares with causal-learn: pip install 'jaxlab[bench]'"
+        ) from err
+
+
 def bench_ci(quick: bool):
+    _causallearn()
     from causallearn.utils.cit import CIT
 
     rng = np.random.default_rng(0)
@@ -244,6 +255,7 @@ def bench_fci_parity(quick: bool):
     import contextlib
     import io
 
+    _causallearn()
     from causallearn.search.ConstraintBased.FCI import fci as cl_fci
 
     from jaxlab.causal.fci import fci

@@ -183,6 +183,29 @@ class TeacherState:
     hparams: dict
 
 
+def _teacher_update(state, loss_fn, opt, spec):
+    """One teacher step (learning rate traced in ``state.hparams``) that also stores the params
+    in the snapshot buffer every ``spec.every`` steps and records the loss: the teachers of every
+    task keep their whole trajectory this way."""
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    updates, opt_state = opt.update(grads, state.opt_state, state.params)
+    lr = state.hparams["teacher_lr"]
+    params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
+    done = state.step + 1
+    write = done % spec.every == 0
+    index = jnp.maximum(done // spec.every - 1, 0)
+    snapshots = jax.tree.map(
+        lambda buf, p: buf.at[index].set(jnp.where(write, p, buf[index])),
+        state.snapshots,
+        params,
+    )
+    losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
+    new = state.replace(
+        params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
+    )
+    return new, {"loss": loss}
+
+
 def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each step's batch is split over the data
     axes, the parameters are replicated)."""
@@ -222,23 +245,7 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
             logits = teacher.apply(p, x)
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-        loss, grads = jax.value_and_grad(loss_fn)(state.params)
-        updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        lr = state.hparams["teacher_lr"]
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
-        done = state.step + 1
-        write = done % spec.every == 0
-        index = jnp.maximum(done // spec.every - 1, 0)
-        snapshots = jax.tree.map(
-            lambda buf, p: buf.at[index].set(jnp.where(write, p, buf[index])),
-            state.snapshots,
-            params,
-        )
-        losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
-        new = state.replace(
-            params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
-        )
-        return new, {"loss": loss}
+        return _teacher_update(state, loss_fn, opt, spec)
 
     @jax.jit
     def _accuracy(params):
@@ -455,23 +462,7 @@ def build_pcfg(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
         def loss_fn(p):
             return pd.mlm_metrics(teacher, p, b)[0]
 
-        loss, grads = jax.value_and_grad(loss_fn)(state.params)
-        updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        lr = state.hparams["teacher_lr"]
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: lr * u, updates))
-        done = state.step + 1
-        write = done % spec.every == 0
-        index = jnp.maximum(done // spec.every - 1, 0)
-        snapshots = jax.tree.map(
-            lambda buf, p: buf.at[index].set(jnp.where(write, p, buf[index])),
-            state.snapshots,
-            params,
-        )
-        losses = state.losses.at[jnp.minimum(state.step, spec.steps - 1)].set(loss)
-        new = state.replace(
-            params=params, opt_state=opt_state, step=done, snapshots=snapshots, losses=losses
-        )
-        return new, {"loss": loss}
+        return _teacher_update(state, loss_fn, opt, spec)
 
     @jax.jit
     def _accuracy(params, eval_batch):

@@ -14,8 +14,7 @@ from jaxlab import envs
 from jaxlab.core import loop
 from jaxlab.core.config import ConfigError
 from jaxlab.core.tracking import read_metrics
-from jaxlab.recipes.csf import RECIPE as CSF
-from jaxlab.recipes.metra import RECIPE as METRA
+from jaxlab.recipes.skills import CSF, METRA
 
 
 @pytest.fixture(scope="module")
