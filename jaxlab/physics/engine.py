@@ -42,6 +42,7 @@ from jaxlab.physics.joints import (
     resolve_joint_dynamic,
     unpack_frame,
 )
+from jaxlab.physics.solver_lanes import solve_iterations
 from jaxlab.physics.state import (
     CollisionManifold,
     RigidBody,
@@ -101,8 +102,12 @@ def step(
             actions.
         solver: ``"fast"`` (default) or ``"reference"``. Both run the same updates in the same
             order; ``"reference"`` mirrors Jax2D's array layout (scans, gathers, scatters) and
-            matches it to float32 round-off, ``"fast"`` fuses the sequential solver and may
-            differ by round-off in sums of simultaneous contact impulses.
+            matches it to float32 round-off; ``"fast"`` solves each contact batch over all its
+            pair slots with non-members masked, with the scenes of a ``vmap`` on the minor axis
+            (``solver_lanes``; sizes with at most two batches per pair type, else a
+            scene-major layout with batch gathers), and may differ by round-off (its trajectories stay
+            within the original's own one-extra-iteration sensitivity, see
+            ``tests/physics/test_fidelity.py``).
 
     Returns:
         ``(new_state, (rr, cr, cc))``: the solved manifolds of this step, polygon-polygon ones
@@ -115,8 +120,8 @@ def step(
             f"actions has shape {actions.shape}; expected ({sp.num_joints + sp.num_thrusters},) "
             "= num_joints + num_thrusters"
         )
-    if solver not in ("fast", "reference"):
-        raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
+    if solver not in _SOLVERS:
+        raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
     motor_actions = actions[:J]
     thruster_actions = actions[J:]
     cc, cr, rr = pair_indices(sp)
@@ -198,9 +203,6 @@ def step(
 
     # 6. Solver iterations.
     rr_active = m_rr.active[:, 0] | m_rr.active[:, 1]
-    b_rr = batch_order(rr_active, bs)
-    b_cr = batch_order(m_cr.active, bs)
-    b_cc = batch_order(m_cc.active, bs)
     acc0 = (
         m_rr.acc_impulse_normal,
         m_rr.acc_impulse_tangent,
@@ -211,17 +213,56 @@ def step(
     )
     jstate0 = (joints.global_position, joints.acc_impulse, joints.acc_r_impulse)
     if solver == "reference":
+        b_rr = batch_order(rr_active, bs)
+        b_cr = batch_order(m_cr.active, bs)
+        b_cc = batch_order(m_cc.active, bs)
         contacts = ((rows_rr[0], rows_rr[1], b_rr), (rows_cr, b_cr), (rows_cc, b_cc))
         pos, vel, ang, jstate, acc = _solve_reference(
             pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
         )
+    elif _lanes_pays(sp):
+        member_rr = batch_membership(rr_active, bs)
+        passes = (
+            (rows_rr[0], member_rr, (rr[:, 0], rr[:, 1])),
+            (rows_rr[1], member_rr, (rr[:, 0], rr[:, 1])),
+            (rows_cr, batch_membership(m_cr.active, bs), (cr[:, 0] + P, cr[:, 1])),
+            (rows_cc, batch_membership(m_cc.active, bs), (cc[:, 0] + P, cc[:, 1] + P)),
+        )
+        accs = (
+            jnp.stack([acc0[0][:, 0], acc0[1][:, 0]], -1),
+            jnp.stack([acc0[0][:, 1], acc0[1][:, 1]], -1),
+            jnp.stack([acc0[2], acc0[3]], -1),
+            jnp.stack([acc0[4], acc0[5]], -1),
+        )
+        frames = _joint_frames(bodies, joints, params, J)
+        pos, vel, ang, jstate, accs = solve_iterations(
+            pos,
+            vel,
+            ang,
+            jstate0,
+            accs,
+            frames,
+            joints.a_index,
+            joints.b_index,
+            passes,
+            params,
+            sp,
+        )
+        acc = (
+            jnp.stack([accs[0][:, 0], accs[1][:, 0]], -1),
+            jnp.stack([accs[0][:, 1], accs[1][:, 1]], -1),
+            accs[2][:, 0],
+            accs[2][:, 1],
+            accs[3][:, 0],
+            accs[3][:, 1],
+        )
     else:
         contacts = (
-            (rows_rr[0], rows_rr[1], (batch_membership(rr_active, bs), b_rr)),
-            (rows_cr, (batch_membership(m_cr.active, bs), b_cr)),
-            (rows_cc, (batch_membership(m_cc.active, bs), b_cc)),
+            (rows_rr[0], rows_rr[1], (batch_membership(rr_active, bs), batch_order(rr_active, bs))),
+            (rows_cr, (batch_membership(m_cr.active, bs), batch_order(m_cr.active, bs))),
+            (rows_cc, (batch_membership(m_cc.active, bs), batch_order(m_cc.active, bs))),
         )
-        pos, vel, ang, jstate, acc = _solve_fast(
+        pos, vel, ang, jstate, acc = _solve_packed(
             pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
         )
     m_rr = m_rr.replace(acc_impulse_normal=acc[0], acc_impulse_tangent=acc[1])
@@ -257,6 +298,33 @@ def step(
         thruster=th.replace(global_position=pos[th_idx] + rotate(rot[th_idx], th.relative_position))
     )
     return state, (jax.tree.map(lambda x: x[:, 0], m_rr), m_cr, m_cc)
+
+
+_SOLVERS = ("fast", "reference")
+
+# The lanes layout solves every batch of a pair type over all its pair slots (non-members
+# masked); with more batches than this per pair type, gathering each batch's rows in the
+# scene-major layout is faster (L sizes: 4 polygon-polygon and 3 circle-polygon batches).
+_LANES_MAX_BATCHES = 2
+
+
+def _lanes_pays(sp: StaticSimParams) -> bool:
+    """Whether the fast solver runs in the lanes-last layout (``solver_lanes``) for ``sp``."""
+    cc, cr, rr = pair_indices(sp)
+    n_batches = max(-(-len(x) // sp.solver_batch_size) for x in (cc, cr, rr))
+    return n_batches <= _LANES_MAX_BATCHES
+
+
+def _joint_frames(bodies, joints, params, num_joints):
+    """Packed per-joint frames [J, 14] (the joint quantities fixed during the iterations)."""
+
+    def frame(j):
+        jt = jax.tree.map(lambda x: x[j], joints)
+        a = jax.tree.map(lambda x: x[jt.a_index], bodies)
+        b = jax.tree.map(lambda x: x[jt.b_index], bodies)
+        return joint_frame(a, b, jt, params)
+
+    return pack_frame(jax.vmap(frame)(jnp.arange(num_joints)))
 
 
 def _view(bodies: RigidBody, i, position, velocity, angular_velocity) -> RigidBody:
@@ -311,8 +379,10 @@ def _solve_reference(pos, vel, ang, jstate, acc, bodies, joints, contacts, param
     return pos, vel, ang, jstate, acc
 
 
-def _solve_fast(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp):
-    """Solver iterations with the same updates in the same order as ``_solve_reference``.
+def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp):
+    """Solver iterations in the scene-major layout, for sizes whose pair types span several
+    solver batches (see ``_LANES_MAX_BATCHES``); same updates in the same order as
+    ``_solve_reference``.
 
     Body state is packed as ``(x, y, v_x, v_y, w)`` [N, 5]; per-joint quantities that only
     depend on rotations and masses are computed and packed once per step. A pair type that fits
@@ -337,13 +407,7 @@ def _solve_fast(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, sp
         (rows_cc, member_cc),
     )
 
-    def frame(j):
-        jt = jax.tree.map(lambda x: x[j], joints)
-        a = jax.tree.map(lambda x: x[jt.a_index], bodies)
-        b = jax.tree.map(lambda x: x[jt.b_index], bodies)
-        return joint_frame(a, b, jt, params)
-
-    frames = pack_frame(jax.vmap(frame)(jnp.arange(J)))
+    frames = _joint_frames(bodies, joints, params, J)
     gpos, jacc, jacc_r = jstate
     jpacked = jnp.concatenate([gpos, jacc, jacc_r[:, None]], -1)
     body = jnp.concatenate([pos, vel, ang[:, None]], -1)
@@ -417,8 +481,8 @@ def make_step(static_params: StaticSimParams, *, solver: str = "fast"):
     ``PhysicsEngine(static_params).step``)."""
     if not isinstance(static_params, StaticSimParams):
         raise ValueError(f"static_params={static_params!r}; expected a StaticSimParams")
-    if solver not in ("fast", "reference"):
-        raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
+    if solver not in _SOLVERS:
+        raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
 
     @jax.jit
     def _step(state: SimState, params: SimParams, actions):
@@ -431,8 +495,8 @@ class PhysicsEngine:
     """Jax2D-style engine object: ``PhysicsEngine(static_params).step(state, params, actions)``."""
 
     def __init__(self, static_params: StaticSimParams, *, solver: str = "fast"):
-        if solver not in ("fast", "reference"):
-            raise ValueError(f"solver={solver!r}; expected 'fast' or 'reference'")
+        if solver not in _SOLVERS:
+            raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
         self.static_sim_params = static_params
         self.solver = solver
 
