@@ -40,8 +40,9 @@ def test_tiny_maze_preset_runs_evaluates_and_draws(full):
 
 
 def test_resume_is_bit_identical(full, tmp_path):
-    """A copy of the full run cut back to its mid-run checkpoint (step 4: the step-8 checkpoint
-    and metrics removed) resumes to step 8 bit-identical to the uninterrupted run."""
+    """A copy of the full run cut back to its mid-run checkpoint (its step-8 checkpoint removed;
+    the loop drops the metrics rows past step 4) resumes to step 8 bit-identical to the
+    uninterrupted run."""
     result, parts = full
     cfg = RECIPE.config("tiny")
     shutil.copytree(result.run_dir, tmp_path / "resumed")
@@ -50,8 +51,11 @@ def test_resume_is_bit_identical(full, tmp_path):
     shutil.rmtree(ckpts / "8")
     resumed = loop.run(RECIPE, cfg, tmp_path / "resumed", parts=parts)
     assert resumed.step == result.step == 8
-    steps = [r["step"] for r in read_metrics(tmp_path / "resumed") if "steps_per_s" in r]
-    assert steps == [4, 8], steps  # step 4's row kept from before the cut, step 8's rewritten
+    rows = [r for r in read_metrics(tmp_path / "resumed") if "steps_per_s" in r]
+    before = [r for r in read_metrics(result.run_dir) if "steps_per_s" in r]
+    assert [r["step"] for r in rows] == [4, 8], rows
+    # step 4's row (with its measured speed) is the original one: the run resumed, not restarted
+    assert rows[0] == before[0]
     a = run.open_run(result.run_dir).state
     b = run.open_run(tmp_path / "resumed").state
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
