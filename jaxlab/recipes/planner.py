@@ -4,9 +4,11 @@ driving world (``jaxlab.envs.driving``) and evaluated in closed loop.
 Data: the rule-based expert (route choice with known proportions, IDM speed control) is rolled out
 on ``n_scenes`` procedurally generated scenes (:func:`jaxlab.envs.driving_eval.expert_logs`); every
 step of every rollout is a sample (scene tokens, the agents' logged futures). The logs are made
-once, lazily, when the train step is first traced (so building the recipe stays cheap), and kept on
-the device; each step draws its batch from them with the state's key (split over the mesh's data
-axes; parameters replicated). Training: the x_0 loss with neighbour validity masks, AdamW with a
+once on the host, when the data iterator is first created (so building or lowering the recipe stays
+cheap; cached per world and size, so runs differing only in mesh or optimiser share them), and
+served by a grain loader (shuffled, repeated, batched; its position is checkpointed with the run):
+the batch is an input of the train step, split over the mesh's data axes (parameters replicated),
+never a constant of the compiled program. Training: the x_0 loss with neighbour validity masks, AdamW with a
 linear warm-up then constant rate (the traced ``lr``), EMA of the weights used for sampling.
 
 Evaluation: open-loop ADE/FDE of the sampled ego plans against held-out expert logs and the
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import flax.struct
+import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +37,8 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.run import batch_spec
+from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.diffusion import planner as pl
 from jaxlab.envs import driving_eval as de
 from jaxlab.envs.driving import DrivingStatic, DrivingWorld, make_driving
@@ -117,25 +121,29 @@ def world(cfg: PlannerRecipeConfig) -> tuple[DrivingWorld, Any]:
     return env, params
 
 
-def expert_data(cfg: PlannerRecipeConfig, split: str = "train") -> dict[str, jax.Array]:
-    """Expert logs of the run's world (concrete arrays, also when called under a trace; cached on
-    the fields that define them, so runs differing only in mesh or optimiser share them)."""
+def expert_data(cfg: PlannerRecipeConfig, split: str = "train") -> dict[str, np.ndarray]:
+    """Expert logs of the run's world as host (NumPy) arrays, ``split`` "train" (``n_scenes``
+    rollouts) or "valid" (``max(eval_scenes, 8)`` rollouts of other scenes). Cached on the fields
+    that define them, so runs differing only in mesh or optimiser share them; both splits share
+    one compiled generator when their sizes agree."""
     m = cfg.model
     sizes = (m.n_neighbours, m.n_static, m.n_lanes, m.lane_points, m.history, m.horizon)
-    return _expert_data(
-        sizes,
-        cfg.scene_type,
-        cfg.route_visible,
-        cfg.n_scenes,
-        cfg.eval_scenes,
-        cfg.log_steps,
-        cfg.seed,
-        split,
-    )
+    seed = cfg.seed if split == "train" else cfg.seed + 10_000
+    n = cfg.n_scenes if split == "train" else max(cfg.eval_scenes, 8)
+    return _expert_data(sizes, cfg.scene_type, cfg.route_visible, n, cfg.log_steps, seed)
 
 
 @functools.cache
-def _expert_data(sizes, scene_type, route_visible, n_scenes, eval_scenes, log_steps, seed, split):
+def _expert_data(sizes, scene_type, route_visible, n_scenes, log_steps, seed):
+    gen = _expert_generator(sizes, scene_type, route_visible, n_scenes, log_steps)
+    logs = jax.device_get(gen(jax.random.PRNGKey(seed)))
+    pl.check_finite("future", logs["future"])
+    return logs
+
+
+@functools.cache
+def _expert_generator(sizes, scene_type, route_visible, n_scenes, log_steps):
+    """The jitted ``key -> expert logs`` of one world and size (compiled once per process)."""
     n_nb, _, _, _, history, horizon = sizes
     env, params = make_driving(
         auto_reset=False,
@@ -145,13 +153,43 @@ def _expert_data(sizes, scene_type, route_visible, n_scenes, eval_scenes, log_st
         horizon=horizon,
         history=history,
     )
-    seed = seed if split == "train" else seed + 10_000
-    n = n_scenes if split == "train" else max(eval_scenes, 8)
-    gen = jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=n, steps=log_steps))
-    with jax.ensure_compile_time_eval():
-        logs = gen(jax.random.PRNGKey(seed))
-    pl.check_finite("future", logs["future"])
-    return logs
+    return jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=n_scenes, steps=log_steps))
+
+
+BATCH_KEYS: tuple[str, ...] = (*pl.SCENE_KEYS, "future")
+
+
+def abstract_batch(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> dict:
+    """One step's global batch (scene tokens and ``future``), split over the mesh's data axes."""
+    shapes = cfg.model.input_shapes()
+    m = cfg.model
+    shapes["future"] = (1 + m.n_neighbours, m.horizon, 4)
+    example = {
+        k: jax.ShapeDtypeStruct(
+            (cfg.batch_size,) + shapes[k], np.bool_ if k.endswith("_valid") else np.float32
+        )
+        for k in BATCH_KEYS
+    }
+    return batch_spec(example, mesh)
+
+
+def train_iterator(
+    cfg: PlannerRecipeConfig, *, shard_index: int = 0, shard_count: int = 1
+) -> grain.DatasetIterator:
+    """Checkpointable iterator of training batches: the expert samples (this host's shard)
+    shuffled with the run's seed, repeated, ``batch_size // shard_count`` indices per batch, then
+    gathered (``{key: array[indices]}`` for :data:`BATCH_KEYS`)."""
+    if cfg.batch_size % shard_count:
+        raise ConfigError("batch_size", cfg.batch_size, f"a multiple of the {shard_count} hosts")
+    data = expert_data(cfg)
+    n = data["future"].shape[0]
+
+    def gather(idx: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: data[k][idx] for k in BATCH_KEYS}
+
+    ds = grain.MapDataset.range(n)[shard_index::shard_count].shuffle(seed=cfg.seed).repeat()
+    ds = ds.batch(cfg.batch_size // shard_count, drop_remainder=True).map(gather)
+    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
 
 
 def scene_of(batch: dict) -> dict:
@@ -200,15 +238,8 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
             hparams={"lr": jnp.float32(cfg.lr)},
         )
 
-    def train_step(state: PlannerState, batch=None):
-        del batch
-        data = expert_data(cfg)
-        n = data["future"].shape[0]
-        key, ki, kl = jax.random.split(state.key, 3)
-        idx = jax.random.randint(ki, (cfg.batch_size,), 0, n)
-        b = {k: v[idx] for k, v in data.items() if k != "scene_type"}
-        if mesh is not None:
-            b = jax.tree.map(lambda v: constrain_leading(v, mesh), b)
+    def train_step(state: PlannerState, b: dict):
+        key, kl = jax.random.split(state.key)
         opt = _optimizer(cfg, state.hparams["lr"])
         (loss, aux), grads = jax.value_and_grad(pl.planner_loss, has_aux=True)(
             state.params, kl, scene_of(b), b["future"], m
@@ -235,7 +266,11 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=init,
         train_step=train_step,
+        abstract_batch=abstract_batch(cfg, mesh),
         state_sharding=lambda abstract: state_shardings(abstract, mesh),
+        data=lambda: train_iterator(
+            cfg, shard_index=jax.process_index(), shard_count=jax.process_count()
+        ),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(cfg.batch_size, "ex"),

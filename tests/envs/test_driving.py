@@ -70,7 +70,7 @@ def test_sat_separation_is_exact_for_aligned_boxes():
 def test_render_and_bad_input(expert_run):
     env, params, st, *_ = expert_run
     one = jax.tree.map(lambda x: x[0], st)
-    plan = np.asarray(env.expert_plan(one, params))
+    plan = np.asarray(jax.jit(env.expert_plan)(one, params))  # one program, not op by op
     img = env.render(one, plan=plan, size=64)
     assert img.shape == (64, 64, 3) and img.dtype == np.uint8
     assert np.any(np.all(img == (40, 110, 240), -1))  # the ego

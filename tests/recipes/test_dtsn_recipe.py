@@ -1,42 +1,62 @@
 """dtsn recipe end to end: the tiny presets train through the shared loop, evaluate on held-out
 layouts/instances and write the GIF; a run resumed from its mid-run checkpoint ends bit-identical
-to an uninterrupted one."""
+to an uninterrupted one (one shared maze run: the resumed run is a copy of it cut back to step 4)."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
 import pytest
 
-from jaxlab.core import config as C
 from jaxlab.core import loop, run
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.tracking import read_metrics
 
 RECIPE = recipe_lib.get("dtsn")
 
 
-def test_tiny_maze_preset_runs_evaluates_and_draws(tmp_path):
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """One tiny maze run (checkpoints at steps 4 and 8), shared by the tests of this module; its
+    parts are kept so that a resumed run reuses the compiled evaluation."""
     cfg = RECIPE.config("tiny")
-    result = loop.run(RECIPE, cfg, tmp_path)
+    parts = run.build(RECIPE, cfg)
+    return loop.run(RECIPE, cfg, tmp_path_factory.mktemp("full"), parts=parts), parts
+
+
+def test_tiny_maze_preset_runs_evaluates_and_draws(full):
+    result, _ = full
+    cfg = RECIPE.config("tiny")
     assert result.step == cfg.loop.total_steps
     m = result.eval_metrics
     assert 0.0 <= m["success_rate"] <= 1.0 and m["path_length_ratio"] >= 0.0
-    out = json.loads((tmp_path / "results.json").read_text())
+    out = json.loads((result.run_dir / "results.json").read_text())
     assert out["method"] == "dtsn" and out["gif"]["steps"] >= 1
     from PIL import Image
 
-    with Image.open(tmp_path / "episode.gif") as gif:  # PIL merges repeated frames
+    with Image.open(result.run_dir / "episode.gif") as gif:  # PIL merges repeated frames
         assert 1 <= gif.n_frames <= out["gif"]["steps"] + 1 and gif.size == (144, 144)
 
 
-def test_resume_is_bit_identical(tmp_path):
-    cfg = C.replace(RECIPE.config("tiny"), **{"gif": False})
-    full = loop.run(RECIPE, cfg, tmp_path / "full")
-    half = C.replace(cfg, **{"loop.total_steps": 4})
-    loop.run(RECIPE, half, tmp_path / "resumed")
-    resumed = loop.run(RECIPE, cfg, tmp_path / "resumed")
-    assert resumed.step == full.step == 8
-    a = run.open_run(tmp_path / "full").state
+def test_resume_is_bit_identical(full, tmp_path):
+    """A copy of the full run cut back to its mid-run checkpoint (its step-8 checkpoint removed;
+    the loop drops the metrics rows past step 4) resumes to step 8 bit-identical to the
+    uninterrupted run."""
+    result, parts = full
+    cfg = RECIPE.config("tiny")
+    shutil.copytree(result.run_dir, tmp_path / "resumed")
+    ckpts = tmp_path / "resumed" / "checkpoints"
+    assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 8]
+    shutil.rmtree(ckpts / "8")
+    resumed = loop.run(RECIPE, cfg, tmp_path / "resumed", parts=parts)
+    assert resumed.step == result.step == 8
+    rows = [r for r in read_metrics(tmp_path / "resumed") if "steps_per_s" in r]
+    before = [r for r in read_metrics(result.run_dir) if "steps_per_s" in r]
+    assert [r["step"] for r in rows] == [4, 8], rows
+    # step 4's row (with its measured speed) is the original one: the run resumed, not restarted
+    assert rows[0] == before[0]
+    a = run.open_run(result.run_dir).state
     b = run.open_run(tmp_path / "resumed").state
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(_raw(x), _raw(y))

@@ -211,11 +211,11 @@ def test_rollout_scan_equals_a_loop_over_clips_with_sliding_motion_frames():
     got = jax.jit(lambda k: rollout.rollout(k, _fake_apply, c, audio_all, 3, **kw))(
         jax.random.PRNGKey(9)
     )
+    # the reference: a Python loop over clips, each clip one jitted call (compiled once)
+    one_clip = jax.jit(lambda k, cond: rollout.generate_clip(k, _fake_apply, cond, **kw))
     buf, clips = c.motion, []
     for i, k in enumerate(jax.random.split(jax.random.PRNGKey(9), 3)):
-        clip = rollout.generate_clip(
-            k, _fake_apply, c.replace(audio=audio_all[:, 2 * i : 2 * i + 2], motion=buf), **kw
-        )
+        clip = one_clip(k, c.replace(audio=audio_all[:, 2 * i : 2 * i + 2], motion=buf))
         clips.append(clip)
         buf = jnp.concatenate([buf, clip], 1)[:, -3:]
     np.testing.assert_allclose(got, jnp.concatenate(clips, 1), rtol=2e-4, atol=1e-4)

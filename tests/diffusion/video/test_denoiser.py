@@ -30,6 +30,10 @@ NET = VideoNetConfig(
 def model():
     net = VideoDenoiser(NET)
     ex = make_batch(jax.random.PRNGKey(0), 2, NET, AvatarTask("head"))
+    # explicit keep flags (None means all kept): every call below has one input structure, so
+    # the jitted apply compiles once
+    on = jnp.ones((2,), bool)
+    ex = ex.replace(cond=ex.cond.replace(audio_keep=on, ref_keep=on))
     params = jax.jit(net.init)(jax.random.PRNGKey(1), ex.x0, jnp.ones((2,)), ex.cond)
     # make the zero-initialised output layers non-zero so every path reaches the output
     params = jax.tree.map(lambda p: p + 0.05 * jnp.sin(jnp.arange(p.size).reshape(p.shape)), params)
