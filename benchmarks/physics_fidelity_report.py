@@ -11,11 +11,13 @@ per size and variant with the median and maximum over levels.
 Usage (repository root, project venv)::
 
     python benchmarks/physics_fidelity_report.py [--sizes s,m,l] [--solver fast|reference]
+        [--sensitivity]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -33,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="s,m,l")
     parser.add_argument("--solver", default="fast", choices=("fast", "reference"))
+    parser.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="also the original's own one-extra-iteration sensitivity per level: the reference "
+        "solver (Jax2D's layout) with num_solver_iterations + 1 against the same fixtures",
+    )
     args = parser.parse_args(argv)
     summaries = []
     for size in args.sizes.lower().split(","):
@@ -40,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         batch = SizeBatch(size)
         dev = deviations(batch, args.solver)
         wall = time.perf_counter() - t0
+        sens = None
+        if args.sensitivity:
+            plus_one = SizeBatch(size)
+            plus_one.static_params = dataclasses.replace(
+                batch.static_params,
+                num_solver_iterations=batch.static_params.num_solver_iterations + 1,
+            )
+            sens = deviations(plus_one, "reference")
         for variant, d in dev.items():
             table = {h: max_up_to(d, h) for h in HORIZONS_S}
             for i, name in enumerate(batch.names):
@@ -49,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                 rec["variant"] = variant
                 rec.update({f"max_dev_{h:g}s": _num(table[h][i]) for h in HORIZONS_S})
                 rec["dev_step1"] = _num(d[i, 0])
+                if sens is not None:
+                    rec["sensitivity_1s"] = _num(max_up_to(sens[variant], 1.0)[i])
+                    rec["within_sensitivity_1s"] = bool(
+                        table[1.0][i] <= max(max_up_to(sens[variant], 1.0)[i], 1e-5)
+                    )
                 emit(rec)
             summary = {
                 "what": "fidelity_summary",
@@ -65,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
                 summary[f"median_{h:g}s"] = _num(np.nanmedian(col))
                 summary[f"max_{h:g}s"] = _num(np.nanmax(col))
                 summary[f"worst_{h:g}s"] = batch.names[int(np.nanargmax(col))]
+            if sens is not None:
+                within = [
+                    table[1.0][i] <= max(max_up_to(sens[variant], 1.0)[i], 1e-5)
+                    for i in range(len(batch.names))
+                    if not np.isnan(table[1.0][i])
+                ]
+                summary["levels_within_sensitivity_1s"] = f"{sum(within)}/{len(within)}"
             summary["wall_s"] = round(wall, 1)
             summaries.append(summary)
     for s in summaries:

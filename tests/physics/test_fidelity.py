@@ -31,17 +31,15 @@ from jaxlab.benchmarks.physics_fixtures import fixture_paths
 
 STEP1_TOL = 1e-5  # measured max over all 74 levels and both variants: 2.4e-7
 # horizon (s): (bound on the median level, bound on every level)
-# Measured (CPU) running max over steps so far, worst size/variant:
+# Measured (CPU) running max over steps so far, worst size/variant (fast and reference alike):
 #   median level: 0.5 s 1.1e-6, 1 s 3.3e-6, 2 s 1.8e-5, 4 s 2.5e-6 (zero actions only)
-#   worst level:  0.5 s 4.8e-5, 1 s 1.5e-2, 2 s 3.3e-2 (reference, l_mjc_walker, +1) and
-#   1.2e-1 (fast, l_grasp_easy, +1: its trajectory depends on the last bit of the impulse sums;
-#   the original's own one-extra-iteration sensitivity on that level is 3.9 m at 2 s), 4 s 5.6e-2
+#   worst level:  0.5 s 4.8e-5, 1 s 1.5e-2, 2 s 3.3e-2 (l_mjc_walker, +1), 4 s 5.6e-2
 # Both solvers stay within the original's one-extra-iteration sensitivity at 1 s on every level
 # (benchmarks/physics_fidelity_report.py --sensitivity).
 BOUNDS = {
     0.5: (1e-5, 1e-3),
     1.0: (2e-5, 5e-2),
-    2.0: (1e-4, 2.5e-1),
+    2.0: (1e-4, 1e-1),
     4.0: (1e-4, 2.5e-1),
 }
 # At 2 s, at most one level in ten drifts beyond 1e-3 (measured: 0-1 per size and variant,
@@ -57,7 +55,9 @@ def _batch(size: str) -> SizeBatch:
 
 @pytest.fixture(
     scope="module",
-    params=[(s, solver) for s in ("s", "m", "l") for solver in ("fast", "reference")],
+    # The reference solver at L costs the largest compile and L's fast solver uses the same
+    # scene-major layout (engine._lanes_pays); its L figures are in the report script.
+    params=[("s", "fast"), ("s", "reference"), ("m", "fast"), ("m", "reference"), ("l", "fast")],
     ids=lambda p: "-".join(p),
 )
 def size_run(request):
