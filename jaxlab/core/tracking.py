@@ -26,7 +26,9 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _scalar(v: Any) -> float | int | None:
+def _scalar(v: Any) -> float | int | str | None:
+    """``v`` as a JSON scalar: a number, ``"nan"``/``"inf"``/``"-inf"`` for a non-finite one (JSON
+    has none), or None when ``v`` is not a scalar."""
     arr = np.asarray(v)
     if arr.size != 1:
         return None
