@@ -21,7 +21,7 @@ import numpy as np
 class Backend(Protocol):
     """One sink of scalar metrics."""
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None: ...
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -47,7 +47,7 @@ class JsonlBackend:
         self.path = Path(run_dir) / "metrics.jsonl"
         self._f = open(self.path, "a", buffering=1)
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
         row = {"step": int(step), "time": round(time.time(), 3)}
         row.update(metrics)
         self._f.write(json.dumps(row) + "\n")
@@ -66,7 +66,7 @@ class TensorBoardBackend:
             raise ImportError("TensorBoard tracking needs `pip install jaxlab[tb]`") from e
         self._w = SummaryWriter(str(Path(run_dir) / "tb"))
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
         for k, v in metrics.items():
             if isinstance(v, int | float):
                 self._w.add_scalar(k, v, step)

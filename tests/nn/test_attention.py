@@ -189,7 +189,7 @@ def test_cross_attention_refuses_bad_inputs(data):
     with pytest.raises(ValueError, match="causal=True"):
         causal.init(jax.random.key(0), x, context=ctx)
     layer = MultiHeadAttention(n_heads=H, head_dim=K, causal=False, use_rope=False)
-    with pytest.raises(ValueError, match="context_mask: got shape"):
+    with pytest.raises(ValueError, match="context_mask: got shape"), checks_off():
         layer.init(jax.random.key(0), x, context=ctx, context_mask=jnp.ones((B, 4), bool))
     with pytest.raises(ValueError, match=r"context: got shape \(1, 3, 4\)"), checks_off():
         layer.init(jax.random.key(0), x, context=ctx[:1])  # the layer's own validation
