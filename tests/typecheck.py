@@ -27,11 +27,13 @@ so a wrong shape, dtype or type at a module boundary fails the test that passed 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import jaxtyping
 from beartype import BeartypeConf, beartype
 
 _CONF = BeartypeConf(is_pep484_tower=True)
@@ -77,6 +79,20 @@ def unchecked(fn: Callable[..., Any]) -> Callable[..., Any]:
     while _is_jaxtyped_wrapper(fn):
         fn = fn.__wrapped__
     return fn
+
+
+@contextlib.contextmanager
+def checks_off() -> Iterator[None]:
+    """The runtime checks off inside the block (jaxtyping's ``jaxtyping_disable``, read per call).
+
+    :func:`unchecked` for what a test cannot unwrap: a flax module's ``__call__`` reached through
+    ``init``/``apply``, whose own validation (bad input -> its named error) the test exercises."""
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", before)
 
 
 def _is_jaxtyped_wrapper(fn: Any) -> bool:

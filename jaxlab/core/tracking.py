@@ -21,12 +21,14 @@ import numpy as np
 class Backend(Protocol):
     """One sink of scalar metrics."""
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None: ...
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None: ...
 
     def close(self) -> None: ...
 
 
-def _scalar(v: Any) -> float | int | None:
+def _scalar(v: Any) -> float | int | str | None:
+    """``v`` as a JSON scalar: a number, ``"nan"``/``"inf"``/``"-inf"`` for a non-finite one (JSON
+    has none), or None when ``v`` is not a scalar."""
     arr = np.asarray(v)
     if arr.size != 1:
         return None
@@ -45,7 +47,7 @@ class JsonlBackend:
         self.path = Path(run_dir) / "metrics.jsonl"
         self._f = open(self.path, "a", buffering=1)
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
         row = {"step": int(step), "time": round(time.time(), 3)}
         row.update(metrics)
         self._f.write(json.dumps(row) + "\n")
@@ -64,7 +66,7 @@ class TensorBoardBackend:
             raise ImportError("TensorBoard tracking needs `pip install jaxlab[tb]`") from e
         self._w = SummaryWriter(str(Path(run_dir) / "tb"))
 
-    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
         for k, v in metrics.items():
             if isinstance(v, int | float):
                 self._w.add_scalar(k, v, step)

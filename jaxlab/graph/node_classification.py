@@ -63,6 +63,9 @@ class TrainerSpec:
     train_per_class: int = 20
     num_val: int = 500
 
+    def __post_init__(self):
+        self.check()  # a spec validates itself when made, as every config of the house does
+
     def check(self) -> None:
         """Raises ValueError naming the field for invalid settings."""
         if self.model not in ("gcn", "gprgnn"):

@@ -39,8 +39,10 @@ TARGETS = ("attention", "mlp", "experts", "head")
 CALIBRATION_COLLECTION = "quant_calibration"
 
 
-def check_bits(field: str, bits: int | None) -> None:
-    """Raises :class:`ConfigError` naming ``field`` unless ``bits`` is None or an int in [2, 32]."""
+def check_bits(field: str, bits: object) -> None:
+    """Raises :class:`ConfigError` naming ``field`` unless ``bits`` is None or an int in [2, 32].
+
+    A validator: it takes whatever a user wrote (``bits: object``) and says what is wrong."""
     if bits is None:
         return
     if isinstance(bits, bool) or not isinstance(bits, int) or not MIN_BITS <= bits <= MAX_BITS:

@@ -204,7 +204,8 @@ class EntityTransformer(nn.Module):
         d = cfg.encoder_size
         act = _activation(cfg.activation)
         lead = obs.polygons.shape[:-2]
-        obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
+        # the observation may be NumPy (a user's or a test's); the helpers below take JAX arrays
+        obs = jax.tree.map(lambda x: jnp.asarray(x).reshape((-1,) + x.shape[len(lead) :]), obs)
         b = obs.polygons.shape[0]
 
         def encode(features, name, type_id=None):

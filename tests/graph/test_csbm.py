@@ -50,7 +50,7 @@ def test_mean_degree_is_d(samples):
 def test_homophily_follows_sign_of_phi(samples):
     phis, s = samples
     for phi, a, y in zip(phis, s.adjacency, s.labels, strict=True):
-        lam, _ = lambda_mu(phi, n=N, p=P, epsilon=EPS)
+        lam, _ = lambda_mu(float(phi), n=N, p=P, epsilon=EPS)
         expected = 0.5 + float(lam) / (2 * np.sqrt(D))  # c_in / (c_in + c_out)
         h = float(edge_homophily(jnp.asarray(a), jnp.asarray(y)))
         assert h == pytest.approx(expected, abs=0.05)

@@ -10,6 +10,7 @@ import pytest
 from jaxlab.graph.csbm import CSBMParams, sample_csbm
 from jaxlab.graph.jdr import JDRParams, JDRStatic, alignment, jdr
 from jaxlab.graph.sparsify import threshold, top_k_per_column
+from tests.typecheck import unchecked
 
 
 def _np_jdr(a, x, *, iterations, l_x, l_a, eta_x, eta_a, eta_final, top_k, abs_ordering, offset):
@@ -164,6 +165,6 @@ def test_bad_settings(small_csbm, static, field):
 
 def test_bad_shapes():
     with pytest.raises(ValueError, match="adjacency"):
-        jdr(jnp.ones((3, 4)), jnp.ones((3, 2)))
+        unchecked(jdr)(jnp.ones((3, 4)), jnp.ones((3, 2)))  # its own validation
     with pytest.raises(ValueError, match="features"):
-        jdr(jnp.ones((3, 3)), jnp.ones((4, 2)))
+        unchecked(jdr)(jnp.ones((3, 3)), jnp.ones((4, 2)))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxlab.nn.attention import KVCache, MultiHeadAttention
+from tests.typecheck import checks_off
 
 B, S, D, H, K = 2, 12, 16, 2, 8
 
@@ -164,7 +165,8 @@ def test_cross_attention_matches_numpy_and_ignores_masked_context(data):
     ctx_mask[0, 4:] = False
     ctx_mask[1, [1, 3]] = False
     layer = MultiHeadAttention(n_heads=H, head_dim=K, causal=False, use_rope=False, init_std=0.2)
-    params = nn.unbox(layer.init(jax.random.key(2), x, context=ctx, context_mask=ctx_mask))
+    j = jnp.asarray  # the layer's inputs are JAX arrays (docs/types.md)
+    params = nn.unbox(layer.init(jax.random.key(2), j(x), context=j(ctx), context_mask=j(ctx_mask)))
     assert params["params"]["wk"].shape == (10, H, K) and params["params"]["wq"].shape == (D, H, K)
     apply = jax.jit(lambda prm, x, c, m: layer.apply(prm, x, context=c, context_mask=m)[0])
     y = apply(params, x, ctx, ctx_mask)
@@ -181,15 +183,15 @@ def test_cross_attention_matches_numpy_and_ignores_masked_context(data):
 
 
 def test_cross_attention_refuses_bad_inputs(data):
-    x, _ = data
-    ctx = np.zeros((B, 3, 4), np.float32)
+    x = jnp.asarray(data[0])
+    ctx = jnp.zeros((B, 3, 4), jnp.float32)
     causal = MultiHeadAttention(n_heads=H, head_dim=K, use_rope=False)
     with pytest.raises(ValueError, match="causal=True"):
         causal.init(jax.random.key(0), x, context=ctx)
     layer = MultiHeadAttention(n_heads=H, head_dim=K, causal=False, use_rope=False)
-    with pytest.raises(ValueError, match="context_mask: got shape"):
-        layer.init(jax.random.key(0), x, context=ctx, context_mask=np.ones((B, 4), bool))
-    with pytest.raises(ValueError, match=r"context: got shape \(1, 3, 4\)"):
-        layer.init(jax.random.key(0), x, context=ctx[:1])
+    with pytest.raises(ValueError, match="context_mask: got shape"), checks_off():
+        layer.init(jax.random.key(0), x, context=ctx, context_mask=jnp.ones((B, 4), bool))
+    with pytest.raises(ValueError, match=r"context: got shape \(1, 3, 4\)"), checks_off():
+        layer.init(jax.random.key(0), x, context=ctx[:1])  # the layer's own validation
     with pytest.raises(ValueError, match="context_mask: given without context"):
-        layer.init(jax.random.key(0), x, context_mask=np.ones((B, 3), bool))
+        layer.init(jax.random.key(0), x, context_mask=jnp.ones((B, 3), bool))

@@ -14,7 +14,7 @@ def test_embedding_lookup_and_tied_head():
     params = jax.jit(emb.init)(jax.random.key(0), ids)
     table = np.asarray(nn.unbox(params)["params"]["embedding"])
     assert np.abs(table).max() <= 0.06 + 1e-7  # 0.02-std normal truncated at 3σ
-    h = emb.apply(params, ids)
+    h = emb.apply(params, jnp.asarray(ids))
     np.testing.assert_array_equal(np.asarray(h), table[ids])
     logits = emb.apply(params, h, method=TokenEmbedding.attend)
     np.testing.assert_allclose(np.asarray(logits), table[ids] @ table.T, rtol=1e-5)

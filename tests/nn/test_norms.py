@@ -34,7 +34,7 @@ def test_rms_norm_matches_numpy(num_axes, names):
     )
     np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-6)
     # with unit gain the normalised axes have unit root-mean-square
-    y1 = np.asarray(layer.apply(params, x), np.float64)
+    y1 = np.asarray(layer.apply(params, jnp.asarray(x)), np.float64)
     np.testing.assert_allclose(np.sqrt(np.mean(y1**2, axis=axes)), 1.0, rtol=1e-4)
 
 

@@ -10,6 +10,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 from jaxlab.lm.moe import MoEConfig, MoEFeedForward
 from jaxlab.nn.quantization import QuantConfig, fake_quant, quantize_dequantize
+from tests.typecheck import unchecked
 
 X = jax.random.normal(jax.random.key(0), (256, 32)) * jnp.linspace(0.1, 3.0, 32)[None, :]
 
@@ -63,7 +64,7 @@ def test_bad_bits_name_the_field(bits):
     with pytest.raises(ConfigError, match="quant.w_bits"):
         QuantConfig(w_bits=bits)
     with pytest.raises(ConfigError, match="bits"):
-        quantize_dequantize(X, bits)
+        unchecked(quantize_dequantize)(X, bits)  # its own validation
 
 
 def test_unknown_or_absent_target_names_the_field():

@@ -54,7 +54,7 @@ def test_ffn_factory_replaces_the_ffn():
     block = TransformerBlock(
         n_heads=2, head_dim=8, ffn_factory=lambda: MLP(features=(48, D), activation=nn.gelu)
     )
-    x = np.ones((1, 4, D), np.float32)
+    x = jnp.ones((1, 4, D), jnp.float32)
     params = jax.eval_shape(block.init, jax.random.key(1), x)
     assert set(params["params"]["ffn"]) == {"kernel_0", "bias_0", "kernel_1", "bias_1"}
     y = jax.eval_shape(lambda p: block.apply(p, x)[0], params)
