@@ -147,18 +147,44 @@ def _multi_step(
     return jax.jit(multi, donate_argnums=0, out_shardings=out)
 
 
-_COMPILED: dict[int, dict[Any, Callable]] = {}
-"""``id(parts)`` -> the compiled multi-step functions of those parts, keyed by chunk length, data
-and state shardings; an entry is dropped when its ``Parts`` is garbage-collected."""
+_COMPILED: dict[int, list[tuple[int, bool, Any, Callable]]] = {}
+"""``id(parts)`` -> the compiled multi-step functions of those parts as ``(chunk length, with
+data, state shardings, fn)``; an entry is dropped when its ``Parts`` is garbage-collected."""
 
 
-def _compiled_for(parts: Parts) -> dict[Any, Callable]:
+def _compiled_for(parts: Parts) -> list[tuple[int, bool, Any, Callable]]:
     """The cache of compiled multi-step functions that lives as long as ``parts``."""
     key = id(parts)
     if key not in _COMPILED:
-        _COMPILED[key] = {}
+        _COMPILED[key] = []
         weakref.finalize(parts, _COMPILED.pop, key, None)
     return _COMPILED[key]
+
+
+def _same_shardings(state: Any, shardings: Any) -> bool:
+    """Whether ``state`` is placed as ``shardings`` (equivalent specs count: a restored state may
+    spell ``P()`` as ``P(None, None)``)."""
+    leaves, tree = jax.tree.flatten(state)
+    if tree != jax.tree.structure(shardings):
+        return False
+    pairs = zip(leaves, jax.tree.leaves(shardings), strict=True)
+    return all(x.sharding.is_equivalent_to(s, x.ndim) for x, s in pairs)
+
+
+def _step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Callable]:
+    """The compiled ``n``-step function of ``task`` for ``state``'s placement (compiled on first
+    use, then shared by every run given the same parts), and ``state`` relabelled with the exact
+    shardings it was compiled for so that it is not compiled again."""
+    cache = _compiled_for(task)
+    for m, d, shardings, fn in cache:
+        if m == n and d == with_data and _same_shardings(state, shardings):
+            pairs = zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True)
+            same = all(x.sharding == t for x, t in pairs)
+            return (state if same else jax.device_put(state, shardings)), fn
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    fn = _multi_step(task.train_step, n, with_data, shardings)
+    cache.append((n, with_data, shardings, fn))
+    return state, fn
 
 
 class _StopFlag:
@@ -273,7 +299,6 @@ def run(
         (run_dir / "recipe.txt").write_text(recipe.name + "\n")
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
-    compiled = _compiled_for(task)
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
     last_metrics: dict[str, Any] = {}
     eval_metrics: dict[str, Any] = {}
@@ -295,18 +320,14 @@ def run(
         with _StopFlag() as stop:
             while step < loop.total_steps:
                 n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
-                shardings = jax.tree.map(lambda x: x.sharding, state)
-                ckey = (n, data_it is not None, jax.tree.structure(shardings))
-                ckey += tuple(jax.tree.leaves(shardings))
-                if ckey not in compiled:
-                    compiled[ckey] = _multi_step(task.train_step, n, data_it is not None, shardings)
+                state, step_fn = _step_for(task, state, n, data_it is not None)
                 batches = None
                 if data_it is not None:
                     items = [next(data_it) for _ in range(n)]
                     batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
                     batches = run_lib.place_batches(batches, task.abstract_batch)
                 t0 = time.perf_counter()
-                state, metrics = compiled[ckey](state, batches)
+                state, metrics = step_fn(state, batches)
                 metrics = jax.device_get(metrics)
                 dt = time.perf_counter() - t0
                 bad, what = finite.first_bad_step(metrics, n)
