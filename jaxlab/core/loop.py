@@ -171,10 +171,17 @@ def _same_shardings(state: Any, shardings: Any) -> bool:
     return all(x.sharding.is_equivalent_to(s, x.ndim) for x, s in pairs)
 
 
+def _weak(x: Any) -> bool:
+    return bool(getattr(getattr(x, "aval", None), "weak_type", False))
+
+
 def _step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Callable]:
     """The compiled ``n``-step function of ``task`` for ``state``'s placement (compiled on first
     use, then shared by every run given the same parts), and ``state`` relabelled with the exact
     shardings it was compiled for so that it is not compiled again."""
+    # weak-typed leaves (e.g. a Python-scalar counter) come back strong from a checkpoint: make
+    # them strong here so that fresh and restored states have the same types (one compilation)
+    state = jax.tree.map(lambda x: x.astype(x.dtype) if _weak(x) else x, state)
     cache = _compiled_for(task)
     for m, d, shardings, fn in cache:
         if m == n and d == with_data and _same_shardings(state, shardings):
