@@ -116,9 +116,9 @@ def make_train(cfg: KinetixPPOConfig):
 
 
 def build(cfg: KinetixPPOConfig, mesh: jax.sharding.Mesh) -> Parts:
-    files, left_out = ke.eval_files(cfg.env, cfg.network, cfg.eval)  # refuses one now
-    ag = agent(cfg)
+    ag = agent(cfg)  # a bad env.train_levels is refused here, by its name
     update = ag.update_on(mesh)
+    files, left_out = ke.eval_files(cfg.env, cfg.network, cfg.eval)  # an unplayable eval set
     left_names = [ev.level_name(f) for f in left_out]
     max_steps = cfg.eval.max_steps or cfg.env.max_timesteps
     cache: list[ke.Evaluator] = []

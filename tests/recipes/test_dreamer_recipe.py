@@ -76,12 +76,10 @@ def test_ls_imagine_tiny_trains_and_writes_affordance_maps(tmp_path):
 
 
 def test_sequence_batch_data_parallel_equals_one_device():
-    """Each update's replayed sequences split over 4 simulated devices: two iterations (2-step
-    sequences, learning in the second) equal one device."""
-    import optax
-
+    """Each update's replayed sequences split over 4 simulated devices: four iterations
+    (learning from the fourth) equal one device."""
     from jaxlab.core.testing import sharded_step_matches
 
-    cfg = RECIPE.config("tiny", ["sequence_length=2", "context=1", "learning_starts=1"])
-    single, _ = sharded_step_matches(RECIPE, cfg, {"mesh.data": 4}, steps=2, rtol=1e-4, atol=1e-5)
-    assert int(optax.tree_utils.tree_get(single.wm_opt, "count")) == 1  # one update was compared
+    sharded_step_matches(
+        RECIPE, RECIPE.config("tiny"), {"mesh.data": 4}, steps=4, rtol=1e-4, atol=1e-5
+    )
