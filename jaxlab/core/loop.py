@@ -5,7 +5,8 @@
 
 * one compiled multi-step function per chunk length: ``lax.scan`` of ``train_step`` over ``n <= K``
   steps (``loop.steps_per_call``), jitted with the state donated, so the host dispatches once per
-  ``n`` steps;
+  ``n`` steps; these live as long as the run's :class:`~jaxlab.core.recipe.Parts`, so runs given
+  the same ``parts`` (a resume in the same process, a run continued to more steps) reuse them;
 * metrics to ``metrics.jsonl`` every ``log_every`` steps, evaluation every ``eval_every`` steps and
   at the end, user hooks ``Hook(fn, every)``;
 * checkpoints (state, data-iterator position, step, config) every ``checkpoint_every`` steps and at
@@ -31,6 +32,7 @@ import math
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,53 @@ def _multi_step(
     return jax.jit(multi, donate_argnums=0, out_shardings=out)
 
 
+_COMPILED: dict[int, list[tuple[int, bool, Any, Callable]]] = {}
+"""``id(parts)`` -> the compiled multi-step functions of those parts as ``(chunk length, with
+data, state shardings, fn)``; an entry is dropped when its ``Parts`` is garbage-collected."""
+
+
+def _compiled_for(parts: Parts) -> list[tuple[int, bool, Any, Callable]]:
+    """The cache of compiled multi-step functions that lives as long as ``parts``."""
+    key = id(parts)
+    if key not in _COMPILED:
+        _COMPILED[key] = []
+        weakref.finalize(parts, _COMPILED.pop, key, None)
+    return _COMPILED[key]
+
+
+def _same_shardings(state: Any, shardings: Any) -> bool:
+    """Whether ``state`` is placed as ``shardings`` (equivalent specs count: a restored state may
+    spell ``P()`` as ``P(None, None)``)."""
+    leaves, tree = jax.tree.flatten(state)
+    if tree != jax.tree.structure(shardings):
+        return False
+    pairs = zip(leaves, jax.tree.leaves(shardings), strict=True)
+    return all(x.sharding.is_equivalent_to(s, x.ndim) for x, s in pairs)
+
+
+def _weak(x: Any) -> bool:
+    return bool(getattr(getattr(x, "aval", None), "weak_type", False))
+
+
+def _step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Callable]:
+    """The compiled ``n``-step function of ``task`` for ``state``'s placement (compiled on first
+    use, then shared by every run given the same parts), and ``state`` relabelled with the exact
+    shardings it was compiled for so that it is not compiled again."""
+    # weak-typed leaves (e.g. a Python-scalar counter) come back strong from a checkpoint: make
+    # them strong here so that fresh and restored states have the same types (one compilation)
+    state = jax.tree.map(lambda x: x.astype(x.dtype) if _weak(x) else x, state)
+    cache = _compiled_for(task)
+    for m, d, shardings, fn in cache:
+        if m == n and d == with_data and _same_shardings(state, shardings):
+            pairs = zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True)
+            same = all(x.sharding == t for x, t in pairs)
+            return (state if same else jax.device_put(state, shardings)), fn
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    fn = _multi_step(task.train_step, n, with_data, shardings)
+    cache.append((n, with_data, shardings, fn))
+    return state, fn
+
+
 class _StopFlag:
     """Records SIGTERM/SIGINT during a run instead of dying mid-step."""
 
@@ -214,7 +263,8 @@ def run(
 
     Args:
       parts: the recipe's parts if already built (default: built for ``cfg.mesh`` over
-        ``devices``, all devices when None).
+        ``devices``, all devices when None); runs given the same parts (built for ``cfg``) share
+        their compiled steps.
       resume: restore the newest checkpoint of ``run_dir`` if there is one.
       allow_change: float fields (dotted keys, e.g. ``("optim.lr",)``) that may differ from the
         config of the checkpoint being resumed; ``loop.*`` and ``mesh.*`` may always differ.
@@ -256,7 +306,6 @@ def run(
         (run_dir / "recipe.txt").write_text(recipe.name + "\n")
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
-    compiled: dict[int, Callable] = {}
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
     last_metrics: dict[str, Any] = {}
     eval_metrics: dict[str, Any] = {}
@@ -278,16 +327,14 @@ def run(
         with _StopFlag() as stop:
             while step < loop.total_steps:
                 n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
-                if n not in compiled:
-                    shardings = jax.tree.map(lambda x: x.sharding, state)
-                    compiled[n] = _multi_step(task.train_step, n, data_it is not None, shardings)
+                state, step_fn = _step_for(task, state, n, data_it is not None)
                 batches = None
                 if data_it is not None:
                     items = [next(data_it) for _ in range(n)]
                     batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
                     batches = run_lib.place_batches(batches, task.abstract_batch)
                 t0 = time.perf_counter()
-                state, metrics = compiled[n](state, batches)
+                state, metrics = step_fn(state, batches)
                 metrics = jax.device_get(metrics)
                 dt = time.perf_counter() - t0
                 bad, what = finite.first_bad_step(metrics, n)

@@ -116,9 +116,9 @@ def make_train(cfg: KinetixPPOConfig):
 
 
 def build(cfg: KinetixPPOConfig, mesh: jax.sharding.Mesh) -> Parts:
-    ag = agent(cfg)
+    ag = agent(cfg)  # a bad env.train_levels is refused here, by its name
     update = ag.update_on(mesh)
-    files, left_out = ke.eval_files(ag, cfg.eval)  # refuses an unplayable level set now
+    files, left_out = ke.eval_files(cfg.env, cfg.network, cfg.eval)  # an unplayable eval set
     left_names = [ev.level_name(f) for f in left_out]
     max_steps = cfg.eval.max_steps or cfg.env.max_timesteps
     cache: list[ke.Evaluator] = []
@@ -247,7 +247,7 @@ def eval_main(cfg: KinetixPPOConfig, run_dir: Path, argv: list[str]) -> int:
     ag = agent(run.cfg)
     max_steps = cfg.eval.max_steps or cfg.env.max_timesteps
     # the run's own level set: the levels its policy plays; a named one: all of them or an error
-    levels = spec if args.levels else ke.eval_files(ag, run.cfg.eval)[0]
+    levels = spec if args.levels else ke.eval_files(ag.env_cfg, ag.network_cfg, run.cfg.eval)[0]
     try:
         evaluator = ke.Evaluator(ag, levels, num_attempts=args.attempts, max_steps=max_steps)
     except ValueError as e:

@@ -26,6 +26,7 @@ from jaxlab.envs.kinetix import make_render_pixels, save_gif, to_image
 from jaxlab.envs.kinetix.actions import noop_action, random_action
 from jaxlab.rl import evaluate as ev
 from jaxlab.rl.kinetix_agent import KinetixAgent
+from jaxlab.rl.networks import NetworkConfig
 from jaxlab.rl.ppo import PPOState
 
 
@@ -66,22 +67,25 @@ def plays_any_size(agent: KinetixAgent) -> bool:
     return agent.network_cfg.kind == "transformer"
 
 
-def eval_files(agent: KinetixAgent, eval_cfg: KinetixEvalConfig) -> tuple[list[Path], list[Path]]:
-    """``(played, left out)``: the evaluation level files the agent plays and those it cannot
-    (larger than ``env.size`` for a flat-observation policy). No playable level is a ConfigError
-    naming ``eval.levels``, ``env.size`` and ``network.kind``."""
-    spec = eval_level_spec(agent.env_cfg, eval_cfg)
+def eval_files(
+    env_cfg: ls.KinetixEnvConfig, network_cfg: NetworkConfig, eval_cfg: KinetixEvalConfig
+) -> tuple[list[Path], list[Path]]:
+    """``(played, left out)``: the evaluation level files an agent of ``network_cfg`` on
+    ``env_cfg`` plays and those it cannot (larger than ``env.size`` for a flat-observation
+    policy). No playable level is a ConfigError naming ``eval.levels``, ``env.size`` and
+    ``network.kind``. Needs only the configs, so a recipe checks this before building its agent."""
+    spec = eval_level_spec(env_cfg, eval_cfg)
     try:
         files = ls.resolve_level_files(spec)
     except ValueError as e:
         raise ConfigError("eval.levels", spec, str(e)) from None
-    played, left = ls.split_playable(files, agent.env_cfg, plays_any_size(agent))
+    played, left = ls.split_playable(files, env_cfg, network_cfg.kind == "transformer")
     if not played:
         raise ConfigError(
             "eval.levels",
             spec,
-            f"levels that fit env.size={agent.env_cfg.size!r} for network.kind="
-            f"{agent.network_cfg.kind!r} on {agent.env_cfg.observation_type} observations (only "
+            f"levels that fit env.size={env_cfg.size!r} for network.kind="
+            f"{network_cfg.kind!r} on {env_cfg.observation_type} observations (only "
             "the transformer on symbolic_entity plays larger sizes); none of its "
             f"{len(files)} levels does",
         )

@@ -53,6 +53,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
@@ -340,7 +341,11 @@ class PPO:
         self.curriculum = curriculum
         self.axis_name = axis_name
         self.optimizer = make_optimizer(cfg, num_updates)
-        self._obs_example = env.observation_space(env_params).sample(jax.random.PRNGKey(0))
+        # one observation's shapes and dtypes, as zeros: only shapes matter for the network's
+        # init and the statistics, and an abstract sample never runs the env's reset (for
+        # procedurally generated levels that is a whole generator and filter run at build time)
+        abstract = jax.eval_shape(env.observation_space(env_params).sample, jax.random.PRNGKey(0))
+        self._obs_example = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), abstract)
 
     # ------------------------------------------------------------------ helpers
     def _pmean(self, x):

@@ -1,7 +1,10 @@
 """The ``dreamer`` and ``ls-imagine`` recipes through the shared loop: train, evaluate and write
 the imagination (and affordance) GIFs; resume is bit-identical (networks, Adam states, the
 sequence buffer, env states, the acting latent and the key); a data-parallel step equals one
-device."""
+device.
+
+The tiny run and its resumption share one build (``parts``), so the resumed run reuses the
+compiled step, evaluation and media programs instead of compiling them again."""
 
 from __future__ import annotations
 
@@ -12,13 +15,21 @@ import numpy as np
 import pytest
 
 from jaxlab.core import loop
+from jaxlab.core import run as run_lib
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.dreamer import LS_RECIPE, RECIPE
 
 
 @pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return loop.run(RECIPE, RECIPE.config("tiny"), tmp_path_factory.mktemp("full"))
+def tiny():
+    cfg = RECIPE.config("tiny")
+    return cfg, run_lib.build(RECIPE, cfg)
+
+
+@pytest.fixture(scope="module")
+def full(tiny, tmp_path_factory):
+    cfg, parts = tiny
+    return loop.run(RECIPE, cfg, tmp_path_factory.mktemp("full"), parts=parts)
 
 
 def _assert_bit_identical(a, b):
@@ -41,7 +52,7 @@ def test_tiny_trains_evaluates_and_writes_the_gif(full):
     assert ev
 
 
-def test_resume_is_bit_identical_including_the_replay_buffer(full, tmp_path):
+def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_path):
     # a copy of the full run cut back to its step-2 checkpoint, resumed to the end (one extra
     # run instead of two)
     run_dir = tmp_path / "resumed"
@@ -49,7 +60,8 @@ def test_resume_is_bit_identical_including_the_replay_buffer(full, tmp_path):
     for ckpt in (run_dir / "checkpoints").iterdir():
         if int(ckpt.name) > 2:
             shutil.rmtree(ckpt)
-    resumed = loop.run(RECIPE, RECIPE.config("tiny"), run_dir)
+    cfg, parts = tiny
+    resumed = loop.run(RECIPE, cfg, run_dir, parts=parts)
     assert resumed.step == 6
     _assert_bit_identical(full.state, resumed.state)
     assert int(np.asarray(resumed.state.buffer.current_index)) > 0

@@ -2,9 +2,14 @@
 evaluates (coverage and goal success) and plots its skills, and resumes bit-identically (replay
 buffer, dual variable, skills); ``csf``'s replay batch data parallel over simulated devices
 equals one device (the two recipes share their wiring, ``rl.skills.recipe_parts``); bad config
-names the field."""
+names the field.
+
+The tiny run and its resumption share one build (``parts``), so the resumed run reuses the
+compiled step and evaluation instead of compiling them again."""
 
 from __future__ import annotations
+
+import shutil
 
 import jax
 import numpy as np
@@ -12,14 +17,22 @@ import pytest
 
 from jaxlab import envs
 from jaxlab.core import loop
+from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.skills import CSF, METRA
 
 
 @pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return loop.run(METRA, METRA.config("tiny"), tmp_path_factory.mktemp("full"))
+def tiny():
+    cfg = METRA.config("tiny")
+    return cfg, run_lib.build(METRA, cfg)
+
+
+@pytest.fixture(scope="module")
+def full(tiny, tmp_path_factory):
+    cfg, parts = tiny
+    return loop.run(METRA, cfg, tmp_path_factory.mktemp("full"), parts=parts)
 
 
 def _leaves_equal(a, b):
@@ -47,18 +60,32 @@ def test_metra_tiny_trains_evaluates_and_plots(full):
     assert (full.run_dir / "skills.png").stat().st_size > 1000
 
 
-def test_metra_resume_is_bit_identical(full, tmp_path):
-    half = loop.run(METRA, METRA.config("tiny", ["loop.total_steps=4"]), tmp_path)
-    assert half.step == 4
-    resumed = loop.run(METRA, METRA.config("tiny"), tmp_path)
+def test_metra_resume_is_bit_identical(tiny, full, tmp_path):
+    # a copy of the full run cut back to its step-4 checkpoint, resumed to the end
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(full.run_dir, run_dir)
+    for ckpt in (run_dir / "checkpoints").iterdir():
+        if int(ckpt.name) > 4:
+            shutil.rmtree(ckpt)
+    cfg, parts = tiny
+    resumed = loop.run(METRA, cfg, run_dir, parts=parts)
     assert resumed.step == 8
     _leaves_equal(full.state, resumed.state)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows if "phi_loss" in r] == [2, 4, 6, 8]  # cut back, then resumed
 
 
 def test_csf_replay_batch_data_parallel_equals_one_device():
+    """8 envs fill the replay batch at once, so both compared iterations learn (the second from
+    the first's update), the batch split over 8 simulated devices."""
+    import optax
+
     from jaxlab.core.testing import sharded_step_matches
 
-    sharded_step_matches(CSF, CSF.config("tiny"), {"mesh.data": 8}, steps=3, rtol=1e-4, atol=1e-5)
+    cfg = CSF.config("tiny", ["num_envs=8", "learning_starts=0"])
+    single, _ = sharded_step_matches(CSF, cfg, {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5)
+    for opt in (single.phi_opt, single.critic_opt):  # [seed] Adam step counts
+        assert np.asarray(optax.tree_utils.tree_get(opt, "count")).tolist() == [2, 2]
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,12 @@ command line, and refuses bad configs.
 
 The Kinetix env is costly to compile on a CPU, so this module turns on JAX's persistent
 compilation cache (in a temporary directory) while it runs: the runs below share their compiled
-programs instead of compiling the same step several times.
+programs instead of compiling the same step several times, and the tiny run and its resumption
+share one build (``parts``), so the resumed run reuses the compiled step outright.
 """
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -49,11 +51,12 @@ def compile_cache(tmp_path_factory):
 def tiny_run(tmp_path_factory):
     cfg = RECIPE.config("tiny")
     run_dir = tmp_path_factory.mktemp("tiny")
-    return cfg, run_dir, loop.run(RECIPE, cfg, run_dir)
+    parts = run_lib.build(RECIPE, cfg)
+    return cfg, run_dir, loop.run(RECIPE, cfg, run_dir, parts=parts), parts
 
 
 def test_tiny_preset_end_to_end(tiny_run):
-    cfg, run_dir, result = tiny_run
+    cfg, run_dir, result, _ = tiny_run
     assert result.step == cfg.loop.total_steps and not result.interrupted
     assert np.isfinite(result.metrics["loss"])
     from PIL import Image
@@ -70,11 +73,15 @@ def test_tiny_preset_end_to_end(tiny_run):
 
 
 def test_resume_is_bit_identical(tiny_run, tmp_path):
-    """Stopping after 2 of 4 updates and resuming gives exactly the uninterrupted run's state."""
-    cfg, _, full = tiny_run
-    half = loop.run(RECIPE, C.replace(cfg, **{"loop.total_steps": 2}), tmp_path)
-    assert half.step == 2
-    resumed = loop.run(RECIPE, cfg, tmp_path)
+    """Stopping after 2 of 4 updates and resuming gives exactly the uninterrupted run's state (a
+    copy of the full run cut back to its step-2 checkpoint, resumed to the end)."""
+    cfg, run_dir, full, parts = tiny_run
+    resume_dir = tmp_path / "resumed"
+    shutil.copytree(run_dir, resume_dir)
+    for ckpt in (resume_dir / "checkpoints").iterdir():
+        if int(ckpt.name) > 2:
+            shutil.rmtree(ckpt)
+    resumed = loop.run(RECIPE, cfg, resume_dir, parts=parts)
     assert resumed.step == 4
     a, b = jax.device_get(full.state), jax.device_get(resumed.state)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
@@ -84,7 +91,7 @@ def test_resume_is_bit_identical(tiny_run, tmp_path):
 def test_finetune_starts_from_pretrained_params(tiny_run):
     """``Recipe.finetune`` (what the loop calls on a fresh start) loads the pretrained run's
     parameters through ``open_run``; without ``init_from`` the state is the fresh one."""
-    cfg, run_dir, full = tiny_run
+    cfg, run_dir, full, _ = tiny_run
     ft = C.replace(cfg, **{"init_from": str(run_dir), "seed": 5})
     fresh = run_lib.init_state(run_lib.build(RECIPE, ft), jax.random.PRNGKey(5))
     state = RECIPE.finetune(ft, fresh)
@@ -99,7 +106,7 @@ def test_finetune_starts_from_pretrained_params(tiny_run):
 
 
 def test_eval_command_prints_the_table(tiny_run, capsys):
-    _, run_dir, _ = tiny_run
+    _, run_dir, _, _ = tiny_run
     status = cli.main(
         [
             "eval",
@@ -125,7 +132,7 @@ def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
     ConfigError before anything is trained or written.
 
     The run trains on the pretraining presets' levels, ``env.train_levels=random`` (the
-    procedural generator through the no-op filter, drawn by the env's reset), for two updates:
+    procedural generator through the no-op filter, drawn by the env's reset), for one update:
     the 8 envs play 8 different generated levels, none of them the tiny preset's fixed level
     (compared on the shapes' vertices, roles and densities, which the physics does not change)."""
     cfg = RECIPE.config(
@@ -138,17 +145,17 @@ def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
             "env.noop_filter=true",
             "eval.levels=library",
             "eval.gif_levels=0",
-            "loop.total_steps=2",
+            "loop.total_steps=1",
             "loop.steps_per_call=1",
             "loop.log_every=1",
             "loop.checkpoint_every=0",
         ],
     )
     result = loop.run(RECIPE, cfg, tmp_path / "ok")
-    assert result.step == 2 and np.isfinite(result.eval_metrics["solve_rate"])
+    assert result.step == 1 and np.isfinite(result.eval_metrics["solve_rate"])
     rows_ = (tmp_path / "ok" / "metrics.jsonl").read_text().splitlines()
     losses = [json.loads(r).get("loss") for r in rows_]
-    assert len([x for x in losses if x is not None and np.isfinite(x)]) == 2
+    assert len([x for x in losses if x is not None and np.isfinite(x)]) == 1
     data = json.loads((tmp_path / "ok" / "eval_levels.json").read_text())
     names = {r["level"] for r in data["levels"]}
     assert "s/h2_one_wheel_car" in names and "l/car_hill" not in names

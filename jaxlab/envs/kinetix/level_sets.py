@@ -214,9 +214,11 @@ def random_level_sampler(static: StaticEnvParams, env_params, noop_filter: bool)
             "a level file, directory or 'library[/sub]' until the procedural generator "
             "(jaxlab.envs.kinetix.generator.make_sample_level) is installed",
         )
+    # jitted: the traces of init and of the train step (and of their eval_shape for shardings or
+    # a restore) then share one trace of the generator (and filter) instead of each redoing it
     sample = make(static, env_params=env_params)
     if not noop_filter:
-        return sample
+        return jax.jit(sample)
     from jaxlab.envs.kinetix.noop_filter import filter_levels
 
     def filtered(key: jax.Array):
@@ -225,7 +227,7 @@ def random_level_sampler(static: StaticEnvParams, env_params, noop_filter: bool)
         picked = filter_levels(k_pick, candidates, 1, static, env_params)[0]
         return jax.tree.map(lambda x: x[0], picked)
 
-    return filtered
+    return jax.jit(filtered)
 
 
 def mutate_function(static: StaticEnvParams, env_params) -> Callable:
