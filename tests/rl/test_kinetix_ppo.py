@@ -2,10 +2,10 @@
 resumes bit-identically from a mid-run checkpoint, fine-tunes from a checkpoint, evaluates from the
 command line, and refuses bad configs.
 
-The Kinetix env is costly to compile on a CPU, so this module turns on JAX's persistent
-compilation cache (in a temporary directory) while it runs: the runs below share their compiled
-programs instead of compiling the same step several times, and the tiny run and its resumption
-share one build (``parts``), so the resumed run reuses the compiled step outright.
+The Kinetix env is costly to compile on a CPU: the tiny run and its resumption share one build
+(``parts``), so the resumed run reuses the compiled step outright. (This module no longer turns on
+JAX's persistent compilation cache: writing an executable to it aborted an xdist worker twice,
+inside ``compilation_cache.put_executable_and_time``.)
 """
 
 import json
@@ -14,7 +14,6 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from jax._src import compilation_cache
 
 from jaxlab import cli
 from jaxlab.core import config as C
@@ -27,24 +26,6 @@ from jaxlab.rl import kinetix_eval as ke
 from jaxlab.rl import ppo as ppo_mod
 
 RECIPE = recipe_lib.get("kinetix-ppo")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory):
-    names = (
-        "jax_compilation_cache_dir",
-        "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes",
-    )
-    old = {n: getattr(jax.config, n) for n in names}
-    jax.config.update(names[0], str(tmp_path_factory.mktemp("xla_cache")))
-    jax.config.update(names[1], 0.0)
-    jax.config.update(names[2], 0)
-    compilation_cache.reset_cache()
-    yield
-    for n, v in old.items():
-        jax.config.update(n, v)
-    compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope="module")
