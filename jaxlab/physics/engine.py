@@ -228,12 +228,7 @@ def step(
             (rows_cr, batch_membership(m_cr.active, bs), (cr[:, 0] + P, cr[:, 1])),
             (rows_cc, batch_membership(m_cc.active, bs), (cc[:, 0] + P, cc[:, 1] + P)),
         )
-        accs = (
-            jnp.stack([acc0[0][:, 0], acc0[1][:, 0]], -1),
-            jnp.stack([acc0[0][:, 1], acc0[1][:, 1]], -1),
-            jnp.stack([acc0[2], acc0[3]], -1),
-            jnp.stack([acc0[4], acc0[5]], -1),
-        )
+        accs = _per_pass(acc0)
         frames = _joint_frames(bodies, joints, params, J)
         pos, vel, ang, jstate, accs = solve_iterations(
             pos,
@@ -248,14 +243,7 @@ def step(
             params,
             sp,
         )
-        acc = (
-            jnp.stack([accs[0][:, 0], accs[1][:, 0]], -1),
-            jnp.stack([accs[0][:, 1], accs[1][:, 1]], -1),
-            accs[2][:, 0],
-            accs[2][:, 1],
-            accs[3][:, 0],
-            accs[3][:, 1],
-        )
+        acc = _per_manifold(accs)
     else:
         contacts = (
             (rows_rr[0], rows_rr[1], (batch_membership(rr_active, bs), batch_order(rr_active, bs))),
@@ -313,6 +301,30 @@ def _lanes_pays(sp: StaticSimParams) -> bool:
     cc, cr, rr = pair_indices(sp)
     n_batches = max(-(-len(x) // sp.solver_batch_size) for x in (cc, cr, rr))
     return n_batches <= _LANES_MAX_BATCHES
+
+
+def _per_pass(acc):
+    """Accumulated impulses ``(rr_n [R, 2], rr_t [R, 2], cr_n, cr_t, cc_n, cc_t)`` as one
+    ``(normal, tangent)`` [m, 2] array per solver pass (rr point 0, rr point 1, cr, cc)."""
+    rrn, rrt, crn, crt, ccn, cct = acc
+    return (
+        jnp.stack([rrn[:, 0], rrt[:, 0]], -1),
+        jnp.stack([rrn[:, 1], rrt[:, 1]], -1),
+        jnp.stack([crn, crt], -1),
+        jnp.stack([ccn, cct], -1),
+    )
+
+
+def _per_manifold(accs):
+    """Inverse of ``_per_pass``."""
+    return (
+        jnp.stack([accs[0][:, 0], accs[1][:, 0]], -1),
+        jnp.stack([accs[0][:, 1], accs[1][:, 1]], -1),
+        accs[2][:, 0],
+        accs[2][:, 1],
+        accs[3][:, 0],
+        accs[3][:, 1],
+    )
 
 
 def _joint_frames(bodies, joints, params, num_joints):
@@ -393,13 +405,7 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
     J = sp.num_joints
     bs = sp.solver_batch_size
     (rows_rr0, rows_rr1, member_rr), (rows_cr, member_cr), (rows_cc, member_cc) = contacts
-    rrn, rrt, crn, crt, ccn, cct = acc
-    accs = (
-        jnp.stack([rrn[:, 0], rrt[:, 0]], -1),
-        jnp.stack([rrn[:, 1], rrt[:, 1]], -1),
-        jnp.stack([crn, crt], -1),
-        jnp.stack([ccn, cct], -1),
-    )
+    accs = _per_pass(acc)
     passes = (
         (rows_rr0, member_rr),
         (rows_rr1, member_rr),
@@ -460,14 +466,7 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
     (body, jpacked, accs), _ = jax.lax.scan(
         iteration, (body, jpacked, accs), None, length=sp.num_solver_iterations
     )
-    acc = (
-        jnp.stack([accs[0][:, 0], accs[1][:, 0]], -1),
-        jnp.stack([accs[0][:, 1], accs[1][:, 1]], -1),
-        accs[2][:, 0],
-        accs[2][:, 1],
-        accs[3][:, 0],
-        accs[3][:, 1],
-    )
+    acc = _per_manifold(accs)
     jstate = (jpacked[:, :2], jpacked[:, 2:4], jpacked[:, 4])
     return body[:, :2], body[:, 2:4], body[:, 4], jstate, acc
 
