@@ -26,3 +26,48 @@ if TYPECHECK:
     import tests.typecheck  # noqa: E402, F401  (the checker the hook names)
 
     _HOOK = jaxtyping.install_import_hook(["jaxlab"], "tests.typecheck.checker")
+
+# Bounded worker memory. An xdist worker runs ~1,100 tests in one process, and JAX keeps every
+# compiled executable its jit caches have seen for the life of the process: CI's worker grew past
+# the machine's memory and died at 96% of the suite (stops 30-31, "node down", inside a late
+# Kinetix test). After a test module, if the worker holds more than ``JAXLAB_TEST_RSS_GIB``
+# (default 4) GiB, the caches are dropped and freed memory handed back to the OS; programs shared
+# across modules below that mark are kept. ``JAXLAB_TEST_MEMLOG=path`` logs each module's RSS.
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+_RSS_LIMIT = float(os.environ.get("JAXLAB_TEST_RSS_GIB", "4")) * 2**30
+_MEMLOG = os.environ.get("JAXLAB_TEST_MEMLOG")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _trim() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bounded_memory(request):
+    start = time.perf_counter()
+    yield
+    before = _rss()
+    if before > _RSS_LIMIT:
+        jax.clear_caches()
+        gc.collect()
+        _trim()
+    if _MEMLOG:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(_MEMLOG, "a") as f:
+            f.write(
+                f"{worker} {request.node.nodeid} {time.perf_counter() - start:.1f}s "
+                f"rss {before / 2**30:.2f} -> {_rss() / 2**30:.2f} GiB\n"
+            )
