@@ -3,8 +3,8 @@ runtime type-check switch."""
 
 import os
 
-# XLA's CPU backend at LLVM optimisation level 1 (default 2): compilation dominates the suite,
-# and on its programs level 1 compiles faster and runs as fast or faster (planner tiny recipe
+# XLA's CPU backend at LLVM optimisation level 1 (XLA's default is 3): compilation dominates the
+# suite, and on its programs level 1 compiles faster and runs as fast or faster (planner tiny recipe
 # 80 -> 60 s, kinetix-ppo cpu-single learning test 62 -> 44 s). Only LLVM's passes change, not
 # XLA's HLO passes; library code and benchmarks run at XLA's default. Subprocesses inherit it.
 _flags = os.environ.get("XLA_FLAGS", "")
