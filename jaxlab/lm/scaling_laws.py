@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 import scipy.stats
+from jaxtyping import ArrayLike
 
 from jaxlab import media
 from jaxlab.core.config import ConfigError
@@ -279,10 +280,12 @@ class FitResult:
         ]
 
 
-LawFn = Callable[[PrecisionLaw, Mapping[str, jax.Array]], jax.Array]
+#: columns of a data set (NumPy as measured, JAX inside :func:`fit_law`)
+Columns = Mapping[str, ArrayLike]
+LawFn = Callable[[PrecisionLaw, Columns], jax.Array]
 
 
-def loss_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+def loss_model(law: PrecisionLaw, data: Columns) -> jax.Array:
     """:func:`training_loss` on columns ``N, D`` and optional ``P_w, P_a, P_kv`` (inf = none)."""
     inf = jnp.full_like(data["N"], jnp.inf)
     return training_loss(
@@ -295,7 +298,7 @@ def loss_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
     )
 
 
-def ptq_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+def ptq_model(law: PrecisionLaw, data: Columns) -> jax.Array:
     """:func:`ptq_degradation` on columns ``N, D, P_post`` and optional training precisions."""
     inf = jnp.full_like(data["N"], jnp.inf)
     return ptq_degradation(
@@ -432,7 +435,7 @@ def plot_loss_vs_precision(
     *,
     sizes: Sequence[float],
     tokens: float,
-    measured: Mapping[str, Sequence[float]] | None = None,
+    measured: Mapping[str, media.Series] | None = None,
     which: str = "w",
 ) -> Path:
     """PNG of loss vs training precision ``P_which`` (others full) for several ``N`` at ``D``.
@@ -464,7 +467,7 @@ def plot_ptq_vs_data(
     size: float,
     tokens: Sequence[float],
     p_post: Sequence[int],
-    measured: Mapping[str, Sequence[float]] | None = None,
+    measured: Mapping[str, media.Series] | None = None,
 ) -> Path:
     """PNG of ``δ_PTQ`` vs tokens seen (log-log) for several ``P_post`` at model size ``N``.
 
@@ -491,7 +494,7 @@ def plot_ptq_vs_data(
 
 
 def plot_fit(
-    measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str
+    measured: media.Series, predicted: media.Series, path: str | Path, *, title: str
 ) -> Path:
     """PNG scatter of fitted vs measured values with the diagonal."""
     return media.plot_curves(
