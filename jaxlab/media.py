@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jaxtyping import Float, UInt8
+from jaxtyping import ArrayLike, Float, Real, UInt8
 
 PathLike = str | os.PathLike
+#: a 1-D series of numbers to plot: a Python sequence, or a NumPy or JAX vector
+Series = Sequence[float] | Real[ArrayLike, " n"]
 
 
 class MissingExtraError(ModuleNotFoundError):
@@ -226,15 +228,15 @@ def _finish(fig: Any, ax: Any, path: PathLike, title: str | None, xlabel: str, y
 
 def plot_curves(
     path: PathLike,
-    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    curves: Mapping[str, tuple[Series, Series]],
     *,
     xlabel: str = "step",
     ylabel: str = "",
     title: str | None = None,
     logx: bool = False,
     logy: bool = False,
-    bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-    points: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    bands: Mapping[str, tuple[Series, Series]] | None = None,
+    points: Mapping[str, tuple[Series, Series]] | None = None,
     diagonal: bool = False,
 ) -> Path:
     """Line plot of named ``(x, y)`` curves as PNG, with optional ``(low, high)`` bands per name,

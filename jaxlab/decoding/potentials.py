@@ -97,7 +97,7 @@ class Potential(abc.ABC):
         extended = jnp.where(is_eos, self.log_complete(state), self.log_prefix(stepped))
         return log_ratio(extended, here)
 
-    def final_state(self, tokens: Int[Array, " length"], length: Int[Array, ""]) -> State:
+    def final_state(self, tokens: Int[Array, " length"], length: int | Int[Array, ""]) -> State:
         """State after the first ``length`` entries of ``tokens`` (a padded sequence)."""
 
         def body(state, inputs):
@@ -108,11 +108,15 @@ class Potential(abc.ABC):
         state, _ = jax.lax.scan(body, self.initial_state(), (tokens.astype(jnp.int32), positions))
         return state
 
-    def prefix(self, tokens: Int[Array, " length"], length: Int[Array, ""]) -> Float[Array, ""]:
+    def prefix(
+        self, tokens: Int[Array, " length"], length: int | Int[Array, ""]
+    ) -> Float[Array, ""]:
         """``prefix(tokens[:length])``."""
         return self.log_prefix(self.final_state(tokens, length))
 
-    def complete(self, tokens: Int[Array, " length"], length: Int[Array, ""]) -> Float[Array, ""]:
+    def complete(
+        self, tokens: Int[Array, " length"], length: int | Int[Array, ""]
+    ) -> Float[Array, ""]:
         """``complete(tokens[:length])``."""
         return self.log_complete(self.final_state(tokens, length))
 

@@ -305,9 +305,12 @@ def per_sample_loss(
 
 
 def project_to_ball(
-    x: Float[Array, "batch dim"], center: Float[Array, "batch dim"], radius: Float[Array, ""]
+    x: Float[Array, "batch dim"],
+    center: Float[Array, "batch dim"],
+    radius: float | Float[Array, ""],
 ) -> Float[Array, "batch dim"]:
-    """Project each row of x onto the l2 ball of the given radius around the row of center."""
+    """Project each row of x onto the l2 ball of the given radius around the row of center
+    (``radius`` a number, or traced with the :class:`LD3Hyper` it is computed from)."""
     diff = x - center
     norm = jnp.linalg.norm(diff, axis=-1, keepdims=True)
     scale = jnp.where(norm > radius, radius / jnp.maximum(norm, 1e-30), 1.0)

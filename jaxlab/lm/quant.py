@@ -39,7 +39,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.model import Decoder, DecoderConfig
@@ -153,9 +153,9 @@ def gptq_matrix(
     w: Float[Array, "d_in d_out"],
     hessian: Float[Array, "d_in d_in"],
     *,
-    bits: int,
+    bits: int | Int[Array, ""],
     block_size: int = 128,
-    damp: float = 0.01,
+    damp: float | Float[Array, ""] = 0.01,
 ) -> Float[Array, "d_in d_out"]:
     """GPTQ of one linear map ``y = x W`` (Frantar et al. 2023, Alg. 1, lazy block updates).
 
@@ -164,7 +164,7 @@ def gptq_matrix(
     Args:
         w: ``[d_in, d_out]`` weights (the GPTQ paper's ``Wᵀ``: its columns are our rows).
         hessian: ``[d_in, d_in]`` ``2 XᵀX / n`` of the calibration inputs.
-        bits: ``P_post`` (traced: one compilation serves every bit width).
+        bits: ``P_post`` (traced inside: one compilation serves every bit width).
         block_size: rows quantised per lazy block ``B`` (static).
         damp: ``λ``, the dampening ``H + λ mean(diag H) I``.
 
@@ -260,7 +260,7 @@ def _capture(model: Decoder, params: Any, tokens: Array) -> Any:
 def gptq_quantize(
     cfg: DecoderConfig,
     params: Any,
-    calibration_tokens: Int[Array, "batch seq"],
+    calibration_tokens: Int[ArrayLike, "batch seq"],
     bits: int,
     *,
     block_size: int = 128,
@@ -277,7 +277,7 @@ def gptq_quantize(
     Args:
         cfg: the model's configuration (its own ``quant`` is ignored: PTQ of the trained weights).
         params: trained parameters (boxed or not).
-        calibration_tokens: ``[batch, seq]`` token ids, e.g. training windows.
+        calibration_tokens: ``[batch, seq]`` token ids, e.g. training windows (NumPy or JAX).
         bits: ``P_post`` in [2, 32].
         block_size: GPTQ lazy block size ``B``.
         damp: GPTQ dampening ``λ``.
@@ -287,6 +287,7 @@ def gptq_quantize(
         Unboxed parameters with the targeted kernels GPTQ-quantised.
     """
     check_bits("bits", bits)
+    calibration_tokens = jnp.asarray(calibration_tokens)
     if calibration_tokens.ndim != 2:
         raise ValueError(
             f"calibration_tokens.shape={calibration_tokens.shape}: expected [batch, seq]"

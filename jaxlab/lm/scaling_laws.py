@@ -41,11 +41,16 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 import scipy.stats
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxlab import media
 from jaxlab.core.config import ConfigError
 
 _FLOOR = 1e-9
+
+#: a constant of the law: a Python float, or a traced scalar while :func:`fit_law` differentiates
+#: the model with respect to the constants it fits
+Constant = float | Float[Array, ""]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,31 +58,32 @@ class PrecisionLaw:
     """Constants of the precision-aware scaling law (see the module docstring).
 
     ``beta = None`` ties ``β = α`` (as the paper's Table 2 fit does). ``C_w, C_a, C_kv`` are the
-    PTQ training-precision sensitivities (not in Table 2; ``inf`` makes their factor 1).
+    PTQ training-precision sensitivities (not in Table 2; ``inf`` makes their factor 1). A
+    constant is a float, or a traced scalar inside :func:`fit_law` (:data:`Constant`).
     """
 
-    A: float = 4.299e3
-    alpha: float = 0.4965
-    B: float = 1.806e4
-    beta: float | None = None
-    E: float = 2.7648
-    gamma_w: float = 2.6745
-    gamma_a: float = 2.2102
-    gamma_kv: float = 0.9578
-    n_w: float = 0.3037
-    n_a: float = 1.4072
-    n_kv: float = 2.4185
-    C_T: float = 0.0598
-    gamma_D: float = 0.5068
-    gamma_N: float = 0.3439
-    gamma_post: float = 0.5907
-    b_post: float = 1.1277
-    C_w: float = math.inf
-    C_a: float = math.inf
-    C_kv: float = math.inf
+    A: Constant = 4.299e3
+    alpha: Constant = 0.4965
+    B: Constant = 1.806e4
+    beta: Constant | None = None
+    E: Constant = 2.7648
+    gamma_w: Constant = 2.6745
+    gamma_a: Constant = 2.2102
+    gamma_kv: Constant = 0.9578
+    n_w: Constant = 0.3037
+    n_a: Constant = 1.4072
+    n_kv: Constant = 2.4185
+    C_T: Constant = 0.0598
+    gamma_D: Constant = 0.5068
+    gamma_N: Constant = 0.3439
+    gamma_post: Constant = 0.5907
+    b_post: Constant = 1.1277
+    C_w: Constant = math.inf
+    C_a: Constant = math.inf
+    C_kv: Constant = math.inf
 
     @property
-    def beta_(self) -> float:
+    def beta_(self) -> Constant:
         """``β`` (``α`` when tied)."""
         return self.alpha if self.beta is None else self.beta
 
@@ -279,10 +285,12 @@ class FitResult:
         ]
 
 
-LawFn = Callable[[PrecisionLaw, Mapping[str, jax.Array]], jax.Array]
+#: columns of a data set (NumPy as measured, JAX inside :func:`fit_law`)
+Columns = Mapping[str, ArrayLike]
+LawFn = Callable[[PrecisionLaw, Columns], jax.Array]
 
 
-def loss_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+def loss_model(law: PrecisionLaw, data: Columns) -> jax.Array:
     """:func:`training_loss` on columns ``N, D`` and optional ``P_w, P_a, P_kv`` (inf = none)."""
     inf = jnp.full_like(data["N"], jnp.inf)
     return training_loss(
@@ -295,7 +303,7 @@ def loss_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
     )
 
 
-def ptq_model(law: PrecisionLaw, data: Mapping[str, jax.Array]) -> jax.Array:
+def ptq_model(law: PrecisionLaw, data: Columns) -> jax.Array:
     """:func:`ptq_degradation` on columns ``N, D, P_post`` and optional training precisions."""
     inf = jnp.full_like(data["N"], jnp.inf)
     return ptq_degradation(
@@ -432,7 +440,7 @@ def plot_loss_vs_precision(
     *,
     sizes: Sequence[float],
     tokens: float,
-    measured: Mapping[str, Sequence[float]] | None = None,
+    measured: Mapping[str, media.Series] | None = None,
     which: str = "w",
 ) -> Path:
     """PNG of loss vs training precision ``P_which`` (others full) for several ``N`` at ``D``.
@@ -464,7 +472,7 @@ def plot_ptq_vs_data(
     size: float,
     tokens: Sequence[float],
     p_post: Sequence[int],
-    measured: Mapping[str, Sequence[float]] | None = None,
+    measured: Mapping[str, media.Series] | None = None,
 ) -> Path:
     """PNG of ``δ_PTQ`` vs tokens seen (log-log) for several ``P_post`` at model size ``N``.
 
@@ -491,7 +499,7 @@ def plot_ptq_vs_data(
 
 
 def plot_fit(
-    measured: Sequence[float], predicted: Sequence[float], path: str | Path, *, title: str
+    measured: media.Series, predicted: media.Series, path: str | Path, *, title: str
 ) -> Path:
     """PNG scatter of fitted vs measured values with the diagonal."""
     return media.plot_curves(

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxlab.core.config import ConfigError
 
@@ -70,7 +70,7 @@ class TaskDataConfig:
 
 
 def patterns(
-    key: PRNGKeyArray, cfg: TaskDataConfig, alpha: float
+    key: PRNGKeyArray, cfg: TaskDataConfig, alpha: float | Float[Array, ""]
 ) -> tuple[Float[Array, "3 d"], Float[Array, "M d"]]:
     """``(μ, V)``: rows ``μ_1``, ``μ_2 = α μ_1 + √(1−α²) μ_⊥`` and the out-of-domain target
     ``μ' = (μ_1 + μ_2)/‖μ_1 + μ_2‖``; ``V`` the ``M`` irrelevant patterns, orthonormal and
@@ -181,8 +181,8 @@ def lambda_grid(lo: float = -2.0, hi: float = 2.0, num: int = 9) -> Float[Array,
 def write_heatmaps(
     directory: str | Path,
     prefix: str,
-    grid: np.ndarray,
-    values: dict[str, np.ndarray],
+    grid: Float[ArrayLike, "g g 2"],
+    values: dict[str, Float[ArrayLike, "g g"]],
     title: str = "",
 ) -> list[Path]:
     """One heat map PNG per entry of ``values`` (``[g, g]``: rows ``λ_1 = grid[:, 0, 0]``, columns
@@ -314,8 +314,9 @@ def run_experiment(
     return out
 
 
-def grid_index(grid: np.ndarray, lam1: float, lam2: float) -> tuple[int, int]:
-    """Indices of the grid point ``(λ_1, λ_2)`` (which must be on the grid)."""
+def grid_index(grid: Float[ArrayLike, "g g 2"], lam1: float, lam2: float) -> tuple[int, int]:
+    """Indices of the grid point ``(λ_1, λ_2)`` (which must be on the grid) of a
+    :func:`lambda_grid` (JAX, or NumPy as fetched from a result)."""
     grid = np.asarray(grid)
     i = int(np.argmin(np.abs(grid[:, 0, 0] - lam1)))
     j = int(np.argmin(np.abs(grid[0, :, 1] - lam2)))

@@ -1,9 +1,10 @@
 """Byte-level tokenizer: the 256 byte values plus three special ids."""
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
-from jaxtyping import Int
+from jaxtyping import ArrayLike, Int
 
 BYTE_VOCAB = 256
 """Ids ``0 … 255`` are the UTF-8 byte values."""
@@ -54,7 +55,9 @@ class ByteTokenizer:
             parts.append(np.array([EOS_ID], np.int32))
         return np.concatenate(parts)
 
-    def decode(self, ids: Int[np.ndarray, " n"], *, stop_at_eos: bool = False) -> str:
+    def decode(
+        self, ids: Int[ArrayLike, " n"] | Sequence[int], *, stop_at_eos: bool = False
+    ) -> str:
         """Decodes ids to text, dropping BOS/EOS/PAD.
 
         Byte sequences that are not valid UTF-8 (possible for sampled ids) decode with U+FFFD

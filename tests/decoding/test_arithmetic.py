@@ -15,10 +15,11 @@ from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding import arithmetic, tabulated
 from jaxlab.decoding.grammar import compile_grammar
 from jaxlab.decoding.length_bound import bound_length, distance_to_accept
-from jaxlab.decoding.potentials import BoolDFAPotential
+from jaxlab.decoding.potentials import BoolDFAPotential, regex_potential
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.tokenizer import BOS_ID, VOCAB_SIZE
 from tests.decoding.decoding_toys import chi_square_pvalue
+from tests.typecheck import unchecked
 
 MAX_DEPTH, MAX_DIGITS, MAX_TOKENS = 2, 2, 12
 TERMINATOR = ord("\n")
@@ -277,7 +278,7 @@ def test_validation(task):
     with pytest.raises(ValueError, match="operators"):
         arithmetic.ExpressionTask(("a", "b"), terminator_id=0, operators="*")
     with pytest.raises(ValueError, match="method"):
-        arithmetic.run_method(
+        unchecked(arithmetic.run_method)(  # its own validation (None for the unused parts)
             jax.random.key(0),
             None,
             None,
@@ -288,7 +289,7 @@ def test_validation(task):
             num_particles=2,
         )
     with pytest.raises(ValueError, match="max_tokens"):
-        bound_length(arithmetic.grammar_condition(task), -1)
+        bound_length(regex_potential("1", ("1",)), -1)
 
 
 # Exact enumeration for run_method: a 6-token LM whose terminator sits in the middle of the

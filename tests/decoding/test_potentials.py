@@ -180,7 +180,7 @@ def test_token_level_liveness_prunes_what_the_vocabulary_cannot_spell():
     tokens = ("ab", "cd")
     token_live = potentials.regex_potential("abc", tokens)
     char_live = potentials.regex_potential("abc", tokens, token_level_liveness=False)
-    after_ab = token_live.step(token_live.initial_state(), 0)
+    after_ab = token_live.step(token_live.initial_state(), jnp.int32(0))  # token 'ab'
     assert float(char_live.log_prefix(after_ab)) == 0.0  # "ab" extends to "abc" by characters
     assert float(token_live.log_prefix(after_ab)) == -np.inf  # but no token sequence does
     assert float(token_live.log_prefix(token_live.initial_state())) == -np.inf
