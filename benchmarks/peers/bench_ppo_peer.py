@@ -30,7 +30,9 @@ What one update is (``--loop ppo``, the default; experiments/ppo.py's ``_update_
   ``jax.vmap(env.step)`` over ``num_train_envs`` (ppo.py's ``_env_step``; written here because
   ppo.py inlines it), the bootstrap value, then the wheel's ``kinetix.util.learning.compute_gae``
   and ``update_actor_critic_rnn`` (``update_epochs`` x ``num_minibatches`` Adam steps on the PPO
-  clip + clipped value + entropy loss; the same loss ppo.py inlines).
+  clip + clipped value + entropy loss; the same loss ppo.py inlines; the wheel's function also
+  computes each minibatch gradient's global norm, which ppo.py does not: a few hundred
+  thousand flops per minibatch against the gradient's hundreds of millions).
 
 ``--loop library`` instead calls the wheel's ``sample_trajectories_and_learn`` (one
 ``outer_rollout_steps``) under one ``jax.jit``; it differs from ppo.py in one way: its rollout
@@ -77,6 +79,12 @@ from kinetix.util.learning import (
     sample_trajectories_and_learn,
     update_actor_critic_rnn,
 )
+
+# kinetix-env 3.0.2's update_actor_critic_rnn and sample_trajectories_and_learn call
+# ``jax.tree.tree_map``, which the jax it pins (0.9.0) no longer has; the alias restores the
+# name (same function, no change to what is computed) so the wheel's own code runs unedited.
+if not hasattr(jax.tree, "tree_map"):
+    jax.tree.tree_map = jax.tree.map
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SHARED_LEVELS = os.path.realpath(os.path.join(REPO, "..", "shared", "kinetix-levels"))
