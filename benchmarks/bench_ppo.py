@@ -17,6 +17,13 @@ Every measurement prints one JSON line. Modes (combine freely):
   transformer's forward/gradient on a 512-sample minibatch (the part that dominates its PPO), and
   ours for the ratio: one pass over 512, and ``grad_4x128`` accumulated over 4 chunks of 128
   (what ``--train`` runs for the transformer, ``ppo.grad_chunks=4``).
+* ``--peer-train``: each ``--train`` cell for jaxlab, then the same cell for the original's own
+  PPO training (``benchmarks/peers/bench_ppo_peer.py``: experiments/ppo.py's update built from
+  the ``kinetix-env`` wheel, run in the peer venv in a fresh process: same size, level, envs,
+  steps per rollout, 8 epochs, minibatches of 512, MLP on flat / transformer on entity
+  observations), then one ``ppo_train_vs_peer`` line per cell with both rates, ``speedup``
+  (ours / peer, wall clock), ``speedup_cpu`` and the peer's resolved config. Run it on an idle
+  machine; the peer venv is found at ``--peer-python``.
 
 Rates: ``rate`` is wall-clock env-steps/s; ``rate_cpu`` is env-steps per CPU-second of this
 process (``time.process_time``), which stays meaningful on a loaded shared machine (``load``
@@ -24,8 +31,9 @@ is the 1-minute load average at the end of the measurement). Levels: S is the sh
 ``s/h2_one_wheel_car``; M is ``../shared/kinetix-levels/m/h5_angry_birds.json``; L pads that M
 level into L capacities (costs depend on the capacities, not on the level's contents).
 
-Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer]
-[--sizes s,m,l] [--nets mlp,transformer] [--envs 256,2048] [--updates N]``.
+Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer] [--peer-train]
+[--sizes s,m,l] [--nets mlp,transformer] [--envs 256,2048] [--updates N] [--steps T]``
+(``--steps`` overrides the steps per rollout, for smoke runs only).
 """
 
 from __future__ import annotations
@@ -56,10 +64,11 @@ LEVELS = {
 }
 
 
-def emit(**row) -> None:
+def emit(**row) -> dict:
     row.setdefault("device", jax.devices()[0].platform)
     row.setdefault("load", round(os.getloadavg()[0], 1))
     print(json.dumps(row), flush=True)
+    return row
 
 
 class Clock:
@@ -74,10 +83,14 @@ class Clock:
         self.cpu = time.process_time() - self.c
 
 
-def config(size: str, net: str, envs: int, grad_chunks: int = 0) -> kp.KinetixPPOConfig:
+def config(
+    size: str, net: str, envs: int, grad_chunks: int = 0, steps: int = 0
+) -> kp.KinetixPPOConfig:
     """``grad_chunks`` 0: 4 for the transformer (minibatch gradients accumulated over chunks of
-    128, a few percent faster on the CPU, see ``PPOConfig.grad_chunks``), 1 for the MLP."""
-    steps = 64 if envs <= 256 else 8
+    128, a few percent faster on the CPU, see ``PPOConfig.grad_chunks``), 1 for the MLP.
+    ``steps`` 0: 64 steps per rollout at N <= 256, else 8 (``--steps`` overrides, for smoke
+    runs); minibatches of 512 transitions (at least one minibatch)."""
+    steps = steps or (64 if envs <= 256 else 8)
     chunks = grad_chunks or (4 if net == "transformer" else 1)
     over = {
         "env.size": size,
@@ -85,7 +98,7 @@ def config(size: str, net: str, envs: int, grad_chunks: int = 0) -> kp.KinetixPP
         "ppo.num_envs": envs,
         "ppo.num_steps": steps,
         "ppo.update_epochs": 8,
-        "ppo.num_minibatches": envs * steps // 512,
+        "ppo.num_minibatches": max(1, envs * steps // 512),
         "ppo.grad_chunks": chunks,
         "loop.total_steps": 1000,
     }
@@ -96,8 +109,10 @@ def config(size: str, net: str, envs: int, grad_chunks: int = 0) -> kp.KinetixPP
     return C.replace(kp.KinetixPPOConfig(), **over)
 
 
-def bench_train(size: str, net: str, envs: int, updates: int, grad_chunks: int = 0) -> None:
-    cfg = config(size, net, envs, grad_chunks)
+def bench_train(
+    size: str, net: str, envs: int, updates: int, grad_chunks: int = 0, steps: int = 0
+) -> dict:
+    cfg = config(size, net, envs, grad_chunks, steps)
     with Clock() as build:
         agent = kp.agent(cfg)
         state = jax.jit(agent.ppo.init)(jax.random.PRNGKey(0))
@@ -112,7 +127,7 @@ def bench_train(size: str, net: str, envs: int, updates: int, grad_chunks: int =
             state, m = compiled(state)
         jax.block_until_ready(m)
     n = updates * cfg.ppo.num_envs * cfg.ppo.num_steps
-    emit(
+    return emit(
         what="ppo_train",
         size=size,
         net=net,
@@ -132,9 +147,9 @@ def bench_train(size: str, net: str, envs: int, updates: int, grad_chunks: int =
     )
 
 
-def bench_profile(size: str, net: str, envs: int, reps: int = 2) -> None:
+def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0) -> None:
     """Env-only rollout, rollout with the policy, and the update on a fixed rollout."""
-    cfg = config(size, net, envs)
+    cfg = config(size, net, envs, steps=steps)
     agent = kp.agent(cfg)
     ppo = agent.ppo
     state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
@@ -344,12 +359,83 @@ def bench_peer() -> None:
         )
 
 
+PEER_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
+PEER_TRAIN = ROOT / "benchmarks" / "peers" / "bench_ppo_peer.py"
+
+
+def bench_peer_train(
+    size: str,
+    net: str,
+    envs: int,
+    updates: int,
+    grad_chunks: int = 0,
+    steps: int = 0,
+    peer_python: Path = PEER_PYTHON,
+) -> None:
+    """One ``--train`` cell for jaxlab, then the same cell for the original's PPO
+    (``benchmarks/peers/bench_ppo_peer.py`` in the peer venv, a fresh process), and one line
+    with both rates and ``speedup`` = ours / peer (wall clock; ``speedup_cpu`` per CPU-second).
+    The peer's resolved config is echoed (``peer_resolved``) next to ours so the match is
+    visible in the line itself."""
+    if not Path(peer_python).exists():
+        emit(
+            what="ppo_train_vs_peer",
+            size=size,
+            net=net,
+            envs=envs,
+            error=f"peer venv missing ({peer_python}); run benchmarks/peers/setup_kinetix_peer.sh",
+        )
+        return
+    ours = bench_train(size, net, envs, updates, grad_chunks, steps)
+    cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
+    cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    peer = next((r for r in rows if r.get("what") == "peer_train"), None)
+    if peer is None:
+        emit(what="ppo_train_vs_peer", size=size, net=net, envs=envs, error=proc.stderr[-800:])
+        return
+    print(json.dumps(peer), flush=True)
+    emit(
+        what="ppo_train_vs_peer",
+        size=size,
+        net=net,
+        envs=envs,
+        steps_per_rollout=ours["steps_per_rollout"],
+        epochs=ours["epochs"],
+        minibatch=ours["minibatch"],
+        updates=updates,
+        rate=ours["rate"],
+        peer_rate=peer["rate"],
+        speedup=round(ours["rate"] / peer["rate"], 2),
+        rate_cpu=ours["rate_cpu"],
+        peer_rate_cpu=peer["rate_cpu"],
+        speedup_cpu=round(ours["rate_cpu"] / peer["rate_cpu"], 2),
+        compile_s=ours["compile_s"],
+        peer_compile_s=peer["compile_s"],
+        peer_resolved=peer["resolved"],
+        peer_loop=peer["loop"],
+        peer_jax=peer["jax"],
+        peer_load=peer["load"],
+        unit="env-steps/s",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--curve", action="store_true")
     ap.add_argument("--peer", action="store_true")
+    ap.add_argument("--peer-train", action="store_true")
+    ap.add_argument(
+        "--peer-python",
+        default=str(PEER_PYTHON),
+        help="the peer venv's python (default: benchmarks/peers/.venv-kinetix/bin/python)",
+    )
+    ap.add_argument(
+        "--steps", type=int, default=0, help="steps per rollout (0: 64 at N<=256, else 8)"
+    )
     ap.add_argument("--sizes", default="s,m,l")
     ap.add_argument("--nets", default="mlp,transformer")
     ap.add_argument("--envs", default="256,2048")
@@ -363,7 +449,7 @@ def main() -> None:
         help="ppo.grad_chunks (0: 4 for the transformer, 1 for the MLP)",
     )
     args = ap.parse_args()
-    if not (args.train or args.profile or args.curve or args.peer):
+    if not (args.train or args.profile or args.curve or args.peer or args.peer_train):
         args.train = True
     sizes, nets = args.sizes.split(","), args.nets.split(",")
     envs = [int(e) for e in args.envs.split(",")]
@@ -373,9 +459,19 @@ def main() -> None:
         for net in nets:
             for n in envs:
                 if args.train:
-                    bench_train(size, net, n, args.updates, args.grad_chunks)
+                    bench_train(size, net, n, args.updates, args.grad_chunks, args.steps)
+                if args.peer_train:
+                    bench_peer_train(
+                        size,
+                        net,
+                        n,
+                        args.updates,
+                        args.grad_chunks,
+                        args.steps,
+                        Path(args.peer_python),
+                    )
                 if args.profile:
-                    bench_profile(size, net, n)
+                    bench_profile(size, net, n, steps=args.steps)
     if args.curve:
         bench_curve(args.curve_updates, args.attempts)
 
