@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, UInt32
 
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, create_empty_env
 from jaxlab.physics.collision import (
@@ -571,7 +571,7 @@ def contact_count(prop: _Proposal, state: EnvState, static_params: StaticEnvPara
 
 
 def best_proposal(
-    keys: PRNGKeyArray,
+    keys: Key[Array, " k"] | UInt32[Array, "k 2"],
     state: EnvState,
     connected,
     force_no_fixate,
