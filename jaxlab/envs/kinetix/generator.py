@@ -412,8 +412,10 @@ def propose_shape(
     inv_mass_r, centroid = polygon_mass(rect_verts, n_vertices, jnp.float32(1.0))
     verts = rect_verts - centroid[None, :]
     inv_inertia_r = polygon_inverse_inertia(verts, n_vertices, jnp.float32(1.0))
-    inv_mass = jnp.where(is_rect, inv_mass_r, circle_inverse_mass(radius, 1.0))
-    inv_inertia = jnp.where(is_rect, inv_inertia_r, circle_inverse_inertia(radius, 1.0))
+    inv_mass = jnp.where(is_rect, inv_mass_r, circle_inverse_mass(radius, jnp.float32(1.0)))
+    inv_inertia = jnp.where(
+        is_rect, inv_inertia_r, circle_inverse_inertia(radius, jnp.float32(1.0))
+    )
     rotation = u[13] * 2 * math.pi
 
     # --- free placement
