@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from jaxlab.physics.collision import calculate_collision_matrix, pair_counts
 from jaxlab.physics.geometry import (
@@ -44,6 +44,22 @@ from jaxlab.physics.state import (
     Thruster,
     empty_manifolds,
 )
+
+# ---------------------------------------------------------------------------------------------
+# What the public ``add_*`` functions accept: concrete Python / NumPy values (validated here) or,
+# inside ``jit``, traced JAX arrays (see the module docstring).
+
+#: a [2] vector: an array (NumPy or JAX, possibly traced) or a sequence of two numbers
+Vec2Like = Real[ArrayLike, " 2"] | Sequence[float]
+#: [n, 2] polygon vertices: an array or a sequence of (x, y) pairs
+VerticesLike = Real[ArrayLike, "n 2"] | Sequence[Sequence[float]]
+#: a number: Python, NumPy or a (possibly traced) JAX scalar
+ScalarLike = Float[ArrayLike, ""]
+#: a flag: Python, NumPy or a (possibly traced) JAX bool
+BoolLike = Bool[ArrayLike, ""]
+#: a global shape index: Python, NumPy or a (possibly traced) JAX integer
+IndexLike = Int[ArrayLike, ""]
+
 
 # ---------------------------------------------------------------------------------------------
 # Validation helpers (Python level, concrete values only)
@@ -381,15 +397,15 @@ def create_empty_sim(
 def add_circle(
     state: SimState,
     static_params: StaticSimParams,
-    position: Float[Array, " 2"],
-    radius: float,
-    rotation: float = 0.0,
-    velocity: Float[Array, " 2"] = (0.0, 0.0),
-    angular_velocity: float = 0.0,
-    density: float = 1.0,
-    friction: float = 1.0,
-    restitution: float = 0.0,
-    fixated: bool = False,
+    position: Vec2Like,
+    radius: ScalarLike,
+    rotation: ScalarLike = 0.0,
+    velocity: Vec2Like = (0.0, 0.0),
+    angular_velocity: ScalarLike = 0.0,
+    density: ScalarLike = 1.0,
+    friction: ScalarLike = 1.0,
+    restitution: ScalarLike = 0.0,
+    fixated: BoolLike = False,
     *,
     collision_mode: int | None = None,
 ) -> tuple[SimState, tuple]:
@@ -456,15 +472,15 @@ def add_circle(
 def add_rectangle(
     state: SimState,
     static_params: StaticSimParams,
-    position: Float[Array, " 2"],
-    dimensions: Float[Array, " 2"],
-    rotation: float = 0.0,
-    velocity: Float[Array, " 2"] = (0.0, 0.0),
-    angular_velocity: float = 0.0,
-    density: float = 1.0,
-    friction: float = 1.0,
-    restitution: float = 0.0,
-    fixated: bool = False,
+    position: Vec2Like,
+    dimensions: Vec2Like,
+    rotation: ScalarLike = 0.0,
+    velocity: Vec2Like = (0.0, 0.0),
+    angular_velocity: ScalarLike = 0.0,
+    density: ScalarLike = 1.0,
+    friction: ScalarLike = 1.0,
+    restitution: ScalarLike = 0.0,
+    fixated: BoolLike = False,
     *,
     collision_mode: int | None = None,
 ) -> tuple[SimState, tuple]:
@@ -502,15 +518,15 @@ def add_rectangle(
 def add_polygon(
     state: SimState,
     static_params: StaticSimParams,
-    position: Float[Array, " 2"],
-    vertices: Float[Array, "n 2"],
-    rotation: float = 0.0,
-    velocity: Float[Array, " 2"] = (0.0, 0.0),
-    angular_velocity: float = 0.0,
-    density: float = 1.0,
-    friction: float = 1.0,
-    restitution: float = 0.0,
-    fixated: bool = False,
+    position: Vec2Like,
+    vertices: VerticesLike,
+    rotation: ScalarLike = 0.0,
+    velocity: Vec2Like = (0.0, 0.0),
+    angular_velocity: ScalarLike = 0.0,
+    density: ScalarLike = 1.0,
+    friction: ScalarLike = 1.0,
+    restitution: ScalarLike = 0.0,
+    fixated: BoolLike = False,
     *,
     collision_mode: int | None = None,
 ) -> tuple[SimState, tuple]:
@@ -625,19 +641,19 @@ def _add_joint(state, static_params, concrete, **values):
 def add_revolute_joint(
     state: SimState,
     static_params: StaticSimParams,
-    a_index: int,
-    b_index: int,
-    a_relative_pos: Float[Array, " 2"],
-    b_relative_pos: Float[Array, " 2"],
-    motor_on: bool = False,
-    motor_speed: float = 1.0,
-    motor_power: float = 1.0,
-    has_joint_limits: bool = False,
-    min_rotation: float = -np.pi,
-    max_rotation: float = np.pi,
+    a_index: IndexLike,
+    b_index: IndexLike,
+    a_relative_pos: Vec2Like,
+    b_relative_pos: Vec2Like,
+    motor_on: BoolLike = False,
+    motor_speed: ScalarLike = 1.0,
+    motor_power: ScalarLike = 1.0,
+    has_joint_limits: BoolLike = False,
+    min_rotation: ScalarLike = -np.pi,
+    max_rotation: ScalarLike = np.pi,
     *,
-    rotation: float = 0.0,
-) -> tuple[SimState, int]:
+    rotation: ScalarLike = 0.0,
+) -> tuple[SimState, int | Int[Array, ""]]:
     """Pin ``a_relative_pos`` on shape ``a_index`` to ``b_relative_pos`` on shape ``b_index``.
 
     The two shapes (and everything joined to them) stop colliding with each other; the collision
@@ -707,13 +723,13 @@ def add_revolute_joint(
 def add_fixed_joint(
     state: SimState,
     static_params: StaticSimParams,
-    a_index: int,
-    b_index: int,
-    a_relative_pos: Float[Array, " 2"],
-    b_relative_pos: Float[Array, " 2"],
+    a_index: IndexLike,
+    b_index: IndexLike,
+    a_relative_pos: Vec2Like,
+    b_relative_pos: Vec2Like,
     *,
-    rotation: float = 0.0,
-) -> tuple[SimState, int]:
+    rotation: ScalarLike = 0.0,
+) -> tuple[SimState, int | Int[Array, ""]]:
     """Weld two shapes: the anchors coincide and ``rot_b - rot_a`` is held at ``rotation``.
 
     Args:
@@ -751,11 +767,11 @@ def add_fixed_joint(
 def add_thruster(
     state: SimState,
     static_params: StaticSimParams,
-    object_index: int,
-    relative_position: Float[Array, " 2"],
-    rotation: float,
-    power: float = 1.0,
-) -> tuple[SimState, int]:
+    object_index: IndexLike,
+    relative_position: Vec2Like,
+    rotation: ScalarLike,
+    power: ScalarLike = 1.0,
+) -> tuple[SimState, int | Int[Array, ""]]:
     """Attach a thruster to shape ``object_index``.
 
     The thrust of action ``u`` is ``power * base_thruster_power * u`` along

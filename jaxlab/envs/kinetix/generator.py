@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, UInt32
 
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, create_empty_env
 from jaxlab.physics.collision import (
@@ -412,8 +412,10 @@ def propose_shape(
     inv_mass_r, centroid = polygon_mass(rect_verts, n_vertices, jnp.float32(1.0))
     verts = rect_verts - centroid[None, :]
     inv_inertia_r = polygon_inverse_inertia(verts, n_vertices, jnp.float32(1.0))
-    inv_mass = jnp.where(is_rect, inv_mass_r, circle_inverse_mass(radius, 1.0))
-    inv_inertia = jnp.where(is_rect, inv_inertia_r, circle_inverse_inertia(radius, 1.0))
+    inv_mass = jnp.where(is_rect, inv_mass_r, circle_inverse_mass(radius, jnp.float32(1.0)))
+    inv_inertia = jnp.where(
+        is_rect, inv_inertia_r, circle_inverse_inertia(radius, jnp.float32(1.0))
+    )
     rotation = u[13] * 2 * math.pi
 
     # --- free placement
@@ -571,7 +573,7 @@ def contact_count(prop: _Proposal, state: EnvState, static_params: StaticEnvPara
 
 
 def best_proposal(
-    keys: PRNGKeyArray,
+    keys: Key[Array, " k"] | UInt32[Array, "k 2"],
     state: EnvState,
     connected,
     force_no_fixate,

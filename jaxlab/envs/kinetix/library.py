@@ -34,7 +34,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Int
 
 from jaxlab.envs.kinetix.levels import Level, level_to_json, load_level, save_level
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, from_sim_state
@@ -655,8 +655,8 @@ def make_rollout(static_params: StaticEnvParams, steps: int):
 
 
 def solve_outcomes(
-    states: EnvState, actions: Int[Array, "b t 6"], static_params: StaticEnvParams, params=None
-) -> tuple[Int[Array, " b"], Int[Array, " b"]]:
+    states: EnvState, actions: Int[ArrayLike, "b t 6"], static_params: StaticEnvParams, params=None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run ``make_rollout`` on a stacked batch; ``(outcome, end_step, closest)`` as NumPy."""
     params = EnvParams() if params is None else params
     steps = int(actions.shape[1])

@@ -22,7 +22,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from jaxlab.envs.kinetix.env import KinetixEnv
 from jaxlab.envs.kinetix.generator import GeneratorParams, sample_level
@@ -97,7 +97,7 @@ def filter_levels(
     env_params: EnvParams | None = None,
     *,
     n_steps: int = 64,
-    solved_weight: float = 0.001,
+    solved_weight: float | Float[Array, ""] = 0.001,
 ) -> tuple[EnvState, Int[Array, " n"], Bool[Array, " m"]]:
     """Pick ``n`` of the ``m`` candidates without replacement, down-weighting no-op-solved ones.
 
@@ -133,7 +133,7 @@ def sample_filtered_levels(
     *,
     ratio: int = 2,
     n_steps: int = 64,
-    solved_weight: float = 0.001,
+    solved_weight: float | Float[Array, ""] = 0.001,
 ) -> EnvState:
     """``n`` random levels after the no-op filter (``ratio * n`` generated, ``n`` kept).
 
