@@ -1,5 +1,8 @@
 """Dense decoder pieces (jaxlab.nn + jaxlab.lm): forward throughput, KV-cache decoding versus
-full recomputation, and the grain data pipeline.
+full recomputation, and the grain data pipeline; the im2col convolutions (``jaxlab.nn.conv``)
+against flax's in a scanned training step (``conv_train_step``: Dreamer's pixel encoder 8x8/4 +
+4x4/2 and a three-layer 4x4/2 transposed-conv decoder on 256 32x32 images, ``--conv-steps``
+steps in one ``lax.scan``, and the same step called alone; ``ratio`` = flax time / ours).
 
 Prints one JSON line per measurement. Usage: ``python benchmarks/bench_nn.py [--repeats N]``.
 """
@@ -83,10 +86,57 @@ def bench_data(batches: int) -> None:
     _emit("grain_train_batches", size, setup_s, dt, 32 * 128 / dt, "tok/s", note="compile_s=setup")
 
 
+def bench_conv(steps: int, repeats: int) -> None:
+    import flax.linen as nn
+
+    from jaxlab.nn.conv import Conv, ConvTranspose
+
+    def make(conv, convt):
+        class AE(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                h = nn.relu(conv(16, 8, 4)(x))
+                h = nn.relu(conv(32, 4, 2)(h))  # 4x4x32
+                for f in (16, 8, 3):
+                    h = convt(f, 4, 2)(h)
+                    h = nn.relu(h) if f != 3 else h
+                return h
+
+        return AE()
+
+    flax_conv = lambda f, k, s: nn.Conv(f, (k, k), (s, s))
+    flax_convt = lambda f, k, s: nn.ConvTranspose(f, (k, k), (s, s))
+    x = jax.random.normal(jax.random.key(0), (256, 32, 32, 3))
+    times = {}
+    for impl, model in (("flax", make(flax_conv, flax_convt)), ("jaxlab", make(Conv, ConvTranspose))):
+        params = model.init(jax.random.key(1), x)
+
+        def step(p, _, model=model):
+            g = jax.grad(lambda p: jnp.mean((model.apply(p, x) - x) ** 2))(p)
+            return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), None
+
+        for mode, fn, n in (
+            ("alone", jax.jit(lambda p, step=step: step(p, None)[0]), 1),
+            ("scan", jax.jit(lambda p, step=step: jax.lax.scan(step, p, None, steps)[0]), steps),
+        ):
+            compile_s, dt = timed_mean(fn, params, repeats=repeats)
+            times[impl, mode] = dt / n
+            size = {"batch": 256, "side": 32, "impl": impl, "mode": mode, "steps": n}
+            extra = {}
+            if impl == "jaxlab":
+                extra["ratio"] = round(times["flax", mode] / times[impl, mode], 2)
+            _emit("conv_train_step", size, compile_s, dt / n, 1.0 / (dt / n), "step/s", **extra)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--conv-steps", type=int, default=8)
+    ap.add_argument("--only", choices=["conv"], default=None)
     args = ap.parse_args()
+    bench_conv(args.conv_steps, repeats=max(1, args.repeats // 2))
+    if args.only == "conv":
+        return
     model = Decoder(CFG)
     params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, CFG.max_len), jnp.int32))
     bench_forward(params, model, batch=32, repeats=args.repeats)

@@ -6,7 +6,9 @@ norm: an added bias before the group norm would be removed by it), skip connecti
 path to the
 up path, strided-conv downsampling and nearest-neighbour upsampling, and optional non-causal
 self-attention (jaxlab.nn.MultiHeadAttention without RoPE) at the lowest resolution. The output
-convolution is zero-initialised.
+convolution is zero-initialised. Convolutions are ``jaxlab.nn.conv.Conv`` (``nn.Conv``'s parameters
+and results as im2col + matmul: training and sampling run inside ``lax.scan``, where XLA:CPU's
+weight-gradient convolution is 10-20x slower).
 """
 
 from __future__ import annotations
@@ -17,56 +19,19 @@ from jaxtyping import Array, Float
 
 from jaxlab.diffusion.time_embedding import sinusoidal_embedding
 from jaxlab.nn import MultiHeadAttention
-
-
-class Conv(nn.Module):
-    """k x k "SAME" convolution written as a matmul over k^2 shifted copies of the input.
-
-    Same parameters and result as ``nn.Conv`` (kernel (k, k, C_in, C_out), bias). XLA:CPU runs the
-    weight-gradient convolution 10-20x slower inside ``lax.scan``/``while`` bodies than outside (we
-    measured 0.36 s vs 0.03 s for ten 3x3 steps on 64 x 8 x 8 x 16), and both the training loop
-    and the samplers scan; shifted slices and a matmul do not hit that path. Stride s keeps the
-    output pixels at the window centres of XLA's strided "SAME" convolution.
-    """
-
-    features: int
-    kernel: int = 3
-    stride: int = 1
-    zero_init: bool = False
-
-    @nn.compact
-    def __call__(self, x: Float[Array, "batch h w c"]) -> Float[Array, "batch h2 w2 f"]:
-        k = self.kernel
-        init = nn.initializers.zeros_init() if self.zero_init else nn.initializers.lecun_normal()
-        kernel = self.param(
-            "kernel",
-            nn.with_logical_partitioning(init, (None, None, "embed", "mlp")),
-            (k, k, x.shape[-1], self.features),
-        )
-        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
-        if k == 1:
-            cols = x
-        else:
-            lo = (k - 1) // 2
-            pad = jnp.pad(x, ((0, 0), (lo, k - 1 - lo), (lo, k - 1 - lo), (0, 0)))
-            h, w = x.shape[1], x.shape[2]
-            cols = jnp.concatenate(
-                [pad[:, i : i + h, j : j + w, :] for i in range(k) for j in range(k)], axis=-1
-            )
-        y = jnp.einsum("bhwi,io->bhwo", cols, kernel.reshape(-1, self.features))
-        y = y + bias.reshape(1, 1, 1, -1)
-        if self.stride > 1:  # the window centres XLA's "SAME" padding gives a strided conv
-            st = self.stride
-            offs = []
-            for n in (x.shape[1], x.shape[2]):
-                total = max((-(-n // st) - 1) * st + k - n, 0)
-                offs.append((k - 1) // 2 - total // 2)
-            y = y[:, offs[0] :: st, offs[1] :: st, :]
-        return y
+from jaxlab.nn.conv import Conv
 
 
 def _conv(features: int, name: str, *, kernel: int = 3, stride: int = 1, zero: bool = False):
-    return Conv(features, kernel=kernel, stride=stride, zero_init=zero, name=name)
+    init = nn.initializers.zeros_init() if zero else nn.initializers.lecun_normal()
+    return Conv(
+        features,
+        kernel,
+        stride,
+        kernel_init=init,
+        kernel_axes=(None, None, "embed", "mlp"),
+        name=name,
+    )
 
 
 def _groups(ch: int) -> int:

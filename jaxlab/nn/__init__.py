@@ -11,6 +11,7 @@ from jaxlab.nn.attention import (
     causal_padding_mask,
     dot_product_attention,
 )
+from jaxlab.nn.conv import Conv, ConvTranspose
 from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
 from jaxlab.nn.initializers import embedding_init, kernel_init
 from jaxlab.nn.mlp import MLP, SwiGLU
@@ -21,6 +22,8 @@ from jaxlab.nn.transformer import FFNFactory, TransformerBlock
 
 __all__ = [
     "MLP",
+    "Conv",
+    "ConvTranspose",
     "FFNFactory",
     "KVCache",
     "MultiHeadAttention",

@@ -46,6 +46,7 @@ from flax.linen.initializers import constant, orthogonal
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.config import ConfigError
+from jaxlab.nn.conv import Conv
 from jaxlab.rl.action_heads import ActionHead, HeadSpec
 
 NUM_MASK_CHANNELS = 4
@@ -281,8 +282,8 @@ class PixelEncoder(nn.Module):
         image = obs.image
         lead = image.shape[:-3]
         x = image.reshape((-1,) + image.shape[-3:])
-        x = nn.relu(nn.Conv(16, kernel_size=(8, 8), strides=(4, 4), name="conv1")(x))
-        x = nn.relu(nn.Conv(32, kernel_size=(4, 4), strides=(2, 2), name="conv2")(x))
+        x = nn.relu(Conv(16, kernel_size=8, strides=4, name="conv1")(x))
+        x = nn.relu(Conv(32, kernel_size=4, strides=2, name="conv2")(x))
         x = x.reshape(lead + (-1,))
         return jnp.concatenate([x, obs.global_info], axis=-1)
 

@@ -61,10 +61,7 @@ def test_dtsn_beats_bc_on_unseen_small_mazes_from_few_demonstrations():
     assert out["dtsn"] > out["bc"] + 0.03, out
 
 
-def test_spatial_maze_model_bc_width_matches_and_conv3x3_equals_nn_conv():
-    import flax.linen as nn
-    import jax.numpy as jnp
-
+def test_spatial_maze_model_bc_width_matches():
     counts = [
         models.param_count(jax.eval_shape(net.init, jax.random.key(0), obs))
         for net, obs in (
@@ -73,12 +70,6 @@ def test_spatial_maze_model_bc_width_matches_and_conv3x3_equals_nn_conv():
         )
     ]
     assert abs(counts[0] - counts[1]) / counts[0] < 0.05, counts
-    x = jax.random.normal(jax.random.key(1), (2, 5, 6, 3))
-    p = models.Conv3x3(4).init(jax.random.key(2), x)
-    k = p["params"]["Dense_0"]["kernel"].reshape(3, 3, 3, 4)
-    b = p["params"]["Dense_0"]["bias"]
-    ref = nn.Conv(4, (3, 3)).apply({"params": {"kernel": k, "bias": b}}, x)
-    assert jnp.allclose(models.Conv3x3(4).apply(p, x), ref, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.envs import game24
+from jaxlab.nn.conv import Conv
 from jaxlab.rl.search.dtsn import Expansion, SearchModel
 
 
@@ -37,8 +38,8 @@ class MazeEncoder(nn.Module):
         x = obs.astype(jnp.float32)
         if obs.dtype == jnp.uint8:
             x = x / 255.0
-        x = nn.relu(nn.Conv(self.channels, (3, 3))(x))
-        x = nn.relu(nn.Conv(self.channels, (3, 3))(x))
+        x = nn.relu(Conv(self.channels, 3)(x))
+        x = nn.relu(Conv(self.channels, 3)(x))
         x = x.reshape(x.shape[:-3] + (-1,))
         return jnp.tanh(nn.Dense(self.latent_dim)(x))
 
@@ -112,25 +113,6 @@ class MazeBC(nn.Module):
         return nn.Dense(self.num_actions)(x)
 
 
-class Conv3x3(nn.Module):
-    """A 3x3 "same" convolution (zero padding) written as im2col + one ``Dense``: the nine shifted
-    copies of the input are concatenated on the channel axis, ``[..., H, W, 9 C_in]``, then
-    multiplied by the ``[9 C_in, C_out]`` kernel. The same function and parameter count as
-    ``nn.Conv(features, (3, 3))``; under ``vmap`` inside the search's ``scan`` (and its
-    gradient) it stays a plain matmul, where XLA's CPU convolution with extra batch axes was
-    ~100x slower in the training step."""
-
-    features: int
-
-    @nn.compact
-    def __call__(self, x):
-        h, w = x.shape[-3], x.shape[-2]
-        pad = [(0, 0)] * (x.ndim - 3) + [(1, 1), (1, 1), (0, 0)]
-        xp = jnp.pad(x, pad)
-        cols = [xp[..., i : i + h, j : j + w, :] for i in range(3) for j in range(3)]
-        return nn.Dense(self.features)(jnp.concatenate(cols, axis=-1))
-
-
 class SpatialMazeEncoder(nn.Module):
     """``E`` with a spatial latent: maze observation ``[H, W, C_in]`` to ``h`` ``[H, W, C]`` in
     ``[-1, 1]`` (two 3x3 convolutions, ``tanh``); the grid structure is kept, so a local
@@ -143,8 +125,8 @@ class SpatialMazeEncoder(nn.Module):
         x = obs.astype(jnp.float32)
         if obs.dtype == jnp.uint8:
             x = x / 255.0
-        x = nn.relu(Conv3x3(self.channels)(x))
-        return jnp.tanh(Conv3x3(self.channels)(x))
+        x = nn.relu(Conv(self.channels, 3)(x))
+        return jnp.tanh(Conv(self.channels, 3)(x))
 
 
 class SpatialMazeWorldModel(nn.Module):
@@ -163,11 +145,11 @@ class SpatialMazeWorldModel(nn.Module):
 
     def setup(self):
         self.encoder = SpatialMazeEncoder(self.channels)
-        self.trans_hidden = Conv3x3(self.channels)
-        self.trans_out = Conv3x3(self.channels)
-        self.reward_conv = Conv3x3(self.channels)
+        self.trans_hidden = Conv(self.channels, 3)
+        self.trans_out = Conv(self.channels, 3)
+        self.reward_conv = Conv(self.channels, 3)
         self.reward_out = nn.Dense(1)
-        self.value_conv = Conv3x3(self.channels)
+        self.value_conv = Conv(self.channels, 3)
         self.value_hidden = nn.Dense(self.hidden)
         self.value_out = nn.Dense(1)
 

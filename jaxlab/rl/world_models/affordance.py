@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from jaxlab.envs.open_world import zoom
+from jaxlab.nn.conv import Conv, ConvTranspose
 
 
 class Relevance(nn.Module):
@@ -36,8 +37,8 @@ class Relevance(nn.Module):
     def __call__(self, image: Float[Array, "*b s s 3"]) -> Float[Array, "*b"]:
         lead = image.shape[:-3]
         x = image.reshape((-1,) + image.shape[-3:])
-        x = nn.relu(nn.Conv(8, (4, 4), strides=(2, 2))(x))
-        x = nn.relu(nn.Conv(16, (4, 4), strides=(2, 2))(x))
+        x = nn.relu(Conv(8, 4, strides=2)(x))
+        x = nn.relu(Conv(16, 4, strides=2)(x))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(32)(x))
         return nn.Dense(1)(x)[..., 0].reshape(lead)
@@ -53,12 +54,12 @@ class AffordancePredictor(nn.Module):
     def __call__(self, image: Float[Array, "*b s s 3"]) -> Float[Array, "*b s s"]:
         lead, s = image.shape[:-3], image.shape[-3]
         x = image.reshape((-1,) + image.shape[-3:])
-        e1 = nn.relu(nn.Conv(self.width, (3, 3))(x))
-        e2 = nn.relu(nn.Conv(2 * self.width, (3, 3), strides=(2, 2))(e1))
-        e3 = nn.relu(nn.Conv(2 * self.width, (3, 3), strides=(2, 2))(e2))
-        d2 = nn.relu(nn.ConvTranspose(2 * self.width, (3, 3), strides=(2, 2))(e3))
-        d1 = nn.relu(nn.ConvTranspose(self.width, (3, 3), strides=(2, 2))(d2 + e2))
-        out = nn.Conv(1, (3, 3))(jnp.concatenate([d1, e1], -1))[..., 0]
+        e1 = nn.relu(Conv(self.width, 3)(x))
+        e2 = nn.relu(Conv(2 * self.width, 3, strides=2)(e1))
+        e3 = nn.relu(Conv(2 * self.width, 3, strides=2)(e2))
+        d2 = nn.relu(ConvTranspose(2 * self.width, 3, strides=2)(e3))
+        d1 = nn.relu(ConvTranspose(self.width, 3, strides=2)(d2 + e2))
+        out = Conv(1, 3)(jnp.concatenate([d1, e1], -1))[..., 0]
         return jax.nn.sigmoid(out).reshape(lead + (s, s))
 
 

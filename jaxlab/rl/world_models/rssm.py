@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.nn.conv import ConvTranspose
 from jaxlab.rl.networks import PixelEncoder
 
 
@@ -144,9 +145,9 @@ class WorldModel(nn.Module):
         s0 = c.obs_size // 8
         self.dec_in = nn.Dense(s0 * s0 * 4 * c.depth)
         self.dec_convs = [
-            nn.ConvTranspose(2 * c.depth, (4, 4), strides=(2, 2)),
-            nn.ConvTranspose(c.depth, (4, 4), strides=(2, 2)),
-            nn.ConvTranspose(3, (4, 4), strides=(2, 2)),
+            ConvTranspose(2 * c.depth, 4, strides=2),
+            ConvTranspose(c.depth, 4, strides=2),
+            ConvTranspose(3, 4, strides=2),
         ]
         self.reward_head = MLP(c.hidden, c.num_bins, zero=True)
         self.cont_head = MLP(c.hidden, 1)
