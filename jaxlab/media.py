@@ -344,7 +344,7 @@ def plot_scatter(
 
 def plot_bars(
     path: PathLike,
-    values: Sequence[float],
+    values: Series,
     *,
     labels: Sequence[Any] | None = None,
     xlabel: str = "",
@@ -416,7 +416,7 @@ def plot_graph(
 
 
 def curve_strip(
-    values: Sequence[float],
+    values: Series,
     cursor: int,
     *,
     height: int,

@@ -218,9 +218,10 @@ def summarize(metrics: dict[str, Array]) -> dict[str, float]:
 
 
 def ade_fde(
-    plan: Float[Array, "B T 2"], target: Float[Array, "B T 2"]
+    plan: Float[Array, "B T d"], target: Float[Array, "B T e"]
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """Average and final displacement error (m) of plans against logged expert futures."""
+    """Average and final displacement error (m) of plans against logged expert futures (the
+    first two features of each state are x, y; the rest, e.g. heading, are ignored)."""
     d = jnp.linalg.norm(plan[..., :2] - target[..., :2], axis=-1)
     return jnp.mean(d), jnp.mean(d[:, -1])
 

@@ -442,9 +442,10 @@ def train_student(
 
 
 def samples_to_accuracy(
-    curve: StudentCurve, batch: int, threshold: float = 0.95
+    curve: StudentCurve, batch: int, threshold: float | Float[Array, "..."] = 0.95
 ) -> Float[Array, "..."]:
-    """Samples seen when the accuracy first reaches ``threshold`` (``inf`` if never).
+    """Samples seen when the accuracy first reaches ``threshold`` (``inf`` if never; an array
+    threshold broadcasts against the curves' leading axes, e.g. one per seed).
 
     Works on batched curves (leading seed/method axes).
     """

@@ -145,7 +145,7 @@ def rtn_quantize(
         Unboxed parameters with the targeted kernels replaced by ``Q_b(W)``.
     """
     check_bits("bits", bits)
-    return _map_kernels(cfg, params, lambda _, ga, w: quantize_dequantize(w, bits, ga[1]), targets)
+    return _map_kernels(cfg, params, lambda _, ga, w: quantize_dequantize(jnp.asarray(w), bits, ga[1]), targets)
 
 
 @functools.partial(jax.jit, static_argnames=("block_size",))
@@ -315,7 +315,7 @@ def gptq_quantize(
             continue
         if layers[group[0]][0] == "experts":
             for names in group:
-                w = _get(root, names)
+                w = jnp.asarray(_get(root, names))  # parameters may arrive as NumPy
                 root = _set(root, names, quantize_dequantize(w, bits, layers[names][1]))
             continue
         calib = capture({"params": root})

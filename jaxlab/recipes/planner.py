@@ -298,7 +298,7 @@ def evaluate_run(
     k = min(256, held["future"].shape[0])
     sc = {kk: v[:k] for kk, v in held.items() if kk in pl.SCENE_KEYS}
     traj = jax.jit(lambda p, key, s: pl.sample_trajectories(p, key, s, m))(params, key, sc)
-    ade, fde = de.ade_fde(traj[:, 0], held["future"][:k, 0])
+    ade, fde = de.ade_fde(traj[:, 0], jnp.asarray(held["future"][:k, 0]))
     out = {"open_loop/ade": float(ade), "open_loop/fde": float(fde)}
 
     def run(make_plan_fn, expert_progress=None):

@@ -60,18 +60,10 @@ class KinetixAgent:
     def make_ppo(
         self, ppo_cfg: PPOConfig, curriculum_cfg: CurriculumConfig, axis_name: str | None = None
     ) -> PPO:
-        curriculum = make_curriculum(
-            curriculum_cfg, self.levels.sample, ppo_cfg.num_envs, mutate_fn=self.mutate
-        )
-        return PPO(
-            ppo_cfg,
-            self.env,
-            self.env_params,
-            self.network,
-            num_updates=self.num_updates,
-            curriculum=curriculum,
-            axis_name=axis_name,
-        )
+        return _make_ppo(
+            self.levels, self.env, self.network, self.mutate, self.num_updates,
+            ppo_cfg, curriculum_cfg, axis_name,
+        )  # fmt: skip
 
     def update_on(self, mesh: jax.sharding.Mesh) -> Callable[[PPOState], tuple[PPOState, Any]]:
         """The PPO update for ``mesh``: ``ppo.update`` on one data shard, else the per-device
@@ -99,6 +91,28 @@ class KinetixAgent:
         return shard_map(local.update, mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()))
 
 
+def _make_ppo(
+    levels: ls.TrainLevels,
+    env: KinetixEnv,
+    network: ActorCritic,
+    mutate: Callable | None,
+    num_updates: int,
+    ppo_cfg: PPOConfig,
+    curriculum_cfg: CurriculumConfig,
+    axis_name: str | None,
+) -> PPO:
+    curriculum = make_curriculum(curriculum_cfg, levels.sample, ppo_cfg.num_envs, mutate_fn=mutate)
+    return PPO(
+        ppo_cfg,
+        env,
+        levels.env_params,
+        network,
+        num_updates=num_updates,
+        curriculum=curriculum,
+        axis_name=axis_name,
+    )
+
+
 def make_agent(
     env_cfg: ls.KinetixEnvConfig,
     network_cfg: NetworkConfig,
@@ -115,19 +129,10 @@ def make_agent(
     mutate = None
     if curriculum_cfg.kind == "accel":
         mutate = ls.mutate_function(levels.static, levels.env_params)
-    agent = KinetixAgent(
-        env_cfg,
-        network_cfg,
-        ppo_cfg,
-        curriculum_cfg,
-        num_updates,
-        levels,
-        env,
-        network,
-        None,
-        mutate,
+    ppo = _make_ppo(levels, env, network, mutate, num_updates, ppo_cfg, curriculum_cfg, None)
+    return KinetixAgent(
+        env_cfg, network_cfg, ppo_cfg, curriculum_cfg, num_updates, levels, env, network, ppo, mutate
     )
-    return dataclasses.replace(agent, ppo=agent.make_ppo(ppo_cfg, curriculum_cfg))
 
 
 def state_specs(state: PPOState) -> PPOState:

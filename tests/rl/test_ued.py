@@ -31,16 +31,16 @@ def sample_level(key):
 
 
 def test_scores_match_numpy():
-    d = np.array([[0, 1], [1, 0], [0, 0], [1, 1]], bool)
-    s = np.array([[0, 1], [0, 0], [0, 0], [1, 0]], bool)
+    d = jnp.array([[0, 1], [1, 0], [0, 0], [1, 1]], bool)
+    s = jnp.array([[0, 1], [0, 0], [0, 0], [1, 0]], bool)
     np.testing.assert_allclose(np.asarray(success_rate(d, s)), [0.5, 0.5])
     p = jnp.asarray([0.0, 0.5, 1.0])
     np.testing.assert_allclose(np.asarray(learnability(p)), [0.0, 0.2505, 0.001], rtol=1e-6)
-    r = np.array([[1.0, 0.0], [2.0, 1.0], [-1.0, 1.0], [5.0, 1.0]], np.float32)
+    r = jnp.array([[1.0, 0.0], [2.0, 1.0], [-1.0, 1.0], [5.0, 1.0]], jnp.float32)
     # env 0: episodes [1, 2] -> 3, then [-1, 5] -> 4; env 1: [0, 1] -> 1, then running 2 (no end)
-    d = np.array([[0, 0], [1, 1], [0, 0], [1, 0]], bool)
+    d = jnp.array([[0, 0], [1, 1], [0, 0], [1, 0]], bool)
     np.testing.assert_allclose(np.asarray(max_returns(r, d)), [4.0, 1.0])
-    np.testing.assert_allclose(np.asarray(max_returns(r, np.zeros_like(d))), [7.0, 3.0])
+    np.testing.assert_allclose(np.asarray(max_returns(r, jnp.zeros_like(d))), [7.0, 3.0])
 
 
 def test_sfl_keeps_top_learnability_and_mixes():

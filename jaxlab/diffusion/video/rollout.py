@@ -29,8 +29,8 @@ def generate_clip(
     schedule: Schedule,
     spec: samplers.SamplerSpec,
     nfe: int,
-    audio_scale: float = 1.0,
-    ref_scale: float = 1.0,
+    audio_scale: float | Float[Array, ""] = 1.0,
+    ref_scale: float | Float[Array, ""] = 1.0,
     clip_x0: float | None = 1.0,
 ) -> Float[Array, "b t s s c"]:
     """One clip ``[B, T, S, S, C]`` from noise with ``nfe`` network calls (logSNR steps).
@@ -70,8 +70,8 @@ def rollout(
     schedule: Schedule,
     spec: samplers.SamplerSpec,
     nfe: int,
-    audio_scale: float = 1.0,
-    ref_scale: float = 1.0,
+    audio_scale: float | Float[Array, ""] = 1.0,
+    ref_scale: float | Float[Array, ""] = 1.0,
     clip_x0: float | None = 1.0,
 ) -> Float[Array, "b nt s s c"]:
     """``n_clips`` clips generated one after the other (one ``lax.scan``).

@@ -114,7 +114,7 @@ def _global(state: EnvState, field: str):
 
 def _add_shape(key, state, connected, static_params, params, env_params):
     prop = propose_shape(
-        key, state, connected, False, False, False, static_params, params, env_params
+        key, state, connected, *(jnp.asarray(False),) * 3, static_params, params, env_params
     )
     return commit_shape(state, prop, jnp.asarray(True), static_params)
 

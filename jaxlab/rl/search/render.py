@@ -48,7 +48,7 @@ def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: in
         out = dtsn.search(
             jax.random.key(0),
             params,
-            env.get_obs(state, None),
+            env.get_obs(state, env.default_params),
             model=model,
             config=config,
             mode="greedy",

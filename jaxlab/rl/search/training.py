@@ -226,6 +226,7 @@ def init(key: PRNGKeyArray, cfg: LearnerConfig) -> LearnerState:
     k_data, k_params, k_run = jax.random.split(key, 3)
     data = make_demonstrations(k_data, cfg)
     net, obs = networks(cfg)
+    obs = jnp.asarray(obs)  # an example observation (NumPy) -> the array the model is given
     if cfg.env == "game24" and cfg.method != "bc":
         params = net.init(k_params, obs[:4], obs[4:] > 0)
     else:
