@@ -55,6 +55,7 @@ def test_metra_tiny_trains_evaluates_and_plots(full):
     ev = [r for r in rows if any(k.endswith("coverage") for k in r)][-1]
     keys = {k.split("/")[-1] for k in ev}
     assert {"coverage", "coverage_random", "coverage_zero", "goal_success"} <= keys
+    assert {"directions", "directions_random", "directions_zero", "directions_seed1"} <= keys
     assert {"coverage_seed0", "coverage_seed1", "goal_success_seed1"} <= keys
     assert all(np.isfinite(v) for v in ev.values() if isinstance(v, float))
     assert (full.run_dir / "skills.png").stat().st_size > 1000

@@ -57,6 +57,7 @@ def test_constraint_keeps_phi_steps_near_or_below_one(trained):
 def test_skills_cover_more_than_random_and_zero_and_reach_goals(trained):
     _, _, _, res = trained
     assert res["coverage"] > 1.5 * res["coverage_random"] > res["coverage_zero"], res
+    assert res["directions"] >= 4 > res["directions_zero"], res  # skills spread (measured 5)
     assert res["goal_success"] >= 0.25, res
 
 

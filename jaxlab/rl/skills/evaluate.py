@@ -5,6 +5,10 @@ reaching, and a picture of the skills.
   (``z`` uniform on the unit sphere) and the deterministic policy ``a = tanh(mu([s, z]))``; the
   count of distinct cells ``floor(xy / cell)`` visited (``info["xy"]`` after every step). The same
   count for a uniformly random policy and for the zero policy is the baseline.
+* **Directions**: of the same rollouts, the number of the 8 compass sectors (45 degrees each)
+  that hold the net displacement ``xy_T - xy_1`` of at least one rollout that moved more than one
+  cell: whether the skills move the body in several distinct directions rather than far along one
+  (a car's coverage grows along x only). Same baselines.
 * **Zero-shot goal reaching**: for a goal ``g`` (an observation: the point envs observe ``xy``),
   the skill at every step is ``z = (phi(g) - phi(s)) / ||phi(g) - phi(s)||``; a rollout succeeds
   when it comes within ``goal_radius`` of ``g`` at some step. Goals are drawn uniformly over the
@@ -66,6 +70,17 @@ def count_cells(xy: Float[Array, "*b 2"], cell: float) -> Int[Array, ""]:
     ij = jnp.clip(ij, -(2**14), 2**14 - 1) + 2**14
     ids = jnp.sort(ij[:, 0] * 2**15 + ij[:, 1])
     return 1 + jnp.sum(ids[1:] != ids[:-1])
+
+
+def count_directions(xy: Float[Array, "n t 2"], min_distance: float) -> Int[Array, ""]:
+    """Number of 45-degree compass sectors holding the net displacement ``xy[:, -1] - xy[:, 0]``
+    of at least one rollout that moved more than ``min_distance``."""
+    d = xy[:, -1] - xy[:, 0]
+    moved = jnp.linalg.norm(d, axis=-1) > min_distance
+    sector = jnp.floor((jnp.arctan2(d[:, 1], d[:, 0]) + jnp.pi) / (jnp.pi / 4)).astype(jnp.int32)
+    sector = jnp.clip(sector, 0, 7)
+    hit = jnp.zeros((8,), bool).at[sector].max(moved)
+    return jnp.sum(hit)
 
 
 def rollout_xy(
@@ -194,8 +209,9 @@ def goal_reaching(
 def make_evaluate(
     parts: SkillParts, cfg: SkillEvalConfig
 ) -> Callable[[SkillState, PRNGKeyArray], dict[str, Array]]:
-    """``evaluate(state, key) -> {coverage, coverage_random, coverage_zero, goal_success,
-    goal_distance}`` (module docstring); pure, jit-able, vmappable over a seed axis."""
+    """``evaluate(state, key) -> {coverage, coverage_random, coverage_zero, directions,
+    directions_random, directions_zero, goal_success, goal_distance}`` (module docstring); pure,
+    jit-able, vmappable over a seed axis."""
     env, env_params = parts.env, parts.env_params
     d, a = parts.cfg.skill_dim, parts.nets.act_dim
     goal_capable = parts.nets.obs_dim == 2 and isinstance(env, PointMass2D)
@@ -211,6 +227,9 @@ def make_evaluate(
         ):
             xy = rollout_xy(env, env_params, act, skills, cfg.steps, k)
             out[name] = count_cells(xy, cfg.cell).astype(jnp.float32)
+            out[name.replace("coverage", "directions")] = count_directions(xy, cfg.cell).astype(
+                jnp.float32
+            )
         if goal_capable:
             goals = sample_goals(env, k_goal, cfg.num_goals)
             success, dist = goal_reaching(parts, state, goals, cfg.steps, cfg.goal_radius, k_reach)

@@ -5,8 +5,8 @@ One loop step is one skill-learning iteration (``num_envs`` env steps per seed, 
 (state leaves carry a leading seed axis); the whole state (networks, Adam states, METRA's dual
 variable, the on-device replay buffer, env states, skills and keys) is the checkpointed train
 state, so a resume is bit-identical. Logged training metrics are means over seeds; evaluation
-(``jaxlab.rl.skills.evaluate``) reports coverage of the skills and of the random and zero
-policies and zero-shot goal success, as means over seeds plus the per-seed values; ``finalize``
+(``jaxlab.rl.skills.evaluate``) reports coverage and displacement directions of the skills and
+of the random and zero policies and zero-shot goal success, as means over seeds plus the per-seed values; ``finalize``
 writes ``skills.png`` (the first seed's skill trajectories coloured by direction).
 """
 
@@ -146,7 +146,7 @@ def build(cfg: SkillRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     def host_evaluate(state) -> dict[str, float]:
         out = jax.device_get(evaluate(state, jax.random.key(cfg.seed + 1)))
         res = {k: float(np.mean(v)) for k, v in out.items()}
-        for k in ("coverage", "goal_success"):
+        for k in ("coverage", "directions", "goal_success"):
             if k in out and cfg.seeds > 1:
                 res.update({f"{k}_seed{i}": float(v) for i, v in enumerate(out[k])})
         return res
