@@ -108,7 +108,10 @@ def bench_conv(steps: int, repeats: int) -> None:
     flax_convt = lambda f, k, s: nn.ConvTranspose(f, (k, k), (s, s))
     x = jax.random.normal(jax.random.key(0), (256, 32, 32, 3))
     times = {}
-    for impl, model in (("flax", make(flax_conv, flax_convt)), ("jaxlab", make(Conv, ConvTranspose))):
+    for impl, model in (
+        ("flax", make(flax_conv, flax_convt)),
+        ("jaxlab", make(Conv, ConvTranspose)),
+    ):
         params = model.init(jax.random.key(1), x)
 
         def step(p, _, model=model):

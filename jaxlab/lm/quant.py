@@ -145,7 +145,9 @@ def rtn_quantize(
         Unboxed parameters with the targeted kernels replaced by ``Q_b(W)``.
     """
     check_bits("bits", bits)
-    return _map_kernels(cfg, params, lambda _, ga, w: quantize_dequantize(jnp.asarray(w), bits, ga[1]), targets)
+    return _map_kernels(
+        cfg, params, lambda _, ga, w: quantize_dequantize(jnp.asarray(w), bits, ga[1]), targets
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("block_size",))

@@ -131,7 +131,16 @@ def make_agent(
         mutate = ls.mutate_function(levels.static, levels.env_params)
     ppo = _make_ppo(levels, env, network, mutate, num_updates, ppo_cfg, curriculum_cfg, None)
     return KinetixAgent(
-        env_cfg, network_cfg, ppo_cfg, curriculum_cfg, num_updates, levels, env, network, ppo, mutate
+        env_cfg,
+        network_cfg,
+        ppo_cfg,
+        curriculum_cfg,
+        num_updates,
+        levels,
+        env,
+        network,
+        ppo,
+        mutate,
     )
 
 

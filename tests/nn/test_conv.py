@@ -35,7 +35,7 @@ def _pairs(x):
         ):
             kernel = jax.random.normal(jax.random.key(i), (k, k, 3, 5))
             p = {"params": {"kernel": kernel, "bias": jnp.linspace(-1, 1, 5)}}
-            loss = lambda p, m: jnp.sum(jnp.sin(m.apply(p, side)))
+            loss = lambda p, m, side=side: jnp.sum(jnp.sin(m.apply(p, side)))
             out.append(
                 (
                     (mine.apply(p, side), jax.grad(loss)(p, mine)["params"]["kernel"]),
