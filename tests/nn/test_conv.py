@@ -27,8 +27,8 @@ CASES = [
 def _pairs(x):
     """Ours and flax's outputs and kernel gradients, every case and both kinds, in one program."""
     out = []
-    for i, (_, k, s, pad) in enumerate(CASES):
-        side = x[:, : CASES[i][0], : CASES[i][0] + 1]
+    for i, (n, k, s, pad) in enumerate(CASES):
+        side = x[:, :n, : n + 1]
         for mine, ref in (
             (Conv(5, k, s, pad), nn.Conv(5, (k, k), (s, s), padding=pad)),
             (ConvTranspose(5, k, s, pad), nn.ConvTranspose(5, (k, k), (s, s), padding=pad)),

@@ -113,9 +113,8 @@ def _global(state: EnvState, field: str):
 
 
 def _add_shape(key, state, connected, static_params, params, env_params):
-    prop = propose_shape(
-        key, state, connected, *(jnp.asarray(False),) * 3, static_params, params, env_params
-    )
+    off = jnp.asarray(False)  # no forced no-fixate, revolute joint or motor
+    prop = propose_shape(key, state, connected, off, off, off, static_params, params, env_params)
     return commit_shape(state, prop, jnp.asarray(True), static_params)
 
 

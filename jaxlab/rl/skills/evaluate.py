@@ -220,16 +220,14 @@ def make_evaluate(
         k_z, k_roll, k_rand, k_zero, k_goal, k_reach = jax.random.split(key, 6)
         skills = sample_skills(k_z, cfg.num_skills, d)
         out = {}
-        for name, act, k in (
-            ("coverage", skill_policy(parts, state), k_roll),
-            ("coverage_random", random_policy(a), k_rand),
-            ("coverage_zero", zero_policy(a), k_zero),
+        for suffix, act, k in (
+            ("", skill_policy(parts, state), k_roll),
+            ("_random", random_policy(a), k_rand),
+            ("_zero", zero_policy(a), k_zero),
         ):
             xy = rollout_xy(env, env_params, act, skills, cfg.steps, k)
-            out[name] = count_cells(xy, cfg.cell).astype(jnp.float32)
-            out[name.replace("coverage", "directions")] = count_directions(xy, cfg.cell).astype(
-                jnp.float32
-            )
+            out["coverage" + suffix] = count_cells(xy, cfg.cell).astype(jnp.float32)
+            out["directions" + suffix] = count_directions(xy, cfg.cell).astype(jnp.float32)
         if goal_capable:
             goals = sample_goals(env, k_goal, cfg.num_goals)
             success, dist = goal_reaching(parts, state, goals, cfg.steps, cfg.goal_radius, k_reach)
