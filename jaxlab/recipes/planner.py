@@ -8,7 +8,9 @@ once on the host, when the data iterator is first created (so building or loweri
 cheap; cached per world and size, so runs differing only in mesh or optimiser share them), and
 served by a grain loader (shuffled, repeated, batched; its position is checkpointed with the run):
 the batch is an input of the train step, split over the mesh's data axes (parameters replicated),
-never a constant of the compiled program. Training: the x_0 loss with neighbour validity masks, AdamW with a
+never a constant of the compiled program. Training: the ego state perturbation of the original
+(:mod:`jaxlab.diffusion.planner_augment`: half the samples re-planned from a perturbed current
+state, so the planner learns to recover from its own closed-loop drift), the x_0 loss with neighbour validity masks, AdamW with a
 linear warm-up then constant rate (the traced ``lr``), EMA of the weights used for sampling.
 
 Evaluation: open-loop ADE/FDE of the sampled ego plans against held-out expert logs and the
@@ -40,6 +42,7 @@ from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.run import batch_spec
 from jaxlab.core.sharding import MeshConfig, state_shardings
 from jaxlab.diffusion import planner as pl
+from jaxlab.diffusion.planner_augment import StatePerturbation, perturb_ego_state
 from jaxlab.envs import driving_eval as de
 from jaxlab.envs.driving import DrivingStatic, DrivingWorld, make_driving
 
@@ -53,6 +56,8 @@ class PlannerRecipeConfig:
     scene_type, route_visible: the world's scenes (-1: all three types) and whether the planner
         sees the ego's route lane.
     n_scenes, log_steps: expert rollouts and the samples taken from each (training data).
+    augment: the ego state perturbation of the training samples (the original's
+        ``StatePerturbation``; ``augment.prob`` 0 turns it off).
     batch_size, lr, warmup_steps, weight_decay, ema_decay: optimisation.
     eval_scenes, eval_steps: closed-loop evaluation size.
     gif_scenes: scenes of the closed-loop GIF ``finalize`` writes (0: none).
@@ -64,6 +69,7 @@ class PlannerRecipeConfig:
     route_visible: bool = True
     n_scenes: int = 256
     log_steps: int = 30
+    augment: StatePerturbation = StatePerturbation()
     batch_size: int = 256
     lr: float = 5e-4
     warmup_steps: int = 100
@@ -239,10 +245,11 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         )
 
     def train_step(state: PlannerState, b: dict):
-        key, kl = jax.random.split(state.key)
+        key, kl, ka = jax.random.split(state.key, 3)
         opt = _optimizer(cfg, state.hparams["lr"])
+        scene, future = perturb_ego_state(ka, scene_of(b), b["future"], cfg.augment, dt=m.dt)
         (loss, aux), grads = jax.value_and_grad(pl.planner_loss, has_aux=True)(
-            state.params, kl, scene_of(b), b["future"], m
+            state.params, kl, scene, future, m
         )
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
