@@ -7,7 +7,8 @@ Sections (``--only a,b``):
   ``--run-dir`` (a ``planner`` run) or freshly initialised at the cpu preset's size.
 - ``quality`` (``--run-dir``, a run with the route visible): open-loop ADE/FDE, the distance of
   10-step to 100-step DPM-Solver++ samples on the same noise, and the closed-loop table (expert,
-  constant velocity, unguided, collision-, drivable- and both-guided diffusion).
+  constant velocity, unguided diffusion and the ``--variants`` of guidance, in ``--window``) on
+  the scenario set ``--seed``.
 - ``modes`` (``--modes-run-dir``, a run on intersections with the route hidden): the ego's route
   mode of sampled plans (heading change at the plan's end: left > 0.15 rad, right < -0.15 rad,
   else straight) on held-out intersection scenes before the junction vs the expert's logged
@@ -21,6 +22,7 @@ Run: ``python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import jax
@@ -88,9 +90,21 @@ def speed(run_dir):
         emit_rate("world_step", {"scenes": n}, c, t, 20 * n / t, "scene-steps/s")
 
 
-def quality(run_dir, scenes, steps):
+def parse_variants(spec: str) -> dict[str, tuple[tuple[str, float], ...]]:
+    """``"collision:0.5;collision:2+drivable:2"`` -> {name: ((energy, weight), ...)}; the empty
+    variant ``unguided`` is always first."""
+    out = {"unguided": ()}
+    for item in filter(None, spec.split(";")):
+        terms = tuple((n, float(w)) for n, w in (t.split(":") for t in item.split("+")))
+        out[item] = terms
+    return out
+
+
+def quality(run_dir, scenes, steps, variants, window, seed):
     cfg, params = _params(run_dir)
     m = cfg.model
+    if window is not None:
+        m = dataclasses.replace(m, guidance_window=window)
     held = rp.expert_data(cfg, "valid")
     k = min(256, held["future"].shape[0])
     sc = {kk: v[:k] for kk, v in held.items() if kk in pl.SCENE_KEYS}
@@ -109,13 +123,8 @@ def quality(run_dir, scenes, steps):
             ego_final_dist_m=float(jnp.mean(d[:, 0, -1])),
             all_agents_mean_dist_m=float(jnp.mean(d)),
         )
-    variants = {
-        "unguided": (),
-        "collision": (("collision", 0.5),),
-        "drivable": (("drivable", 0.5),),
-    }
     env, params_w = rp.world(cfg)
-    key = jax.random.PRNGKey(11)
+    key = jax.random.PRNGKey(seed)
     run = lambda make_fn, ep: jax.jit(  # noqa: E731
         lambda key, ep, p: de.closed_loop(
             key, env, params_w, make_fn(p), n_scenes=scenes, steps=steps, expert_progress=ep
@@ -129,7 +138,8 @@ def quality(run_dir, scenes, steps):
     emit(what="closed_loop", planner="constant_velocity", **de.summarize(cv))
     for name, g in variants.items():
         res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
-        emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g, **de.summarize(res))
+        emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g,
+             window=m.guidance_window, seed=seed, **de.summarize(res))  # fmt: skip
     traj = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
         key, params, sc
     )
@@ -181,12 +191,22 @@ def main():
     ap.add_argument("--scenes", type=int, default=32)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--samples-per-scene", type=int, default=8)
+    ap.add_argument(
+        "--variants",
+        default="collision:0.5;drivable:0.5",
+        help="guided variants of the closed-loop table, e.g. 'collision:2;collision:2+drivable:1'",
+    )
+    ap.add_argument("--window", default=None, help="guidance window 'lo,hi' (default the run's)")
+    ap.add_argument("--seed", type=int, default=11, help="the closed-loop scenario set")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "speed" in only:
         speed(args.run_dir)
     if "quality" in only:
-        quality(args.run_dir, args.scenes, args.steps)
+        window = None if args.window is None else tuple(float(v) for v in args.window.split(","))
+        quality(
+            args.run_dir, args.scenes, args.steps, parse_variants(args.variants), window, args.seed
+        )
     if "modes" in only:
         modes(args.modes_run_dir, args.samples_per_scene)
 

@@ -9,8 +9,12 @@ are composed by weights, E = sum_k w_k E_k, and used through
   box and every valid neighbour (same step) or parked car, with 1 m inflation:
   sum_{t, j} relu(1 - d_tj). The original also clips the penalty at 1 m; clipping zeroes the
   gradient of deep overlaps, which the x_0-estimates of early steps are full of, so ``clip`` is
-  off (None) by default here. Not implemented: the original's Gaussian smoothing of the gradient
-  along time and its projection on the lateral axis.
+  off (None) by default here. As in the original, only the ego plan is steered: the neighbours'
+  predicted states, the parked cars and the ego's heading enter through ``stop_gradient`` (without
+  it the gradient mostly moves the predicted neighbours out of the ego's way, which changes
+  nothing the ego does). Not implemented: the original's Gaussian smoothing of the gradient along
+  time and its projection on the lateral axis (it zeroes the longitudinal part, so it cannot brake
+  behind a slow leader, the main collision of the straight-road scenes here).
 - ``drivable``: distance of the ego's position beyond half a lane width (1.75 m) from the nearest
   valid lane-token segment, sum_t relu(dist_t - 1.75)^2.
 - ``target_speed``: mean_t (v_t - v_target)^2 / 10 with v_t = |p_t - p_{t-1}| / dt.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -67,9 +72,9 @@ def _unit(cs: Float[Array, "... 2"]) -> Float[Array, "... 2"]:
 
 def collision_energy(x, scene, cfg, inflation: float = 1.0, clip: float | None = None):
     ego = x[:, 0, 1:]  # (B, T, 4)
-    nb = x[:, 1:, 1:]  # (B, N, T, 4)
+    nb = jax.lax.stop_gradient(x[:, 1:, 1:])  # (B, N, T, 4): predictions are not steered
     car = jnp.asarray(CAR, x.dtype)
-    pe, ue = ego[:, None, :, :2], _unit(ego[:, None, :, 2:])
+    pe, ue = ego[:, None, :, :2], jax.lax.stop_gradient(_unit(ego[:, None, :, 2:]))
     sep_nb = box_separation(
         pe, ue, car[None, None, None], nb[..., :2], _unit(nb[..., 2:]), car[None, None, None]
     )
@@ -77,8 +82,8 @@ def collision_energy(x, scene, cfg, inflation: float = 1.0, clip: float | None =
     pen_nb = jnp.where(scene["neighbour_valid"][:, :, None], pen_nb, 0.0)
     st = scene["static"]  # (B, S, 6): x, y, cos, sin, length, width
     sep_st = box_separation(
-        ego[:, None, :, :2],
-        _unit(ego[:, None, :, 2:]),
+        pe,
+        ue,
         car[None, None, None],
         st[:, :, None, :2],
         _unit(st[:, :, None, 2:4]),

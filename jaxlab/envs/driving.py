@@ -125,6 +125,9 @@ class DrivingState:
         scene: scene type; ``route`` the ego's route lane; ``route_mode`` its index among the
             scene's ego routes (0 left / keep, 1 straight / change, 2 right).
         ego: (4,) x, y, heading, speed; ``ego_acc``, ``ego_yaw_rate`` the last controls' effect.
+        ego_v0, ego_headway: the expert driver's style in this scene (IDM desired speed in
+            [6, 10] m/s and time headway in [0.6, 1.8] s; hidden from the observation, so the
+            expert's future is uncertain given what a planner sees, as a human driver's is).
         nb_lane (N,), nb_s (N,), nb_v (N,), nb_v0 (N,) desired speed, nb_valid (N,).
         static: (S, 5) x, y, heading, length, width; ``static_valid`` (S,).
         past: (history, 1 + N, 4) x, y, heading, speed of ego and neighbours, oldest first.
@@ -141,6 +144,8 @@ class DrivingState:
     ego: Float[Array, "*b 4"]
     ego_acc: Float[Array, "*b"]
     ego_yaw_rate: Float[Array, "*b"]
+    ego_v0: Float[Array, "*b"]
+    ego_headway: Float[Array, "*b"]
     nb_lane: Int[Array, "*b N"]
     nb_s: Float[Array, "*b N"]
     nb_v: Float[Array, "*b N"]
@@ -407,7 +412,7 @@ class DrivingWorld(Environment):
     def reset_env(self, key: PRNGKeyArray, params: DrivingParams):
         sp = self.static
         n_nb, n_st = sp.n_neighbours, sp.n_static
-        ks = jax.random.split(key, 8)
+        ks = jax.random.split(key, 10)
         scene = jnp.where(
             jnp.asarray(params.scene_type) < 0,
             jax.random.randint(ks[0], (), 0, 3),
@@ -454,6 +459,8 @@ class DrivingWorld(Environment):
             ego=ego.astype(jnp.float32),
             ego_acc=jnp.float32(0.0),
             ego_yaw_rate=jnp.float32(0.0),
+            ego_v0=jax.random.uniform(ks[8], (), jnp.float32, 6.0, 10.0),
+            ego_headway=jax.random.uniform(ks[9], (), jnp.float32, 0.6, 1.8),
             nb_lane=nb_lane,
             nb_s=nb_s.astype(jnp.float32),
             nb_v=nb_v0.astype(jnp.float32),
@@ -503,10 +510,10 @@ class DrivingWorld(Environment):
         )
 
     @staticmethod
-    def idm(v, v0, gap, v_lead):
-        """IDM acceleration (module docstring)."""
+    def idm(v, v0, gap, v_lead, headway=_IDM["T"]):
+        """IDM acceleration (module docstring); ``headway`` is T."""
         dv = v - v_lead
-        s_star = _IDM["s0"] + v * _IDM["T"] + v * dv / (2 * jnp.sqrt(_IDM["a_max"] * _IDM["b"]))
+        s_star = _IDM["s0"] + v * headway + v * dv / (2 * jnp.sqrt(_IDM["a_max"] * _IDM["b"]))
         s_star = jnp.maximum(s_star, _IDM["s0"])
         acc = _IDM["a_max"] * (
             1 - (v / jnp.maximum(v0, 0.1)) ** 4 - (s_star / jnp.maximum(gap, 0.1)) ** 2
@@ -663,9 +670,9 @@ class DrivingWorld(Environment):
 
     # ------------------------------------------------------------------ the rule-based expert
     def expert_plan(self, state: DrivingState, params: DrivingParams) -> Float[Array, "T 4"]:
-        """The rule-based expert: follow the route lane with IDM speed control (v0 = 8 m/s) behind
-        the nearest neighbour or parked car ahead along the route (assumed to keep its speed); an
-        ego-frame plan (horizon, 4)."""
+        """The rule-based expert: follow the route lane with IDM speed control (the scene's
+        ``ego_v0`` and ``ego_headway``) behind the nearest neighbour or parked car ahead along the
+        route (assumed to keep its speed); an ego-frame plan (horizon, 4)."""
         dt = params.dt
         poly, length = state.lanes[state.route], state.lane_len[state.route]
         s0, _ = project(poly, length, state.ego[:2])
@@ -681,11 +688,11 @@ class DrivingWorld(Environment):
         j = jnp.argmin(gaps)
         gap0 = gaps[j]
         v_lead0 = jnp.where(ahead[j], ov[j], state.ego[3])
-        v0 = 8.0
+        v0, headway = state.ego_v0, state.ego_headway
 
         def body(carry, _):
             s, v, g = carry
-            a = self.idm(v, v0, g, v_lead0)
+            a = self.idm(v, v0, g, v_lead0, headway)
             v2 = jnp.clip(v + a * dt, 0.0, 15.0)
             g2 = g + (v_lead0 - v2) * dt
             return (s + v2 * dt, v2, g2), s + v2 * dt

@@ -42,6 +42,33 @@ def test_expert_drives_safely_and_makes_progress(expert_run):
     assert np.all(progress > 10.0), progress
 
 
+def test_expert_style_is_hidden_per_scene_and_drives_the_speed(expert_run):
+    """Desired speed and headway are drawn per scene in their ranges, are not in the observation,
+    and a scene replayed with a faster style gets further (never less far)."""
+    env, params, st, col, off, route_s, ego = expert_run
+    v0, hw = np.asarray(st.ego_v0), np.asarray(st.ego_headway)
+    assert np.all((v0 >= 6) & (v0 <= 10)) and np.all((hw >= 0.6) & (hw <= 1.8))
+    assert np.std(v0) > 0.5 and np.std(hw) > 0.15
+    obs = env.get_obs(jax.tree.map(lambda x: x[0], st), params)
+    flat = np.concatenate([np.ravel(np.asarray(v, np.float32)) for v in obs.values()])
+    assert not np.any(np.isclose(flat, v0[0], atol=1e-6))
+
+    @jax.jit
+    def progress(st):
+        def body(s, _):
+            plan = jax.vmap(env.expert_plan, in_axes=(0, None))(s, params)
+            return jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+                jax.random.PRNGKey(0), s, plan, params
+            )[1], None
+
+        return jax.lax.scan(body, st, None, length=30)[0].ego[:, 0] - st.ego[:, 0]
+
+    calm = progress(st.replace(ego_v0=jnp.full_like(st.ego_v0, 6.0)))
+    brisk = progress(st.replace(ego_v0=jnp.full_like(st.ego_v0, 10.0)))
+    d = np.asarray(brisk) - np.asarray(calm)
+    assert np.all(d > -0.1) and np.mean(d) > 0.5, d  # measured mean 1.0 m over 3 s
+
+
 def test_intersection_routes_end_apart():
     """The three intersection routes end in three separated places (the ego's modes)."""
     env, params = make_driving(auto_reset=False, scene_type=1)
