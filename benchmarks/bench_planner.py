@@ -14,9 +14,12 @@ Sections (``--only a,b``):
   else straight) on held-out intersection scenes before the junction vs the expert's logged
   modes, with a chi-square test of the planner's counts against the expert's proportions.
 
-Run: ``python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
---modes-run-dir R2``. Train the runs with ``jaxlab train planner --preset cpu --run-dir R1`` and
-``jaxlab train planner --preset cpu --run-dir R2 scene_type=1 route_visible=false``.
+Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
+--modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
+the runs with ``jaxlab train planner --preset cpu --run-dir R1`` and ``jaxlab train planner
+--preset cpu --run-dir R2 scene_type=1 route_visible=false``. The quality section's guided variants
+are also compared with the unguided planner scene by scene (McNemar's exact test on the scenes
+where only one of the two collides). Figures: ``benchmarks/results/planner_cpu.jsonl``.
 """
 
 from __future__ import annotations
@@ -136,10 +139,25 @@ def quality(run_dir, scenes, steps, variants, window, seed):
     ref_p = expert["progress_m"]
     cv = run(lambda p: de.constant_velocity_plan_fn(m.horizon, 0.1), ref_p)
     emit(what="closed_loop", planner="constant_velocity", **de.summarize(cv))
+    from scipy.stats import binomtest
+
+    base = None
     for name, g in variants.items():
         res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
         emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g,
              window=m.guidance_window, seed=seed, **de.summarize(res))  # fmt: skip
+        col = np.asarray(res["collision"]) > 0
+        if base is None:
+            base = col
+            continue
+        # paired on the same scenes (McNemar's exact test): scenes where only one of the two
+        # collides
+        only_u, only_g = int(np.sum(base & ~col)), int(np.sum(col & ~base))
+        n_disc = only_u + only_g
+        p_val = binomtest(only_g, n_disc, 0.5).pvalue if n_disc else 1.0
+        emit(what="collision_vs_unguided", planner=f"diffusion_{name}", scenes=int(col.size),
+             only_unguided_collides=only_u, only_guided_collides=only_g,
+             mcnemar_p=float(p_val))  # fmt: skip
     traj = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
         key, params, sc
     )

@@ -162,6 +162,21 @@ def test_guidance_weight_zero_bit_equal_and_collision_guidance_lowers_the_energy
     np.testing.assert_allclose(e_out[1], e_out[0], rtol=1e-5)
 
 
+def test_collision_energy_steers_only_the_ego_position(setup):
+    """As in the original, the predicted neighbours and the ego's heading are not steered: the
+    energy's gradient lives on the ego's (x, y) alone."""
+    scene = setup[0]
+    x = jnp.concatenate(
+        [jnp.zeros((B, 4, 7, 2)), jnp.ones((B, 4, 7, 1)), jnp.zeros((B, 4, 7, 1))], -1
+    )
+    x = x.at[:, 1, :, 0].set(2.0)  # neighbour 1 overlaps the ego at every step
+    scene = dict(scene, neighbour_valid=jnp.array([[True, False, False]] * B))
+    g = jax.grad(lambda v: jnp.sum(collision_energy(v, scene, CFG)))(x)
+    assert float(jnp.abs(g[:, 0, 1:, :2]).sum()) > 0
+    np.testing.assert_array_equal(g[:, 1:], 0.0)
+    np.testing.assert_array_equal(g[:, 0, :, 2:], 0.0)
+
+
 def test_bad_input_names_the_field(setup):
     scene, params, _, _ = setup
     too_many = dict(scene, neighbours=jnp.zeros((B, 5, 3, 8)))
