@@ -9,10 +9,11 @@ Sections (``--only a,b``):
   10-step to 100-step DPM-Solver++ samples on the same noise, and the closed-loop table (expert,
   constant velocity, unguided diffusion and the ``--variants`` of guidance, in ``--window``) on
   the scenario set ``--seed``.
-- ``modes`` (``--modes-run-dir``, a run on intersections with the route hidden): the ego's route
-  mode of sampled plans (heading change at the plan's end: left > 0.15 rad, right < -0.15 rad,
-  else straight) on held-out intersection scenes before the junction vs the expert's logged
-  modes, with a chi-square test of the planner's counts against the expert's proportions.
+- ``modes`` (``--modes-run-dir``, a run on intersections with the route hidden): the route mode
+  (heading change at the trajectory's end: left > 0.15 rad, right < -0.15 rad, else straight) of
+  the ego's sampled plans 6 m before the junction and of the first neighbour's sampled
+  predictions 4 m before it, vs the logged futures' modes, with chi-square tests of the
+  planner's counts against the logged proportions.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
@@ -38,6 +39,8 @@ from jaxlab.diffusion import planner as pl
 from jaxlab.envs import driving_eval as de
 from jaxlab.recipes import planner as rp
 
+STEP: list[int | None] = [None]  # --step: the checkpoint to open (default the latest)
+
 
 def _params(run_dir):
     if run_dir is None:
@@ -46,7 +49,7 @@ def _params(run_dir):
             jax.random.PRNGKey(0)
         )
         return cfg, params
-    run = open_run(run_dir, recipe=rp.RECIPE)
+    run = open_run(run_dir, recipe=rp.RECIPE, step=STEP[0])
     return run.cfg, run.state.ema_params
 
 
@@ -146,18 +149,21 @@ def quality(run_dir, scenes, steps, variants, window, seed):
         res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
         emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g,
              window=m.guidance_window, seed=seed, **de.summarize(res))  # fmt: skip
-        col = np.asarray(res["collision"]) > 0
+        events = {
+            "collision": np.asarray(res["collision"]) > 0,
+            "offroad": np.asarray(res["drivable"]) == 0,
+        }
         if base is None:
-            base = col
+            base = events
             continue
-        # paired on the same scenes (McNemar's exact test): scenes where only one of the two
-        # collides
-        only_u, only_g = int(np.sum(base & ~col)), int(np.sum(col & ~base))
-        n_disc = only_u + only_g
-        p_val = binomtest(only_g, n_disc, 0.5).pvalue if n_disc else 1.0
-        emit(what="collision_vs_unguided", planner=f"diffusion_{name}", scenes=int(col.size),
-             only_unguided_collides=only_u, only_guided_collides=only_g,
-             mcnemar_p=float(p_val))  # fmt: skip
+        # paired on the same scenes (McNemar's exact test): scenes where only one of the two has
+        # the event
+        for ev, hit in events.items():
+            only_u, only_g = int(np.sum(base[ev] & ~hit)), int(np.sum(hit & ~base[ev]))
+            n_disc = only_u + only_g
+            p_val = binomtest(only_g, n_disc, 0.5).pvalue if n_disc else 1.0
+            emit(what=f"{ev}_vs_unguided", planner=f"diffusion_{name}", scenes=int(hit.size),
+                 only_unguided=only_u, only_guided=only_g, mcnemar_p=float(p_val))  # fmt: skip
     traj = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
         key, params, sc
     )
@@ -166,39 +172,62 @@ def quality(run_dir, scenes, steps, variants, window, seed):
          seconds=round(time.perf_counter() - t0, 1))  # fmt: skip
 
 
-def _mode(traj):
-    """0 left, 1 straight, 2 right from the heading at the end of ego-frame trajectories."""
-    h = np.arctan2(traj[..., -1, 3], traj[..., -1, 2])
+def _mode(traj, h0=0.0):
+    """0 left, 1 straight, 2 right from the heading change (rad) at the end of trajectories."""
+    h = np.arctan2(traj[..., -1, 3], traj[..., -1, 2]) - h0
+    h = (h + np.pi) % (2 * np.pi) - np.pi
     return np.where(h > 0.15, 0, np.where(h < -0.15, 2, 1))
 
 
-def modes(run_dir, samples_per_scene):
+def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
     from scipy.stats import chisquare
 
-    cfg, params = _params(run_dir)
-    m = cfg.model
-    held = rp.expert_data(cfg, "valid")
-    # the first sample of every held-out rollout: the ego before the junction
-    first = np.arange(0, held["future"].shape[0], cfg.log_steps)
-    sc = {k: np.repeat(np.asarray(held[k])[first], samples_per_scene, 0) for k in pl.SCENE_KEYS}
-    expert_modes = _mode(np.asarray(held["future"])[first, 0])
-    traj = np.asarray(
-        jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))(
-            jax.random.PRNGKey(5), params, sc
-        )
-    )
-    plan_modes = _mode(traj[:, 0])
     exp_counts = np.bincount(expert_modes, minlength=3)
     counts = np.bincount(plan_modes, minlength=3)
     expected = exp_counts / exp_counts.sum() * counts.sum()
     stat, p = chisquare(counts, np.maximum(expected, 1e-9))
-    emit(what="route_modes", scenes=len(first), samples_per_scene=samples_per_scene,
+    emit(what=what, scenes=len(expert_modes), samples_per_scene=samples_per_scene,
          expert_counts=exp_counts.tolist(), planner_counts=counts.tolist(),
          chi2=float(stat), p_value=float(p))  # fmt: skip
-    # per scene: how many of a scene's samples take the expert's mode (the route is hidden, so
-    # about 1/3 is the faithful answer, 1 would mean the route leaks)
-    same = (plan_modes.reshape(len(first), samples_per_scene) == expert_modes[:, None]).mean()
-    emit(what="route_modes_per_scene", agree_with_logged_route=float(same))
+    # per scene: how often a scene's samples take the logged mode (about the mode's share is the
+    # faithful answer when the mode is not yet visible; 1 would mean it leaks)
+    same = (
+        plan_modes.reshape(len(expert_modes), samples_per_scene) == expert_modes[:, None]
+    ).mean()
+    emit(what=f"{what}_per_scene", agree_with_logged_mode=float(same))
+
+
+def modes(run_dir, samples_per_scene, n_scenes, temperature=None):
+    """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
+    ego's, on the first sample of each held-out rollout at 6 m or less before the junction
+    (s >= 34 on its route); neighbour 0's, on the first sample of each rollout (4 m before the
+    junction: its turn is not visible yet). Modes from the heading change at the trajectory's end
+    (1.6 s), logged futures vs planner samples, chi-square of the planner's counts against the
+    logged proportions."""
+    cfg, params = _params(run_dir)
+    cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)  # held-out rollouts
+    m = cfg.model
+    if temperature is not None:  # 1.0 samples the learned distribution; the original uses 0.5
+        m = dataclasses.replace(m, temperature=temperature)
+    held = rp.expert_data(cfg, "valid")
+    n_roll = held["future"].shape[0] // cfg.log_steps
+    ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
+    k_ego = np.argmax(ego_s >= 34.0, axis=1)
+    ego_idx = np.arange(n_roll) * cfg.log_steps + k_ego
+    nb_idx = np.arange(n_roll) * cfg.log_steps
+    sample = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))
+    for what, idx, agent in (("route_modes", ego_idx, 0), ("neighbour_modes", nb_idx, 1)):
+        sc = {k: np.repeat(np.asarray(held[k])[idx], samples_per_scene, 0) for k in pl.SCENE_KEYS}
+        cur = np.asarray(held["current"])[idx, agent]
+        h0 = np.arctan2(cur[:, 3], cur[:, 2])
+        expert_modes = _mode(np.asarray(held["future"])[idx, agent], h0)
+        traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
+        plan_modes = _mode(traj[:, agent], np.repeat(h0, samples_per_scene))
+        _mode_test(what, expert_modes, plan_modes, samples_per_scene)
+        if agent:
+            lanes = np.asarray(held["nb_lane"])[idx, 0]
+            emit(what="neighbour_modes_vs_lane", logged_heading_mode_matches_lane=float(
+                np.mean(expert_modes == lanes)))  # fmt: skip
 
 
 def main():
@@ -209,6 +238,8 @@ def main():
     ap.add_argument("--scenes", type=int, default=32)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--samples-per-scene", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=None, help="modes: scale of x_T")
+    ap.add_argument("--modes-scenes", type=int, default=128, help="held-out rollouts for modes")
     ap.add_argument(
         "--variants",
         default="collision:0.5;drivable:0.5",
@@ -216,7 +247,9 @@ def main():
     )
     ap.add_argument("--window", default=None, help="guidance window 'lo,hi' (default the run's)")
     ap.add_argument("--seed", type=int, default=11, help="the closed-loop scenario set")
+    ap.add_argument("--step", type=int, default=None, help="checkpoint step of --run-dir")
     args = ap.parse_args()
+    STEP[0] = args.step
     only = set(args.only.split(","))
     if "speed" in only:
         speed(args.run_dir)
@@ -226,7 +259,7 @@ def main():
             args.run_dir, args.scenes, args.steps, parse_variants(args.variants), window, args.seed
         )
     if "modes" in only:
-        modes(args.modes_run_dir, args.samples_per_scene)
+        modes(args.modes_run_dir, args.samples_per_scene, args.modes_scenes, args.temperature)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Scenes (``scene_type``; -1 draws one uniformly):
   (probability 1/2 each; a parked car on lane 0 (probability 1/2) forces the change).
 - 1 ``intersection``: an approach from the south with three routes (left, straight, right, one
   third each), the cross road and the oncoming lane; a parked car may stand beside the approach.
+  The ego starts 16 m before the junction, the first neighbour 4 m before it (its turn is not
+  yet visible: the neighbours' behaviour modes).
 - 2 ``merge``: an on-ramp joining a two-lane main road; the ego starts on the ramp.
 
 Lanes are centre-line polylines of ``lane_dense`` points (world frame, equal arc-length spacing).
@@ -281,10 +283,10 @@ def _scene_intersection(key, n_nb, n_static):
         valid,
         jnp.array([0, 1, 2]),
         third,
-        34.0,
+        24.0,
         nb_lanes,
         nb_probs,
-        46.0,
+        36.0,
         static,
         static_valid,
     )

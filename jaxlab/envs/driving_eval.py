@@ -46,6 +46,7 @@ from jaxlab.envs.driving import (
     SCENE_TYPES,
     DrivingParams,
     DrivingWorld,
+    project,
     sat_separation,
     to_frame,
 )
@@ -70,7 +71,9 @@ def expert_logs(
     """Planner training samples from expert rollouts: ``n_scenes * steps`` samples.
 
     Returns a dict with the scene tokens (each with leading axis n_scenes * steps), ``future``
-    (S, 1 + N, T, 4) in the ego frame and ``scene_type`` (S,).
+    (S, 1 + N, T, 4) in the ego frame, ``scene_type`` (S,), and for measuring modes the ego's arc
+    length on its route ``ego_s`` (S,), its route's index ``route_mode`` (S,) and the
+    neighbours' lanes ``nb_lane`` (S, N) (at the intersection 0 left, 1 straight, 2 right).
     """
     horizon = env.static.horizon
     params = params.replace(max_steps=steps + horizon + 1)
@@ -83,20 +86,28 @@ def expert_logs(
             plan = env.expert_plan(s, params)
             o = env.get_obs(s, params)
             _, s2, *_ = env.step_env(k, s, plan, params)
-            return s2, (o, env.agents(s), s.ego)
+            ego_s, _ = project(s.lanes[s.route], s.lane_len[s.route], s.ego[:2])
+            return s2, (o, env.agents(s), s.ego, ego_s)
 
-        _, (obs_log, ag_log, ego_log) = jax.lax.scan(body, st, None, length=steps + horizon)
+        _, (obs_log, ag_log, ego_log, s_log) = jax.lax.scan(body, st, None, length=steps + horizon)
         idx = jnp.arange(steps)[:, None] + 1 + jnp.arange(horizon)[None]  # (steps, T)
         fut_world = ag_log[idx]  # (steps, T, A, 4)
         fut = jax.vmap(_agents_in_frame)(fut_world, ego_log[:steps])  # (steps, T, A, 4)
         obs_k = jax.tree.map(lambda v: v[:steps], obs_log)
-        return obs_k, jnp.swapaxes(fut, 1, 2), jnp.full((steps,), st.scene)
+        modes = (
+            jnp.full((steps,), st.route_mode),
+            jnp.broadcast_to(st.nb_lane, (steps,) + st.nb_lane.shape),
+        )
+        return obs_k, jnp.swapaxes(fut, 1, 2), jnp.full((steps,), st.scene), s_log[:steps], modes
 
-    obs, fut, scene = jax.vmap(one)(keys)
+    obs, fut, scene, ego_s, (route_mode, nb_lane) = jax.vmap(one)(keys)
     flat = lambda v: v.reshape((n_scenes * steps,) + v.shape[2:])  # noqa: E731
     out = {k: flat(v) for k, v in obs.items()}
     out["future"] = flat(fut)
     out["scene_type"] = flat(scene)
+    out["ego_s"] = flat(ego_s)
+    out["route_mode"] = flat(route_mode)
+    out["nb_lane"] = flat(nb_lane)
     return out
 
 
