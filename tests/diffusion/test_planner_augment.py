@@ -1,6 +1,6 @@
-"""The ego state perturbation of Diffusion Planner training (``planner_augment``): a rigid re-centring
-of every token, a quintic re-plan of the ego future that reproduces uniform motion exactly and joins
-the logged future smoothly, the drawing rate, and its switches."""
+"""The ego state perturbation of Diffusion Planner training (``planner_augment``): a rigid
+re-centring of every token, a quintic re-plan of the ego future that reproduces uniform motion
+exactly and joins the logged future smoothly, the drawing rate, and its switches."""
 
 from __future__ import annotations
 
