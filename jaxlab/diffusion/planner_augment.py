@@ -186,5 +186,7 @@ def perturb_ego_state(
     scene tokens and futures; samples not drawn (or too slow) are returned unchanged."""
     if aug.prob == 0.0:
         return dict(scene), future
+    if future.ndim != 4 or future.shape[2] < 3:
+        raise ConfigError("future", tuple(future.shape), "(B, A, T, 4) with T >= 3 steps")
     keys = jax.random.split(key, future.shape[0])
     return jax.vmap(lambda k, s, f: _perturb_one(k, s, f, aug, dt))(keys, dict(scene), future)
