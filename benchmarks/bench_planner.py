@@ -40,17 +40,15 @@ from jaxlab.diffusion import planner as pl
 from jaxlab.envs import driving_eval as de
 from jaxlab.recipes import planner as rp
 
-STEP: list[int | None] = [None]  # --step: the checkpoint to open (default the latest)
 
-
-def _params(run_dir):
+def _params(run_dir, step=None):
     if run_dir is None:
         cfg = rp.RECIPE.config("cpu")
         params = jax.jit(lambda k: pl.init_planner(k, cfg.model, rp.dummy_scene(cfg.model)))(
             jax.random.PRNGKey(0)
         )
         return cfg, params
-    run = open_run(run_dir, recipe=rp.RECIPE, step=STEP[0])
+    run = open_run(run_dir, recipe=rp.RECIPE, step=step)
     return run.cfg, run.state.ema_params
 
 
@@ -107,8 +105,8 @@ def parse_variants(spec: str) -> dict[str, tuple[tuple[str, float], ...]]:
     return out
 
 
-def quality(run_dir, scenes, steps, variants, window, seed):
-    cfg, params = _params(run_dir)
+def quality(run_dir, scenes, steps, variants, window, seed, step=None):
+    cfg, params = _params(run_dir, step)
     m = cfg.model
     if window is not None:
         m = dataclasses.replace(m, guidance_window=window)
@@ -252,16 +250,21 @@ def main():
     )
     ap.add_argument("--window", default=None, help="guidance window 'lo,hi' (default the run's)")
     ap.add_argument("--seed", type=int, default=11, help="the closed-loop scenario set")
-    ap.add_argument("--step", type=int, default=None, help="checkpoint step of --run-dir")
+    ap.add_argument("--step", type=int, default=None, help="quality: checkpoint step of --run-dir")
     args = ap.parse_args()
-    STEP[0] = args.step
     only = set(args.only.split(","))
     if "speed" in only:
         speed(args.run_dir)
     if "quality" in only:
         window = None if args.window is None else tuple(float(v) for v in args.window.split(","))
         quality(
-            args.run_dir, args.scenes, args.steps, parse_variants(args.variants), window, args.seed
+            args.run_dir,
+            args.scenes,
+            args.steps,
+            parse_variants(args.variants),
+            window,
+            args.seed,
+            args.step,
         )
     if "modes" in only:
         modes(args.modes_run_dir, args.samples_per_scene, args.modes_scenes, args.temperature)

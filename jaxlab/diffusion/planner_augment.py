@@ -38,6 +38,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.core.config import ConfigError
+from jaxlab.envs.driving import to_frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +66,6 @@ class StatePerturbation:
                 raise ConfigError(f"augment.{name}", getattr(self, name), "a float >= 0")
         if isinstance(self.refine, bool) or not isinstance(self.refine, int) or self.refine < 2:
             raise ConfigError("augment.refine", self.refine, "an int >= 2")
-
-
-def _rotate(v: Float[Array, "... 2"], c: Float[Array, ""], s: Float[Array, ""]):
-    """R(-h) v for cos h = c, sin h = s."""
-    return jnp.stack([c * v[..., 0] + s * v[..., 1], -s * v[..., 0] + c * v[..., 1]], -1)
 
 
 def _quintic_rows(t_end: float, ts: np.ndarray) -> np.ndarray:
@@ -135,14 +131,13 @@ def _perturb_one(
     j = min(aug.refine, future.shape[1] - 1)
     refined = future.at[0].set(_refine_ego(future[0], dy, v0, a0, yaw_rate, refine=j, dt=dt))
 
-    c, s = jnp.cos(dh), jnp.sin(dh)
     origin = jnp.stack([0.0, dy])
 
     def point(v):
-        return _rotate(v - origin.reshape((1,) * (v.ndim - 1) + (2,)), c, s)
+        return to_frame(v, origin, dh)
 
     def direction(v):
-        return _rotate(v, c, s)
+        return to_frame(v, jnp.zeros(2), dh)
 
     def pose(v):  # (..., 4): x, y, cos, sin
         return jnp.concatenate([point(v[..., :2]), direction(v[..., 2:4])], -1)

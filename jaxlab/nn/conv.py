@@ -7,10 +7,10 @@
 Why: XLA:CPU lowers the weight-gradient convolution of a step inside a ``lax.scan``/``while`` body
 to its generic loop emitter, not to the fused library kernel it uses at top level: a gradient step
 of the 8x8/4 pixel encoder plus a transposed-conv decoder on 256 32x32 images takes 0.07 s alone
-and 0.82 s per iteration of a ``scan`` (``benchmarks/bench_nn.py --only conv``). Every training run of the
-project is one scan, so the world models, pixel PPO, the U-Net and the search models all hit it.
-Strided slices, pads, a concatenation and one ``dot`` have no such path: their gradients are pads,
-slices and a ``dot`` again, on every backend.
+and 0.82 s per iteration of a ``scan`` (``benchmarks/bench_nn.py --only conv``). Every training
+run of the project is one scan, so the world models, pixel PPO, the U-Net and the search models
+all hit it. Strided slices, pads, a concatenation and one ``dot`` have no such path: their
+gradients are pads, slices and a ``dot`` again, on every backend.
 
 Leading axes are free: inputs are ``[..., H, W, C]`` (``vmap``-ed models need no reshape).
 """
