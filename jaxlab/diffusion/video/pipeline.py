@@ -191,7 +191,7 @@ def build(cfg: AvatarConfig, mesh: jax.sharding.Mesh) -> Parts:
         silent, _ = generate(state.ema_params, 0.0, cfg.clarity_high)
         out["audio_sync_audio_dropped"] = float(E.audio_sync(silent, env, cfg.task.kind).mean())
         if cfg.task.kind == "head":
-            d = E.drift(vid, clips.position[:, lm:], clips.brightness)
+            d = E.drift(vid, clips.frames[:, lm:])
             out.update({k: float(v.mean()) for k, v in d.items()})
         else:
             t = cfg.net.clip_len
