@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core.config import ConfigError
 from jaxlab.diffusion.video import measure
 from jaxlab.diffusion.video.audio import audio_windows, log_mel
 from jaxlab.diffusion.video.cyberhost import movement_map, pose_map
@@ -44,12 +45,20 @@ class AvatarTask:
         p_first_clip: probability that the motion frames are the reference repeated (as for the
             first clip of a rollout).
         p_motion_feat: probability that audio-to-latents reads the motion features (Loopy).
+        motion_noise: the motion frames get Gaussian noise of a std drawn per example from
+            ``U[0, motion_noise]`` (0: off), so that training sees context as imperfect as a
+            rollout's own generated frames.
     """
 
     kind: Literal["head", "body"] = "head"
     n_fft: int = 128
     p_first_clip: float = 0.1
     p_motion_feat: float = 0.1
+    motion_noise: float = 0.0
+
+    def __post_init__(self):
+        if not self.motion_noise >= 0.0:
+            raise ConfigError("task.motion_noise", self.motion_noise, "a std >= 0")
 
 
 @flax.struct.dataclass
@@ -108,6 +117,10 @@ def make_example(
     if lm:
         first = jax.random.bernoulli(kf, task.p_first_clip)
         motion = jnp.where(first, clip.reference[None], clip.frames[:lm])
+        if task.motion_noise:
+            ks, kn = jax.random.split(jax.random.fold_in(kf, 1))
+            std = jax.random.uniform(ks, (), maxval=task.motion_noise)
+            motion = motion + std * jax.random.normal(kn, motion.shape)
     # Loopy's training-time motion features: head-movement and expression variation
     speed = jnp.linalg.norm(jnp.diff(clip.position[lm - 1 if lm else 0 : lm + t], axis=0), axis=-1)
     mfeat = jnp.stack([jnp.std(speed) * 10.0 + 0 * clip.envelope[sl], clip.envelope[sl]], -1)

@@ -75,3 +75,20 @@ def test_bad_static_and_frames_raise():
     with pytest.raises((ValueError, TypeError)) as err:
         measure.head_position(jnp.zeros((16, 8, 1)))
     assert "frame" in str(err.value)
+
+
+def test_motion_noise_corrupts_only_the_motion_frames():
+    from jaxlab.core.config import ConfigError
+    from jaxlab.diffusion.video.denoiser import VideoNetConfig
+    from jaxlab.diffusion.video.tasks import AvatarTask, make_batch
+
+    net = VideoNetConfig(motion_len=4, clip_len=4, patch=4)
+    key = jax.random.PRNGKey(3)
+    clean = make_batch(key, 32, net, AvatarTask("head", p_first_clip=0.0))
+    noisy = make_batch(key, 32, net, AvatarTask("head", p_first_clip=0.0, motion_noise=0.5))
+    np.testing.assert_array_equal(clean.cond.motion, clean.clip.frames[:, :4])
+    np.testing.assert_array_equal(noisy.x0, clean.x0)  # the target clip is untouched
+    std = np.asarray(jnp.std(noisy.cond.motion - clean.cond.motion, axis=(1, 2, 3, 4)))
+    assert std.max() <= 0.5 * 1.1 and std.min() < 0.1 and std.max() > 0.3, std  # U[0, 0.5]
+    with pytest.raises(ConfigError, match="task.motion_noise"):
+        AvatarTask("head", motion_noise=-0.1)
