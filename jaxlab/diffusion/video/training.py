@@ -2,9 +2,10 @@
 enhancement and mask losses, Adam and EMA (the state of :mod:`jaxlab.diffusion.training`).
 
 ``L = E ||eps_hat - eps||^2 + w_local sum_r mean_{m_r}(eps_hat - eps)^2 + w_mask BCE(mask logits,
-masks)``, with the audio dropped for a fraction ``p_audio_drop`` of the rows and the reference for
-``p_ref_drop`` (so one network gives every term of the guidance). ``p_audio_drop = 1`` trains the
-audio-dropped baseline of the same size.
+masks)``, the region attention writing back under its own predicted masks (as at inference; the
+ground-truth masks only supervise), with the audio dropped for a fraction ``p_audio_drop`` of the
+rows and the reference for ``p_ref_drop`` (so one network gives every term of the guidance).
+``p_audio_drop = 1`` trains the audio-dropped baseline of the same size.
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ def video_loss(
         audio_keep=~jax.random.bernoulli(ka, weights.p_audio_drop, (b,)),
         ref_keep=~jax.random.bernoulli(kr, weights.p_ref_drop, (b,)),
     )
-    pred, inter = net.apply(params, xt, schedule.model_time(t), cond, mutable=["intermediates"])
+    # CyberHost writes back under *predicted* region masks in training too: ground-truth masks of
+    # the target clip would tell the denoiser where the hand is (a leak of the answer that the
+    # model has no longer at inference); they supervise the mask head and the local loss only.
+    net_cond = cond.replace(region_masks=None) if net.cfg.regions else cond
+    pred, inter = net.apply(params, xt, schedule.model_time(t), net_cond, mutable=["intermediates"])
     sq = (pred - eps) ** 2
     mse = jnp.mean(sq)
     parts = {"mse": mse}

@@ -81,3 +81,27 @@ def test_bad_input_names_the_input_and_its_shape(model):
         from jaxlab.diffusion.video.loopy import temporal_segment
 
         temporal_segment(jnp.zeros((1, 4, 2)), stride=2, expand=0, keep_recent=4)
+
+
+def test_region_attention_trains_under_its_predicted_masks():
+    """The ground-truth region masks of the target clip say where the hand is; writing back under
+    them in training would leak the answer. They may enter only the local and mask losses."""
+    from jaxlab.diffusion.schedules import make_schedule
+    from jaxlab.diffusion.video.training import LossWeights, video_loss
+
+    net_cfg = VideoNetConfig(
+        width=16, depth=1, heads=2, patch=4, clip_len=4, motion_len=2, regions=2, crop=8
+    )
+    net = VideoDenoiser(net_cfg)
+    ex = jax.jit(lambda k: make_batch(k, 2, net_cfg, AvatarTask("body")))(jax.random.PRNGKey(0))
+    params = jax.jit(net.init)(jax.random.PRNGKey(1), ex.x0, jnp.ones((2,)), ex.cond)
+    params = jax.tree.map(lambda p: p + 0.05 * jnp.sin(jnp.arange(p.size).reshape(p.shape)), params)
+    moved = ex.replace(cond=ex.cond.replace(region_masks=jnp.roll(ex.cond.region_masks, 3, 2)))
+    sched = make_schedule("vp_cosine")
+    loss = jax.jit(
+        lambda e, w: video_loss(jax.random.PRNGKey(2), net, params, e, sched, w), static_argnums=1
+    )
+    plain = LossWeights(local=0.0, mask=0.0)
+    np.testing.assert_allclose(loss(ex, plain)[0], loss(moved, plain)[0], rtol=1e-6)
+    local = LossWeights(local=1.0, mask=0.1)
+    assert abs(float(loss(ex, local)[0]) - float(loss(moved, local)[0])) > 1e-4
