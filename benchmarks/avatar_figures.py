@@ -5,11 +5,19 @@
 2. Long-term motion dependency: 128-frame rollouts from a ground-truth context, Loopy with the
    temporal segment module (68 motion frames -> 12 tokens) vs the same model with 4 motion
    frames: head-x error against the true drift, and brightness (identity) drift.
-3. CyberHost: region attention + local loss vs the same parameters with the write-back off and no
-   local loss (hand-region MSE); hand sharpness against the clarity condition; body-centre std
-   without vs with the movement map.
+3. CyberHost: region attention + local loss vs a network of the same parameter count without
+   region attention (width 36 instead of 32, no local loss): hand-region MSE; hand sharpness
+   against the clarity condition (inside the training data's range); body-centre std without vs
+   with the movement map.
 
-    PYTHONPATH=. python benchmarks/avatar_figures.py [--steps 300] [--part loopy|cyberhost|all]
+4. (``--part cyberhost-sync``) audio drives the hand: corr(envelope, hand height) of the CyberHost
+   network with a windowed audio encoder vs the same network trained with the audio dropped.
+
+Every model is trained once per seed (``--seeds``); each measurement is printed per seed and then
+as a ``*_summary`` line with the mean and the spread (std) over seeds of the per-seed means.
+
+    PYTHONPATH=. python benchmarks/avatar_figures.py [--steps 6000] [--seeds 3]
+        [--part loopy|cyberhost|cyberhost-sync|all]
 """
 
 from __future__ import annotations
@@ -27,11 +35,13 @@ import optax
 from jaxlab.diffusion.samplers import SamplerSpec
 from jaxlab.diffusion.schedules import make_schedule
 from jaxlab.diffusion.video import evaluation as E
+from jaxlab.diffusion.video import measure
 from jaxlab.diffusion.video import training as T
-from jaxlab.diffusion.video.denoiser import VideoDenoiser, VideoNetConfig
+from jaxlab.diffusion.video.cyberhost import movement_map
+from jaxlab.diffusion.video.denoiser import VideoCond, VideoDenoiser, VideoNetConfig
 from jaxlab.diffusion.video.rollout import generate_clip, rollout
 from jaxlab.diffusion.video.synthetic import AVStatic, talking_head
-from jaxlab.diffusion.video.tasks import AvatarTask, audio_features, make_batch
+from jaxlab.diffusion.video.tasks import BODY_HALF, AvatarTask, audio_features, make_batch
 
 OUT = Path(__file__).parent / "results" / "avatar"
 SCHED = make_schedule("vp_cosine")
@@ -81,177 +91,261 @@ def rollout_fn(net, params, cfg, n_clips):
     return jax.jit(lambda key, c, a: rollout(key, apply, c, a, n_clips, **kw))
 
 
-def loopy(steps: int):
+def summarise(rows: list[dict], what: str, key: str, fields: tuple[str, ...]):
+    """One ``{what}_summary`` line per ``key`` value: mean and std over seeds of each field."""
+    for k in dict.fromkeys(r[key] for r in rows):
+        sel = [r for r in rows if r[key] == k]
+        out = {f: float(np.mean([r[f] for r in sel])) for f in fields}
+        out.update({f + "_seed_std": float(np.std([r[f] for r in sel])) for f in fields})
+        emit(what=what + "_summary", **{key: k}, seeds=len(sel), **out)
+
+
+def loopy(steps: int, seeds: int):
     task = AvatarTask("head")
     short = VideoNetConfig(motion_len=4, audio_latents=2, **SMALL)
     tsm = VideoNetConfig(
         motion_len=68, tsm_stride=8, tsm_expand=2, tsm_recent=4, audio_latents=2, **SMALL
     )
-    runs = {
-        "short": train(short, task, T.LossWeights(), steps),
-        "no_audio": train(short, task, T.LossWeights(p_audio_drop=1.0), steps),
-        "tsm": train(tsm, task, T.LossWeights(), steps),
-    }
-    for k, (_, _, info) in runs.items():
-        emit(what="loopy_train", model=k, steps=steps, **info)
-    # 1. audio -> mouth correlation on single clips continuing a ground-truth context
     ex = make_batch(jax.random.PRNGKey(123), 16, short, task)
     env = ex.clip.envelope[:, short.motion_len :]
-    corr = {}
-    for k in ("short", "no_audio"):
-        net, st, _ = runs[k]
-        vid = clip_fn(net, st.ema_params, short)(jax.random.PRNGKey(7), ex.cond)
-        c = np.asarray(E.audio_sync(vid, env, "head"))
-        corr[k] = c
-        emit(
-            what="loopy_audio_sync",
-            model=k,
-            corr_mean=float(c.mean()),
-            corr_std=float(c.std()),
-            n_videos=len(c),
-            truth_corr=float(np.mean(E.audio_sync(ex.x0, env, "head"))),
-        )
-    # 2. 128-frame rollouts from a 68-frame ground-truth context
+    # 128-frame rollouts from a 68-frame ground-truth context
     n_clips, total = 16, 68 + 128
     st_ = AVStatic()
     clips = jax.vmap(lambda k: talking_head(k, total, st_))(
         jax.random.split(jax.random.PRNGKey(99), 6)
     )
     feats = jax.vmap(lambda c: audio_features(c, tsm, task, st_))(clips)
-    res = {}
-    for k, cfg in (("short", short), ("tsm", tsm)):
-        net, st, _ = runs[k]
-        from jaxlab.diffusion.video.denoiser import VideoCond
-
-        cond = VideoCond(
-            reference=clips.reference,
-            audio=feats[:, 68 : 68 + 8],
-            motion=clips.frames[:, 68 - cfg.motion_len : 68],
-        )
-        vid = rollout_fn(net, st.ema_params, cfg, n_clips)(
-            jax.random.PRNGKey(3), cond, feats[:, 68:]
-        )
-        d = E.drift(vid, clips.position[:, 68:], clips.brightness)
-        res[k] = (np.asarray(vid), d)
-        emit(
-            what="loopy_drift_128",
-            model=k,
-            head_x_err=float(d["head_x_err"].mean()),
-            head_x_err_std=float(d["head_x_err"].std()),
-            brightness_err=float(d["brightness_err"].mean()),
-            brightness_err_std=float(d["brightness_err"].std()),
-        )
+    sync_rows, drift_rows, last = [], [], {}
+    for seed in range(seeds):
+        runs = {
+            "short": train(short, task, T.LossWeights(), steps, seed),
+            "no_audio": train(short, task, T.LossWeights(p_audio_drop=1.0), steps, seed),
+            "tsm": train(tsm, task, T.LossWeights(), steps, seed),
+        }
+        for k, (_, _, info) in runs.items():
+            emit(what="loopy_train", model=k, seed=seed, steps=steps, **info)
+        # 1. audio -> mouth correlation on single clips continuing a ground-truth context
+        for k in ("short", "no_audio"):
+            net, st, _ = runs[k]
+            vid = clip_fn(net, st.ema_params, short)(jax.random.PRNGKey(7), ex.cond)
+            c = np.asarray(E.audio_sync(vid, env, "head"))
+            sync_rows.append(dict(model=k, corr_mean=float(c.mean())))
+            emit(
+                what="loopy_audio_sync",
+                model=k,
+                seed=seed,
+                corr_mean=float(c.mean()),
+                corr_std_over_videos=float(c.std()),
+                n_videos=len(c),
+                truth_corr=float(np.mean(E.audio_sync(ex.x0, env, "head"))),
+            )
+        # 2. long-term motion dependency
+        for k, cfg in (("short", short), ("tsm", tsm)):
+            net, st, _ = runs[k]
+            cond = VideoCond(
+                reference=clips.reference,
+                audio=feats[:, 68 : 68 + 8],
+                motion=clips.frames[:, 68 - cfg.motion_len : 68],
+            )
+            vid = rollout_fn(net, st.ema_params, cfg, n_clips)(
+                jax.random.PRNGKey(3), cond, feats[:, 68:]
+            )
+            d = E.drift(vid, clips.frames[:, 68:])
+            row = dict(
+                model=k,
+                head_x_err=float(d["head_x_err"].mean()),
+                brightness_err=float(d["brightness_err"].mean()),
+            )
+            drift_rows.append(row)
+            last[k] = np.asarray(vid)
+            emit(
+                what="loopy_drift_128",
+                seed=seed,
+                head_x_err_std_over_videos=float(d["head_x_err"].std()),
+                **row,
+            )
+    summarise(sync_rows, "loopy_audio_sync", "model", ("corr_mean",))
+    summarise(drift_rows, "loopy_drift_128", "model", ("head_x_err", "brightness_err"))
     try:
         from jaxlab import media
 
         OUT.mkdir(parents=True, exist_ok=True)
-        from jaxlab.diffusion.video import measure
-
         xs = {
-            k: np.asarray(jax.vmap(measure.head_position)(jnp.asarray(v[0][0])))[:, 0]
-            for k, v in res.items()
+            k: np.asarray(jax.vmap(measure.head_position)(jnp.asarray(v[0])))[:, 0]
+            for k, v in last.items()
         }
         t = np.arange(128)
+        truth_x = np.asarray(jax.vmap(measure.head_position)(clips.frames[0, 68:]))[:, 0]
         media.plot_curves(
             OUT / "loopy_drift.png",
             {
-                "truth": (t, np.asarray(clips.position[0, 68:, 0])),
+                "truth": (t, truth_x),
                 "TSM (68 frames)": (t, xs["tsm"]),
                 "4 motion frames": (t, xs["short"]),
             },
-            title="head x over a 128-frame rollout",
+            title="head x over a 128-frame rollout (last seed)",
             xlabel="frame",
             ylabel="head x (px)",
         )
+        means = {
+            k: np.mean([r["corr_mean"] for r in sync_rows if r["model"] == k])
+            for k in ("short", "no_audio")
+        }
         media.plot_bars(
             OUT / "loopy_audio_sync.png",
-            [float(v.mean()) for v in corr.values()],
-            labels=list(corr),
-            title="corr(envelope, mouth opening)",
+            [float(v) for v in means.values()],
+            labels=["audio", "audio dropped"],
+            title=f"corr(envelope, mouth opening), mean of {seeds} seeds",
         )
     except Exception as e:  # plotting is optional (viz extra)
         emit(what="plot_failed", error=repr(e))
 
 
-def cyberhost(steps: int):
+def n_params(net, cfg: VideoNetConfig, task: AvatarTask) -> int:
+    ex = make_batch(jax.random.PRNGKey(0), 1, cfg, task)
+    shapes = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), ex.x0, jnp.ones((1,)), ex.cond))
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(shapes)))
+
+
+def cyberhost(steps: int, seeds: int):
     task = AvatarTask("body")
     full = VideoNetConfig(
         motion_len=4, regions=2, crop=8, movement_map=True, clarity=True, pose_channels=1, **SMALL
     )
+    # same parameter count without region attention: width 36 (56.2k vs 55.8k parameters)
+    plain = VideoNetConfig(
+        motion_len=4, movement_map=True, clarity=True, pose_channels=1, **{**SMALL, "width": 36}
+    )
     no_map = VideoNetConfig(
         motion_len=4, regions=2, crop=8, movement_map=False, clarity=True, pose_channels=1, **SMALL
     )
-    runs = {
-        "ram_local": (full, train(full, task, T.LossWeights(local=1.0, mask=0.1), steps)),
-        "baseline": (full, train(full, task, T.LossWeights(local=0.0, mask=0.0), steps, seed=0)),
-        "no_map": (no_map, train(no_map, task, T.LossWeights(local=1.0, mask=0.1), steps)),
-    }
     ex = make_batch(jax.random.PRNGKey(321), 16, full, task)
-    for k, (_, (_, _, info)) in runs.items():
-        emit(what="cyberhost_train", model=k, steps=steps, **info)
-    for k in ("ram_local", "baseline"):
-        cfg, (net, st, _) = runs[k]
-        # baseline: same parameters, region write-back switched off (zero masks) and no local loss
-        cond = (
-            ex.cond.replace(region_masks=None)
-            if k == "ram_local"
-            else ex.cond.replace(region_masks=jnp.zeros_like(ex.cond.region_masks))
-        )
-        vid = clip_fn(net, st.ema_params, cfg)(jax.random.PRNGKey(5), cond)
-        err = E.region_error(vid, ex.x0, ex.cond.region_masks[..., 1])
-        sync = E.audio_sync(vid, ex.clip.envelope[:, 4:], "body")
-        emit(
-            what="cyberhost_hand_error",
-            model=k,
-            hand_mse=float(err.mean()),
-            hand_mse_std=float(err.std()),
-            hand_sync=float(sync.mean()),
-        )
-        if k == "ram_local":
-            for c in (-3.0, -1.5, 0.0, 1.0):
-                v = clip_fn(net, st.ema_params, cfg)(
-                    jax.random.PRNGKey(5), cond.replace(clarity=jnp.full((16,), c))
-                )
-                emit(
-                    what="cyberhost_clarity",
-                    clarity=c,
-                    hand_sharpness=float(E.hand_sharpness(v).mean()),
-                )
+    env = ex.clip.envelope[:, 4:]
+    lo, hi = float(ex.cond.clarity.min()), float(ex.cond.clarity.max())
+    levels = [round(lo + (hi - lo) * f, 2) for f in (0.0, 1 / 3, 2 / 3, 1.0)]
+    err_rows, clar_rows, std_rows = [], [], []
+    for seed in range(seeds):
+        runs = {
+            "ram_local": (full, train(full, task, T.LossWeights(local=1.0, mask=0.1), steps, seed)),
+            "same_params_no_ram": (plain, train(plain, task, T.LossWeights(), steps, seed)),
+            "no_map": (
+                no_map,
+                train(no_map, task, T.LossWeights(local=1.0, mask=0.1), steps, seed),
+            ),
+        }
+        for k, (cfg, (net, _, info)) in runs.items():
             emit(
-                what="cyberhost_clarity_data",
-                clarity_range=[float(ex.cond.clarity.min()), float(ex.cond.clarity.max())],
+                what="cyberhost_train",
+                model=k,
+                seed=seed,
+                steps=steps,
+                params=n_params(net, cfg, task),
+                **info,
             )
-    for k in ("ram_local", "no_map"):
-        cfg, (net, st, _) = runs[k]
-        cond = ex.cond.replace(region_masks=None, motion=None)
-        if cfg.movement_map:
-            from jaxlab.diffusion.video.cyberhost import movement_map
-            from jaxlab.diffusion.video.tasks import BODY_HALF
+        for k in ("ram_local", "same_params_no_ram"):
+            cfg, (net, st, _) = runs[k]
+            # no region masks at inference: RAM writes back under its predicted masks
+            cond = ex.cond.replace(region_masks=None)
+            if not cfg.regions:
+                cond = cond.replace(ref_region_masks=None)
+            vid = clip_fn(net, st.ema_params, cfg)(jax.random.PRNGKey(5), cond)
+            err = E.region_error(vid, ex.x0, ex.cond.region_masks[..., 1])
+            sync = E.audio_sync(vid, env, "body")
+            row = dict(model=k, hand_mse=float(err.mean()), hand_sync=float(sync.mean()))
+            err_rows.append(row)
+            emit(
+                what="cyberhost_hand_error",
+                seed=seed,
+                hand_mse_std_over_videos=float(err.std()),
+                truth_hand_sync=float(E.audio_sync(ex.x0, env, "body").mean()),
+                **row,
+            )
+            if k == "ram_local":
+                for c in levels:
+                    v = clip_fn(net, st.ema_params, cfg)(
+                        jax.random.PRNGKey(5), cond.replace(clarity=jnp.full((16,), c))
+                    )
+                    r = dict(clarity=c, hand_sharpness=float(E.hand_sharpness(v).mean()))
+                    clar_rows.append(r)
+                    emit(what="cyberhost_clarity", seed=seed, data_range=[lo, hi], **r)
+        for k in ("ram_local", "no_map"):
+            cfg, (net, st, _) = runs[k]
+            cond = ex.cond.replace(region_masks=None, motion=None)
+            if cfg.movement_map:
+                centre = jnp.array([[6.5, 8.5], [6.5, 8.5]])
+                cond = cond.replace(
+                    movement=jnp.broadcast_to(movement_map(centre, BODY_HALF, 16), (16, 16, 16, 1))
+                )
+            else:
+                cond = cond.replace(movement=None)
+            aud = jnp.concatenate([ex.cond.audio] * 4, 1)
+            vid = rollout_fn(net, st.ema_params, cfg, 4)(jax.random.PRNGKey(9), cond, aud)
+            s = E.centre_std(vid)
+            row = dict(model=k, centre_std=float(s.mean()))
+            std_rows.append(row)
+            emit(
+                what="cyberhost_body_centre_std_32f",
+                seed=seed,
+                centre_std_over_videos=float(s.std()),
+                truth=float(E.centre_std(ex.clip.frames).mean()),
+                **row,
+            )
+    summarise(err_rows, "cyberhost_hand_error", "model", ("hand_mse", "hand_sync"))
+    summarise(clar_rows, "cyberhost_clarity", "clarity", ("hand_sharpness",))
+    summarise(std_rows, "cyberhost_body_centre_std_32f", "model", ("centre_std",))
 
-            centre = jnp.array([[6.5, 8.5], [6.5, 8.5]])
-            cond = cond.replace(
-                movement=jnp.broadcast_to(movement_map(centre, BODY_HALF, 16), (16, 16, 16, 1))
+
+def cyberhost_sync(steps: int, seeds: int):
+    """Audio drives the hand: the CyberHost network with a windowed audio encoder (Loopy's
+    audio-to-latents module without motion features: an MLP over each frame's log-mel window,
+    our stand-in for wav2vec) vs the same network trained with the audio always dropped."""
+    task = AvatarTask("body", p_motion_feat=0.0)
+    cfg = VideoNetConfig(
+        motion_len=4,
+        regions=2,
+        crop=8,
+        movement_map=True,
+        clarity=True,
+        pose_channels=1,
+        audio_latents=2,
+        **SMALL,
+    )
+    ex = make_batch(jax.random.PRNGKey(321), 16, cfg, task)
+    env = ex.clip.envelope[:, 4:]
+    rows = []
+    for seed in range(seeds):
+        for k, p_drop in (("audio", 0.1), ("audio_dropped", 1.0)):
+            w = T.LossWeights(local=1.0, mask=0.1, p_audio_drop=p_drop)
+            net, st, info = train(cfg, task, w, steps, seed)
+            vid = clip_fn(net, st.ema_params, cfg)(
+                jax.random.PRNGKey(5), ex.cond.replace(region_masks=None)
             )
-        else:
-            cond = cond.replace(movement=None)
-        aud = jnp.concatenate([ex.cond.audio] * 4, 1)
-        vid = rollout_fn(net, st.ema_params, cfg, 4)(jax.random.PRNGKey(9), cond, aud)
-        s = E.centre_std(vid)
-        emit(
-            what="cyberhost_body_centre_std_32f",
-            model=k,
-            centre_std=float(s.mean()),
-            centre_std_spread=float(s.std()),
-            truth=float(E.centre_std(ex.clip.frames).mean()),
-        )
+            s = np.asarray(E.audio_sync(vid, env, "body"))
+            rows.append(dict(model=k, hand_sync=float(s.mean())))
+            emit(
+                what="cyberhost_hand_sync",
+                model=k,
+                seed=seed,
+                steps=steps,
+                hand_sync=float(s.mean()),
+                std_over_videos=float(s.std()),
+                truth=float(E.audio_sync(ex.x0, env, "body").mean()),
+                **info,
+            )
+    summarise(rows, "cyberhost_hand_sync", "model", ("hand_sync",))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--part", default="all", choices=["loopy", "cyberhost", "all"])
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument(
+        "--part", default="all", choices=["loopy", "cyberhost", "cyberhost-sync", "all"]
+    )
     a = ap.parse_args()
     if a.part in ("loopy", "all"):
-        loopy(a.steps)
+        loopy(a.steps, a.seeds)
     if a.part in ("cyberhost", "all"):
-        cyberhost(a.steps)
+        cyberhost(a.steps, a.seeds)
+    if a.part in ("cyberhost-sync", "all"):
+        cyberhost_sync(a.steps, a.seeds)
