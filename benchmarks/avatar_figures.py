@@ -23,6 +23,7 @@ as a ``*_summary`` line with the mean and the spread (std) over seeds of the per
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ from jaxlab.diffusion.video.denoiser import VideoCond, VideoDenoiser, VideoNetCo
 from jaxlab.diffusion.video.rollout import generate_clip, rollout
 from jaxlab.diffusion.video.synthetic import AVStatic, talking_head
 from jaxlab.diffusion.video.tasks import BODY_HALF, AvatarTask, audio_features, make_batch
+from jaxlab.recipes.cyberhost import CyberHostConfig
 
 OUT = Path(__file__).parent / "results" / "avatar"
 SCHED = make_schedule("vp_cosine")
@@ -299,17 +301,9 @@ def cyberhost_sync(steps: int, seeds: int):
     """Audio drives the hand: the CyberHost network with a windowed audio encoder (Loopy's
     audio-to-latents module without motion features: an MLP over each frame's log-mel window,
     our stand-in for wav2vec) vs the same network trained with the audio always dropped."""
-    task = AvatarTask("body", p_motion_feat=0.0)
-    cfg = VideoNetConfig(
-        motion_len=4,
-        regions=2,
-        crop=8,
-        movement_map=True,
-        clarity=True,
-        pose_channels=1,
-        audio_latents=2,
-        **SMALL,
-    )
+    shipped = CyberHostConfig()  # the recipe's network and task, at this script's small size
+    task = shipped.task
+    cfg = dataclasses.replace(shipped.net, crop=8, **SMALL)
     ex = make_batch(jax.random.PRNGKey(321), 16, cfg, task)
     env = ex.clip.envelope[:, 4:]
     rows = []
