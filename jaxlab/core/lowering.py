@@ -16,12 +16,14 @@ from jaxlab.core import run as run_lib
 from jaxlab.core.recipe import Recipe
 
 
-def lower(recipe: Recipe, cfg: Any, mesh: jax.sharding.Mesh) -> jax.stages.Compiled:
-    """Compiles ``recipe``'s train step for ``cfg`` on ``mesh`` from abstract values only.
+def lower_step(recipe: Recipe, cfg: Any, mesh: jax.sharding.Mesh) -> jax.stages.Lowered:
+    """Lowers ``recipe``'s train step for ``cfg`` on ``mesh`` from abstract values only, without
+    compiling it: the shapes, dtypes and every sharding annotation are checked here; the SPMD
+    partitioner (which inserts the cross-device collectives) runs in :func:`lower`.
 
     The state is the abstract ``init`` output in the parts' state shardings, the batch is
     ``Parts.abstract_batch`` (``None`` for recipes without data); the state is donated as in
-    the loop. Returns the compiled executable (``.memory_analysis()``, ``.as_text()``)."""
+    the loop."""
     parts = recipe.build(cfg, mesh)
     state = run_lib.abstract_state(parts, jax.random.PRNGKey(cfg.seed))
     state_sh = jax.tree.map(lambda x: getattr(x, "sharding", None), state)
@@ -36,4 +38,11 @@ def lower(recipe: Recipe, cfg: Any, mesh: jax.sharding.Mesh) -> jax.stages.Compi
             out_shardings=(state_sh, None),
             donate_argnums=0,
         )
-    return step.lower(state, batch).compile()
+    return step.lower(state, batch)
+
+
+def lower(recipe: Recipe, cfg: Any, mesh: jax.sharding.Mesh) -> jax.stages.Compiled:
+    """Compiles ``recipe``'s train step for ``cfg`` on ``mesh`` from abstract values only
+    (:func:`lower_step`, then XLA with the SPMD partitioner). Returns the compiled executable
+    (``.memory_analysis()``, ``.as_text()``)."""
+    return lower_step(recipe, cfg, mesh).compile()

@@ -273,6 +273,22 @@ def test_noop_filter_down_weights_levels_the_noop_solves():
         nf.filter_levels(jax.random.key(0), cands, 9, S_SIZE)
 
 
+def test_env_random_levels_through_the_noop_filter_have_the_generators_shape():
+    """``env.train_levels=random`` with ``env.noop_filter`` (the pretraining presets): the env's
+    sampler draws two generator levels and keeps one through ``filter_levels``; traced only (the
+    filter itself is tested above, the unfiltered sampler trains in the flat-policy PPO test)."""
+    from jaxlab.envs.kinetix import EnvParams
+    from jaxlab.envs.kinetix.level_sets import random_level_sampler
+
+    key = jax.random.key(0)
+    with jax.numpy_rank_promotion("allow"):
+        plain = jax.eval_shape(random_level_sampler(S_SIZE, EnvParams(), False), key)
+        filtered = jax.eval_shape(random_level_sampler(S_SIZE, EnvParams(), True), key)
+    assert jax.tree.structure(filtered) == jax.tree.structure(plain)
+    same = jax.tree.map(lambda a, b: (a.shape, a.dtype) == (b.shape, b.dtype), filtered, plain)
+    assert all(jax.tree.leaves(same))
+
+
 @pytest.mark.slow
 def test_sample_filtered_levels_removes_levels_the_noop_solves():
     """32 filtered S levels (64 candidates) against 32 unfiltered ones, each rolled out with the
