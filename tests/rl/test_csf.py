@@ -1,14 +1,20 @@
 """CSF's pieces against NumPy references: the contrastive objective (log-sum-exp over negatives
-from the prior), the successor-feature target and ``Q = min_i psi_i^T z``; one jitted update."""
+from the prior), the successor-feature target and ``Q = min_i psi_i^T z``; one jitted update;
+CSF's skills on point-mass-2d cover more than a random and the zero policy and reach goals."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.rl.skills import csf
 from jaxlab.rl.skills.csf import contrastive_objective, sf_q, sf_target
-from jaxlab.rl.skills.training import sample_skills
+from jaxlab.rl.skills.evaluate import make_evaluate
+from jaxlab.rl.skills.training import make_train, sample_skills
+from tests.rl.test_metra import CFG, EVAL
 
 RNG = np.random.default_rng(0)
 
@@ -67,3 +73,16 @@ def test_prior_is_uniform_on_the_sphere():
     counts = np.histogram(np.arctan2(z[:, 1], z[:, 0]), bins=12, range=(-np.pi, np.pi))[0]
     chi2 = np.sum((counts - 20000 / 12) ** 2 / (20000 / 12))
     assert chi2 < 31.3, chi2
+
+
+def test_skills_cover_more_than_random_and_zero_and_reach_goals():
+    """CSF learns on point-mass-2d: test_metra's setting at 8 envs x 1200 iterations (9600 env
+    steps; at 3200 CSF's coverage was within noise of the random policy's). Measured on seeds
+    0-3: coverage 74 / 116 / 106 / 107 cells vs random 15-21 and zero 3-4, 5-8 directions,
+    goal success 0.44-0.75."""
+    parts = csf.make_parts(dataclasses.replace(CFG, total_env_steps=8 * 1200))
+    state, _ = jax.jit(make_train(parts))(jax.random.key(0))
+    res = jax.device_get(jax.jit(make_evaluate(parts, EVAL))(state, jax.random.key(1)))
+    assert res["coverage"] > 2 * res["coverage_random"] > res["coverage_zero"], res
+    assert res["directions"] >= 4 > res["directions_zero"], res
+    assert res["goal_success"] >= 0.25, res
