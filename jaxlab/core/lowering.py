@@ -13,19 +13,28 @@ from typing import Any
 import jax
 
 from jaxlab.core import run as run_lib
-from jaxlab.core.recipe import Recipe
+from jaxlab.core.recipe import Parts, Recipe
 
 
-def lower_step(recipe: Recipe, cfg: Any, mesh: jax.sharding.Mesh) -> jax.stages.Lowered:
+def lower_step(
+    recipe: Recipe,
+    cfg: Any,
+    mesh: jax.sharding.Mesh,
+    parts: Parts | None = None,
+    state: Any = None,
+) -> jax.stages.Lowered:
     """Lowers ``recipe``'s train step for ``cfg`` on ``mesh`` from abstract values only, without
     compiling it: the shapes, dtypes and every sharding annotation are checked here; the SPMD
     partitioner (which inserts the cross-device collectives) runs in :func:`lower`.
 
     The state is the abstract ``init`` output in the parts' state shardings, the batch is
     ``Parts.abstract_batch`` (``None`` for recipes without data); the state is donated as in
-    the loop."""
-    parts = recipe.build(cfg, mesh)
-    state = run_lib.abstract_state(parts, jax.random.PRNGKey(cfg.seed))
+    the loop. ``parts`` (the recipe's parts built for ``cfg`` and ``mesh``) and ``state``
+    (:func:`jaxlab.core.run.abstract_state` of them) are made here when None; a caller that
+    has them saves the build and the trace of ``init``."""
+    parts = recipe.build(cfg, mesh) if parts is None else parts
+    if state is None:
+        state = run_lib.abstract_state(parts, jax.random.PRNGKey(cfg.seed))
     state_sh = jax.tree.map(lambda x: getattr(x, "sharding", None), state)
     batch = parts.abstract_batch
     batch_sh = None if batch is None else jax.tree.map(lambda x: x.sharding, batch)

@@ -24,11 +24,20 @@ from jaxlab.core.recipe import Recipe
 _ONE = {"mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 1, "mesh.expert": 1}
 
 
-def one_step(recipe: Recipe, cfg: Any, devices: Any, steps: int = 1) -> tuple[Any, list[dict]]:
-    """``steps`` train steps of ``recipe`` on ``cfg``'s mesh over ``devices`` from the seed's
-    initial state, with the first batches of the recipe's data iterator (if any)."""
+def one_step(
+    recipe: Recipe, cfg: Any, devices: Any, steps: int = 1, state: Any = None
+) -> tuple[Any, list[dict], Any]:
+    """``steps`` train steps of ``recipe`` on ``cfg``'s mesh over ``devices`` with the first
+    batches of the recipe's data iterator (if any), from ``state`` placed in the parts' state
+    shardings (default: the seed's initial state, ``init`` compiled for this mesh). Returns the
+    final state (on the host), the metrics of each step and the initial state (on the devices)."""
     parts = run_lib.build(recipe, cfg, devices)
-    state = run_lib.init_state(parts, jax.random.PRNGKey(cfg.seed))
+    if state is None:
+        state = run_lib.init_state(parts, jax.random.PRNGKey(cfg.seed))
+    elif parts.state_sharding is not None:
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+        state = jax.device_put(state, parts.state_sharding(abstract))
+    init = state
     it = parts.data() if parts.data is not None else None
     # the output state keeps the input's shardings (as in the loop), so step 2 reuses step 1's
     # compilation
@@ -41,7 +50,7 @@ def one_step(recipe: Recipe, cfg: Any, devices: Any, steps: int = 1) -> tuple[An
             batch = run_lib.place_batches(next(it), parts.abstract_batch, leading=0)
         state, m = step(state, batch)
         metrics.append(jax.device_get(m))
-    return jax.device_get(state), metrics
+    return jax.device_get(state), metrics, init
 
 
 def _leaves(tree: Any, floating: bool) -> Any:
@@ -60,13 +69,16 @@ def sharded_step_matches(
     atol: float = 1e-6,
 ) -> tuple[Any, Any]:
     """Asserts that ``steps`` train steps on the mesh ``mesh`` (e.g. ``{"mesh.data": 8}``) over
-    as many devices as it has equal the same steps on one device: every metric and every leaf of
-    the new state (parameters, optimizer moments, keys). Returns both states."""
+    as many devices as it has equal the same steps on one device, from the same initial state
+    (the seed's, made on one device): every metric and every leaf of the new state (parameters,
+    optimizer moments, keys). Returns both states."""
     single_cfg = config_lib.replace(cfg, **_ONE)
     multi_cfg = config_lib.replace(cfg, **{**_ONE, **mesh})
     n = int(np.prod([v for v in mesh.values()]))
-    s1, m1 = one_step(recipe, single_cfg, jax.devices()[:1], steps)
-    sn, mn = one_step(recipe, multi_cfg, jax.devices()[:n], steps)
+    s1, m1, init = one_step(recipe, single_cfg, jax.devices()[:1], steps)
+    # both runs start from the one-device initial state, placed in the mesh's shardings (one
+    # compilation of ``init`` instead of two: what is compared is the step)
+    sn, mn, _ = one_step(recipe, multi_cfg, jax.devices()[:n], steps, state=init)
     # chex names the differing leaf by its tree path; float leaves within tolerance, the others
     # (keys, step counters) exactly: a relative tolerance would let a uint32 key differ by 10^4
     for multi, single in ((mn, m1), (sn, s1)):

@@ -30,9 +30,9 @@ def lower_file(path: str, compile_it: bool = True) -> str:
     devices = jax.devices()[: run.slice.chips]
     mesh = run_lib.mesh_for(run.config, devices)
     assert mesh.devices.size == run.slice.chips
-    lowered = lower_step(recipe, run.config, mesh)
     parts = recipe.build(run.config, mesh)
-    state = run_lib.abstract_state(parts, jax.random.PRNGKey(0))
+    state = run_lib.abstract_state(parts, jax.random.PRNGKey(run.config.seed))
+    lowered = lower_step(recipe, run.config, mesh, parts=parts, state=state)
     leaves = jax.tree.leaves(state)
     split = [x for x in leaves if x.sharding.shard_shape(x.shape) != tuple(x.shape)]
     # the work really is split over the chips: the batch is sharded, or a state leaf (RL env

@@ -12,6 +12,8 @@ module-scoped fixtures); the expected frequencies come from the original's proba
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -255,17 +257,21 @@ def test_noop_filter_down_weights_levels_the_noop_solves():
     good, bad = _hand_level(True), _hand_level(False)
     cands = jax.tree.map(lambda a, b: jnp.stack([a, b, a, b, b, a, a, b]), good, bad)
     filt = jax.jit(nf.filter_levels, static_argnames=("n", "static_params", "n_steps"))
+    w_default = jnp.float32(inspect.signature(nf.filter_levels).parameters["solved_weight"].default)
     picked_solved, weight1_solved = [], []
     with jax.numpy_rank_promotion("allow"):
         for seed in range(4):
-            levels, picked, solved = filt(jax.random.key(seed), cands, 4, S_SIZE, n_steps=16)
+            # the weight passed as an array in both calls: one compilation, not two
+            levels, picked, solved = filt(
+                jax.random.key(seed), cands, 4, S_SIZE, n_steps=16, solved_weight=w_default
+            )
             np.testing.assert_array_equal(solved, [1, 0, 1, 0, 0, 1, 1, 0])
             np.testing.assert_array_equal(np.sort(np.asarray(picked)), [1, 3, 4, 7])
             np.testing.assert_allclose(levels.sim.circle.position[:, 0], [[0.6, 0.6]] * 4)
             picked_solved.append(int(np.asarray(solved)[np.asarray(picked)].sum()))
             # With weight 1 the draw is uniform: solved candidates are picked too.
             _, picked1, _ = filt(
-                jax.random.key(seed), cands, 4, S_SIZE, n_steps=16, solved_weight=1.0
+                jax.random.key(seed), cands, 4, S_SIZE, n_steps=16, solved_weight=jnp.float32(1.0)
             )
             weight1_solved.append(int(np.asarray(solved)[np.asarray(picked1)].sum()))
     assert sum(picked_solved) == 0 and sum(weight1_solved) > 0
