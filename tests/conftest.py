@@ -10,12 +10,6 @@ import os
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=1"
-# XLA:CPU's older elemental IR emitters instead of its MLIR fusion emitters: a fifth to a third
-# less compile time on the suite's programs (train-step compiles: planner 14.1 -> 11.7 s, dreamer
-# 25.6 -> 19.6, kinetix-ppo 27.1 -> 18.4; the kinetix-ppo cpu-single learning test 86 -> 68 s),
-# results equal to float rounding. The library and benchmarks keep XLA's default.
-if "xla_cpu_use_fusion_emitters" not in _flags:
-    _flags += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # LAPACK (eigh/svd) threads spin on a 2-core machine: one thread is several times faster.
@@ -25,9 +19,32 @@ import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# Runtime type checks (jaxtyping + beartype, ``tests/typecheck.py``, ``docs/types.md``): on in
+# every run of the suite; every annotated function and dataclass of jaxlab is checked against
+# what the tests pass. The hook is installed here, before any jaxlab module is imported.
+# ``JAXLAB_TYPECHECK=0`` turns it off (to time the library unchecked). Its cost is mostly the
+# hooked imports (~11 CPU-s per process); the checks themselves run at trace time.
+TYPECHECK = os.environ.get("JAXLAB_TYPECHECK", "1") == "1"
+if TYPECHECK:
+    import jaxtyping  # noqa: E402
+
+    import tests.typecheck  # noqa: E402, F401  (the checker the hook names)
+
+    _HOOK = jaxtyping.install_import_hook(["jaxlab"], "tests.typecheck.checker")
+
+# Bounded worker memory. An xdist worker runs ~1,100 tests in one process, and JAX keeps every
+# compiled executable its jit caches have seen for the life of the process: CI's worker grew past
+# the machine's memory and died at 96% of the suite (stops 30-31, "node down", inside a late
+# Kinetix test). After a test module, if the worker holds more than ``JAXLAB_TEST_RSS_GIB``
+# (default 4) GiB, the caches are dropped and freed memory handed back to the OS; programs shared
+# across modules below that mark are kept. ``JAXLAB_TEST_MEMLOG=path`` logs each module's RSS.
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
 # Where each worker's time goes, for ``JAXLAB_TEST_MEMLOG`` (cumulative seconds per process).
-# (No persistent compilation cache here: few programs recur across modules, 19 hits saving 27 s
-# over tests/envs/kinetix, and writing executables to it crashed xdist workers twice before.)
 _PHASES = {"trace": 0.0, "lower": 0.0, "compile": 0.0}
 
 
@@ -41,19 +58,6 @@ def _count_phase(event: str, duration: float, **_) -> None:
 
 
 jax.monitoring.register_event_duration_secs_listener(_count_phase)
-
-
-# Bounded worker memory. An xdist worker runs ~1,100 tests in one process, and JAX keeps every
-# compiled executable its jit caches have seen for the life of the process: CI's worker grew past
-# the machine's memory and died at 96% of the suite (stops 30-31, "node down", inside a late
-# Kinetix test). After a test module, if the worker holds more than ``JAXLAB_TEST_RSS_GIB``
-# (default 4) GiB, the caches are dropped and freed memory handed back to the OS; programs shared
-# across modules below that mark are kept. ``JAXLAB_TEST_MEMLOG=path`` logs each module's RSS.
-import ctypes  # noqa: E402
-import gc  # noqa: E402
-import time  # noqa: E402
-
-import pytest  # noqa: E402
 
 _RSS_LIMIT = float(os.environ.get("JAXLAB_TEST_RSS_GIB", "4")) * 2**30
 _MEMLOG = os.environ.get("JAXLAB_TEST_MEMLOG")

@@ -9,11 +9,9 @@ import re
 import sys
 
 # Nothing compiled here ever runs: LLVM's optimisation passes (a third of the compile time) are
-# skipped, and the older CPU emitters used (as in tests/conftest.py); the SPMD partitioner and the
-# HLO passes, which catch sharding errors, all run.
+# skipped; the SPMD partitioner and the HLO passes, which catch sharding errors, all run.
 os.environ["XLA_FLAGS"] = (
     "--xla_force_host_platform_device_count=64 --xla_backend_optimization_level=0"
-    " --xla_cpu_use_fusion_emitters=false"
 )
 os.environ["JAX_PLATFORMS"] = "cpu"
 
