@@ -44,23 +44,26 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-# Where each worker's time goes, for ``JAXLAB_TEST_MEMLOG`` (cumulative seconds per process).
+_RSS_LIMIT = float(os.environ.get("JAXLAB_TEST_RSS_GIB", "4")) * 2**30
+_MEMLOG = os.environ.get("JAXLAB_TEST_MEMLOG")
+
+# With ``JAXLAB_TEST_MEMLOG``, each module's seconds of JAX tracing, lowering and XLA compiling
+# too (JAX's monitoring events; no listener otherwise).
 _PHASES = {"trace": 0.0, "lower": 0.0, "compile": 0.0}
+_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
 
 
 def _count_phase(event: str, duration: float, **_) -> None:
-    if event.endswith("jaxpr_trace_duration"):
-        _PHASES["trace"] += duration
-    elif event.endswith("jaxpr_to_mlir_module_duration"):
-        _PHASES["lower"] += duration
-    elif event.endswith("backend_compile_duration"):
-        _PHASES["compile"] += duration
+    if event in _EVENTS:
+        _PHASES[_EVENTS[event]] += duration
 
 
-jax.monitoring.register_event_duration_secs_listener(_count_phase)
-
-_RSS_LIMIT = float(os.environ.get("JAXLAB_TEST_RSS_GIB", "4")) * 2**30
-_MEMLOG = os.environ.get("JAXLAB_TEST_MEMLOG")
+if _MEMLOG:
+    jax.monitoring.register_event_duration_secs_listener(_count_phase)
 
 
 def _rss() -> int:
@@ -78,6 +81,7 @@ def _trim() -> None:
 @pytest.fixture(autouse=True, scope="module")
 def _bounded_memory(request):
     start = time.perf_counter()
+    phases_at_start = dict(_PHASES)
     yield
     before = _rss()
     if before > _RSS_LIMIT:
@@ -86,7 +90,7 @@ def _bounded_memory(request):
         _trim()
     if _MEMLOG:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        phases = " ".join(f"{k} {v:.1f}s" for k, v in _PHASES.items())
+        phases = " ".join(f"{k} {v - phases_at_start[k]:.1f}s" for k, v in _PHASES.items())
         with open(_MEMLOG, "a") as f:
             f.write(
                 f"{worker} {request.node.nodeid} {time.perf_counter() - start:.1f}s [{phases}] "
