@@ -14,7 +14,10 @@ Sections (``--only a,b``):
   the ego's sampled plans 6 m before the junction and of the first neighbour's sampled
   predictions 4 m before it, vs the logged futures' modes, with chi-square tests of the
   planner's counts against the logged proportions and against the known ones (1/3 each: the
-  world draws routes uniformly; the logged counts are one noisy draw of them).
+  world draws routes uniformly; the logged counts are one noisy draw of them); ``*_shape`` lines
+  tell a regression to the mean (turns blurred between the modes, one mode per scene) from a
+  wrong mixture (sharp turns in the wrong shares); ``--solver-steps`` re-samples with more
+  DPM-Solver++ steps (shares that hold are the model's, not the solver's).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
@@ -173,9 +176,34 @@ def quality(run_dir, scenes, steps, variants, window, seed, step=None):
 
 def _mode(traj, h0=0.0):
     """0 left, 1 straight, 2 right from the heading change (rad) at the end of trajectories."""
-    h = np.arctan2(traj[..., -1, 3], traj[..., -1, 2]) - h0
-    h = (h + np.pi) % (2 * np.pi) - np.pi
+    return _modes_of(_turn(traj, h0))
+
+
+def _modes_of(h):
     return np.where(h > 0.15, 0, np.where(h < -0.15, 2, 1))
+
+
+def _turn(traj, h0=0.0):
+    """Heading change (rad) at the end of trajectories, wrapped to (-pi, pi]."""
+    h = np.arctan2(traj[..., -1, 3], traj[..., -1, 2]) - h0
+    return (h + np.pi) % (2 * np.pi) - np.pi
+
+
+def _mode_shape(what, expert_turn, plan_turn, samples_per_scene):
+    """Whether a collapse towards "straight" is a regression to the mean (sampled turns blurred
+    between the modes, one mode per scene) or a wrong mixture (sharp turns, wrong shares): the
+    quantiles of |turn| for logged and sampled futures, and how many distinct modes a scene's
+    samples take."""
+    q = [0.1, 0.25, 0.5, 0.75, 0.9]
+    modes = _modes_of(plan_turn).reshape(-1, samples_per_scene)
+    distinct = np.mean([len(set(row.tolist())) for row in modes])
+    emit(what=f"{what}_shape", logged_abs_turn_quantiles=np.quantile(np.abs(expert_turn), q)
+         .round(3).tolist(), sampled_abs_turn_quantiles=np.quantile(np.abs(plan_turn), q)
+         .round(3).tolist(), sampled_in_between=float(np.mean(
+             (np.abs(plan_turn) > 0.05) & (np.abs(plan_turn) < 0.3))),
+         logged_in_between=float(np.mean((np.abs(expert_turn) > 0.05)
+                                         & (np.abs(expert_turn) < 0.3))),
+         distinct_modes_per_scene=float(distinct))  # fmt: skip
 
 
 def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
@@ -200,7 +228,7 @@ def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
     emit(what=f"{what}_per_scene", agree_with_logged_mode=float(same))
 
 
-def modes(run_dir, samples_per_scene, n_scenes, temperature=None):
+def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=None):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
     (s >= 34 on its route); neighbour 0's, on the first sample of each rollout (4 m before the
@@ -212,6 +240,11 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None):
     m = cfg.model
     if temperature is not None:  # 1.0 samples the learned distribution; the original uses 0.5
         m = dataclasses.replace(m, temperature=temperature)
+    if solver_steps is not None:  # the shares are the model's, not the solver's, if they hold
+        m = dataclasses.replace(m, steps=solver_steps)
+    emit(what="modes_run", run_dir=str(run_dir), ego_weight=m.ego_weight, width=m.width,
+         decoder_depth=m.decoder_depth, total_steps=cfg.loop.total_steps,
+         temperature=m.temperature, solver_steps=m.steps)  # fmt: skip
     held = rp.expert_data(cfg, "valid")
     n_roll = held["future"].shape[0] // cfg.log_steps
     ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
@@ -227,6 +260,8 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None):
         traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
         plan_modes = _mode(traj[:, agent], np.repeat(h0, samples_per_scene))
         _mode_test(what, expert_modes, plan_modes, samples_per_scene)
+        _mode_shape(what, _turn(np.asarray(held["future"])[idx, agent], h0),
+                    _turn(traj[:, agent], np.repeat(h0, samples_per_scene)), samples_per_scene)  # fmt: skip
         if agent:
             lanes = np.asarray(held["nb_lane"])[idx, 0]
             emit(what="neighbour_modes_vs_lane", logged_heading_mode_matches_lane=float(
@@ -243,6 +278,7 @@ def main():
     ap.add_argument("--samples-per-scene", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=None, help="modes: scale of x_T")
     ap.add_argument("--modes-scenes", type=int, default=128, help="held-out rollouts for modes")
+    ap.add_argument("--solver-steps", type=int, default=None, help="modes: DPM-Solver++ steps")
     ap.add_argument(
         "--variants",
         default="collision:0.5;drivable:0.5",
@@ -267,7 +303,13 @@ def main():
             args.step,
         )
     if "modes" in only:
-        modes(args.modes_run_dir, args.samples_per_scene, args.modes_scenes, args.temperature)
+        modes(
+            args.modes_run_dir,
+            args.samples_per_scene,
+            args.modes_scenes,
+            args.temperature,
+            args.solver_steps,
+        )
 
 
 if __name__ == "__main__":
