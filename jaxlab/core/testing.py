@@ -18,27 +18,49 @@ import jax
 import numpy as np
 
 from jaxlab.core import config as config_lib
+from jaxlab.core import finite
+from jaxlab.core import loop as loop_lib
 from jaxlab.core import run as run_lib
-from jaxlab.core.recipe import Recipe
+from jaxlab.core.recipe import Parts, Recipe
 
 _ONE = {"mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 1, "mesh.expert": 1}
 
 
 def one_step(
-    recipe: Recipe, cfg: Any, devices: Any, steps: int = 1, state: Any = None
+    recipe: Recipe,
+    cfg: Any,
+    devices: Any,
+    steps: int = 1,
+    state: Any = None,
+    *,
+    parts: Parts | None = None,
+    chunk: int = 0,
 ) -> tuple[Any, list[dict], Any]:
     """``steps`` train steps of ``recipe`` on ``cfg``'s mesh over ``devices`` with the first
     batches of the recipe's data iterator (if any), from ``state`` placed in the parts' state
     shardings (default: the seed's initial state, ``init`` compiled for this mesh). Returns the
-    final state (on the host), the metrics of each step and the initial state (on the devices)."""
-    parts = run_lib.build(recipe, cfg, devices)
+    final state (on the host), the metrics of each step and the initial state (on the devices).
+
+    ``parts``: built already (for ``cfg`` over ``devices``; default: built here). ``chunk > 0``:
+    the steps run as the training loop runs them, ``chunk`` per call of the loop's compiled
+    multi-step function, which the loop shares by ``parts``: a test that trained those parts
+    with ``loop.steps_per_call = chunk`` has compiled it already."""
+    parts = run_lib.build(recipe, cfg, devices) if parts is None else parts
     if state is None:
-        state = run_lib.init_state(parts, jax.random.PRNGKey(cfg.seed))
+        key = jax.random.PRNGKey(cfg.seed)
+        init = run_lib.init_state(parts, key)
+        # the loop's step donates its input: the returned initial state is a second copy (the
+        # compiled ``init`` run again)
+        state = run_lib.init_state(parts, key) if chunk else init
     elif parts.state_sharding is not None:
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
-        state = jax.device_put(state, parts.state_sharding(abstract))
-    init = state
+        state = init = jax.device_put(state, parts.state_sharding(abstract))
+    else:
+        init = state
     it = parts.data() if parts.data is not None else None
+    if chunk:
+        final, metrics = _loop_steps(parts, state, it, steps, chunk)
+        return jax.device_get(final), metrics, init
     # the output state keeps the input's shardings (as in the loop), so step 2 reuses step 1's
     # compilation
     shardings = jax.tree.map(lambda x: x.sharding, state)
@@ -51,6 +73,26 @@ def one_step(
         state, m = step(state, batch)
         metrics.append(jax.device_get(m))
     return jax.device_get(state), metrics, init
+
+
+def _loop_steps(parts: Parts, state: Any, it: Any, steps: int, chunk: int) -> tuple[Any, list]:
+    """``steps`` steps through the loop's compiled ``chunk``-step function of ``parts``."""
+    if steps % chunk:
+        raise ValueError(f"steps={steps} is not a multiple of chunk={chunk}")
+    metrics = []
+    for _ in range(steps // chunk):
+        state, fn = loop_lib._step_for(parts, state, chunk, it is not None)
+        batches = None
+        if it is not None:
+            items = [next(it) for _ in range(chunk)]
+            batches = run_lib.place_batches(
+                jax.tree.map(lambda *xs: np.stack(xs), *items), parts.abstract_batch
+            )
+        state, m = fn(state, batches)
+        m = jax.device_get(m)
+        m.pop(finite.FLAG, None)
+        metrics += [jax.tree.map(lambda x, i=i: x[i], m) for i in range(chunk)]
+    return state, metrics
 
 
 def _leaves(tree: Any, floating: bool) -> Any:
@@ -67,18 +109,25 @@ def sharded_step_matches(
     steps: int = 1,
     rtol: float = 1e-5,
     atol: float = 1e-6,
+    parts: Parts | None = None,
+    chunk: int = 0,
 ) -> tuple[Any, Any]:
     """Asserts that ``steps`` train steps on the mesh ``mesh`` (e.g. ``{"mesh.data": 8}``) over
     as many devices as it has equal the same steps on one device, from the same initial state
     (the seed's, made on one device): every metric and every leaf of the new state (parameters,
-    optimizer moments, keys). Returns both states."""
+    optimizer moments, keys). Returns both states.
+
+    ``parts``: the one-device run's, built already (for ``cfg`` on one device); ``chunk``: run
+    the steps ``chunk`` per call of the training loop's compiled multi-step function (see
+    :func:`one_step`). A test module that has trained ``parts`` through the loop with
+    ``loop.steps_per_call = chunk`` then compiles only the mesh's step here."""
     single_cfg = config_lib.replace(cfg, **_ONE)
     multi_cfg = config_lib.replace(cfg, **{**_ONE, **mesh})
     n = int(np.prod([v for v in mesh.values()]))
-    s1, m1, init = one_step(recipe, single_cfg, jax.devices()[:1], steps)
+    s1, m1, init = one_step(recipe, single_cfg, jax.devices()[:1], steps, parts=parts, chunk=chunk)
     # both runs start from the one-device initial state, placed in the mesh's shardings (one
     # compilation of ``init`` instead of two: what is compared is the step)
-    sn, mn, _ = one_step(recipe, multi_cfg, jax.devices()[:n], steps, state=init)
+    sn, mn, _ = one_step(recipe, multi_cfg, jax.devices()[:n], steps, state=init, chunk=chunk)
     # chex names the differing leaf by its tree path; float leaves within tolerance, the others
     # (keys, step counters) exactly: a relative tolerance would let a uint32 key differ by 10^4
     for multi, single in ((mn, m1), (sn, s1)):

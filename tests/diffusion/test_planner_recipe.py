@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import run
 from jaxlab.core.testing import sharded_step_matches
@@ -13,9 +14,15 @@ from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes import planner as planner_recipe
 
 
-def test_planner_tiny_trains_and_evaluates_in_closed_loop(tmp_path):
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = planner_recipe.RECIPE.config("tiny")
+    return cfg, run_lib.build(planner_recipe.RECIPE, cfg)
+
+
+def test_planner_tiny_trains_and_evaluates_in_closed_loop(tiny, tmp_path):
     recipe = planner_recipe.RECIPE
-    res = run(recipe, recipe.config("tiny"), tmp_path)
+    res = run(recipe, tiny[0], tmp_path, parts=tiny[1])
     assert res.step == 20
     rows = [r for r in read_metrics(tmp_path) if "loss" in r]
     assert rows and all(np.isfinite(r["loss"]) for r in rows)
@@ -28,9 +35,14 @@ def test_planner_tiny_trains_and_evaluates_in_closed_loop(tmp_path):
         recipe.eval_main(cfg, tmp_path, ["--scenes", "0"])
 
 
-def test_planner_eight_devices_equal_one():
+def test_planner_eight_devices_equal_one(tiny):
+    """One call of the loop's 10-step function (the tiny run's, compiled by the end-to-end test
+    in this module) on one device and on 8."""
     recipe = planner_recipe.RECIPE
-    cfg = recipe.config("tiny", ["batch_size=16"])
-    _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5)
+    cfg, parts = tiny
+    assert cfg.loop.steps_per_call == 10 and cfg.batch_size % 8 == 0
+    _, s8 = sharded_step_matches(
+        recipe, cfg, {"mesh.data": 8}, steps=10, rtol=1e-4, atol=1e-5, parts=parts, chunk=10
+    )
     assert set(s8.hparams) == {"lr"}
     assert jax.tree.leaves(s8.params)

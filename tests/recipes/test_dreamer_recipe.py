@@ -75,11 +75,16 @@ def test_ls_imagine_tiny_trains_and_writes_affordance_maps(tmp_path):
     assert (out.run_dir / "affordance.gif").stat().st_size > 0
 
 
-def test_sequence_batch_data_parallel_equals_one_device():
+def test_sequence_batch_data_parallel_equals_one_device(tiny, full):
     """Each update's replayed sequences split over 4 simulated devices: four iterations
-    (learning from the fourth) equal one device."""
+    (learning from the fourth) equal one device. The one-device leg runs the tiny run's parts
+    two steps per call, as the loop did (``full``): its step is compiled once in this module."""
     from jaxlab.core.testing import sharded_step_matches
 
+    cfg, parts = tiny
+    assert cfg.loop.steps_per_call == 2
+    compiled = list(loop._COMPILED[id(parts)])
     sharded_step_matches(
-        RECIPE, RECIPE.config("tiny"), {"mesh.data": 4}, steps=4, rtol=1e-4, atol=1e-5
+        RECIPE, cfg, {"mesh.data": 4}, steps=4, rtol=1e-4, atol=1e-5, parts=parts, chunk=2
     )
+    assert loop._COMPILED[id(parts)] == compiled  # the loop's own step, not a new one

@@ -76,11 +76,15 @@ def test_tiny_game24_preset_runs(tmp_path):
     assert 0.0 <= result.eval_metrics["success_rate"] <= 1.0
 
 
-def test_step_data_parallel_equals_one_device():
-    """The sampled transitions split over 8 simulated devices: two Adam steps of the D-TSN
-    objective (search, REINFORCE, consistency losses) equal one device."""
+def test_step_data_parallel_equals_one_device(full):
+    """The sampled transitions split over 8 simulated devices: four Adam steps of the D-TSN
+    objective (search, REINFORCE, consistency losses) equal one device. The one-device leg is
+    the tiny run's own four-step function (compiled by ``full``)."""
     from jaxlab.core.testing import sharded_step_matches
 
+    parts = full[1]
+    cfg = RECIPE.config("tiny")
+    assert cfg.loop.steps_per_call == 4
     sharded_step_matches(
-        RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5
+        RECIPE, cfg, {"mesh.data": 8}, steps=4, rtol=1e-4, atol=1e-5, parts=parts, chunk=4
     )

@@ -3,19 +3,31 @@
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
 
 from jaxlab.core import loop
+from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.sac import RECIPE
 
 
 @pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return loop.run(RECIPE, RECIPE.config("tiny"), tmp_path_factory.mktemp("full"))
+def tiny():
+    """The tiny config and its parts, shared by the module's runs (one compilation of the step,
+    evaluation and init for all of them)."""
+    cfg = RECIPE.config("tiny")
+    return cfg, run_lib.build(RECIPE, cfg)
+
+
+@pytest.fixture(scope="module")
+def full(tiny, tmp_path_factory):
+    cfg, parts = tiny
+    return loop.run(RECIPE, cfg, tmp_path_factory.mktemp("full"), parts=parts)
 
 
 def test_tiny_trains_and_evaluates(full):
@@ -27,10 +39,19 @@ def test_tiny_trains_and_evaluates(full):
     assert int(full.state.iteration) == 8
 
 
-def test_resume_is_bit_identical_including_the_replay_buffer(full, tmp_path):
-    half = loop.run(RECIPE, RECIPE.config("tiny", ["loop.total_steps=4"]), tmp_path)
-    assert half.step == 4
-    resumed = loop.run(RECIPE, RECIPE.config("tiny"), tmp_path)
+def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_path):
+    # a copy of the full run cut back to its step-4 checkpoint, resumed to the end
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(full.run_dir, run_dir)
+    kept = []
+    for ckpt in (run_dir / "checkpoints").iterdir():
+        if int(ckpt.name) > 4:
+            shutil.rmtree(ckpt)
+        else:
+            kept.append(int(ckpt.name))
+    assert kept == [4]
+    cfg, parts = tiny
+    resumed = loop.run(RECIPE, cfg, run_dir, parts=parts)
     assert resumed.step == 8
     a, b = jax.tree.leaves(full.state), jax.tree.leaves(resumed.state)
     assert len(a) == len(b)
@@ -49,11 +70,14 @@ def test_bad_config_names_the_field():
         RECIPE.config("tiny", ["goal=[3.0,0.0]"])
 
 
-def test_replay_batch_data_parallel_equals_one_device():
-    """Each gradient step's replay batch split over 8 simulated devices: three SAC iterations
-    (learning starts at the second) equal one device, buffer and targets included."""
+def test_replay_batch_data_parallel_equals_one_device(tiny, full):
+    """Each gradient step's replay batch split over 8 simulated devices: four SAC iterations
+    (learning starts at the second) equal one device, buffer and targets included. The
+    one-device leg is the tiny run's own two-step function (compiled by ``full``)."""
     from jaxlab.core.testing import sharded_step_matches
 
+    cfg, parts = tiny
+    assert cfg.loop.steps_per_call == 2
     sharded_step_matches(
-        RECIPE, RECIPE.config("tiny"), {"mesh.data": 8}, steps=3, rtol=1e-4, atol=1e-5
+        RECIPE, cfg, {"mesh.data": 8}, steps=4, rtol=1e-4, atol=1e-5, parts=parts, chunk=2
     )
