@@ -175,7 +175,7 @@ def _weak(x: Any) -> bool:
     return bool(getattr(getattr(x, "aval", None), "weak_type", False))
 
 
-def _step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Callable]:
+def step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Callable]:
     """The compiled ``n``-step function of ``task`` for ``state``'s placement (compiled on first
     use, then shared by every run given the same parts), and ``state`` relabelled with the exact
     shardings it was compiled for so that it is not compiled again."""
@@ -192,6 +192,17 @@ def _step_for(task: Parts, state: Any, n: int, with_data: bool) -> tuple[Any, Ca
     fn = _multi_step(task.train_step, n, with_data, shardings)
     cache.append((n, with_data, shardings, fn))
     return state, fn
+
+
+def next_batches(task: Parts, data_it: Any, n: int) -> Any:
+    """The next ``n`` batches of ``data_it`` stacked on a leading axis and placed on the devices
+    as the ``n``-step function takes them (None without a data iterator)."""
+    if data_it is None:
+        return None
+    items = [next(data_it) for _ in range(n)]
+    return run_lib.place_batches(
+        jax.tree.map(lambda *xs: np.stack(xs), *items), task.abstract_batch
+    )
 
 
 class _StopFlag:
@@ -327,12 +338,8 @@ def run(
         with _StopFlag() as stop:
             while step < loop.total_steps:
                 n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
-                state, step_fn = _step_for(task, state, n, data_it is not None)
-                batches = None
-                if data_it is not None:
-                    items = [next(data_it) for _ in range(n)]
-                    batches = jax.tree.map(lambda *xs: np.stack(xs), *items)
-                    batches = run_lib.place_batches(batches, task.abstract_batch)
+                state, step_fn = step_for(task, state, n, data_it is not None)
+                batches = next_batches(task, data_it, n)
                 t0 = time.perf_counter()
                 state, metrics = step_fn(state, batches)
                 metrics = jax.device_get(metrics)

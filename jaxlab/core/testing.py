@@ -10,7 +10,9 @@ anyone writing a recipe::
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import chex
@@ -45,6 +47,8 @@ def one_step(
     the steps run as the training loop runs them, ``chunk`` per call of the loop's compiled
     multi-step function, which the loop shares by ``parts``: a test that trained those parts
     with ``loop.steps_per_call = chunk`` has compiled it already."""
+    if chunk and steps % chunk:
+        raise ValueError(f"steps={steps} is not a multiple of chunk={chunk}")
     parts = run_lib.build(recipe, cfg, devices) if parts is None else parts
     if state is None:
         key = jax.random.PRNGKey(cfg.seed)
@@ -77,22 +81,40 @@ def one_step(
 
 def _loop_steps(parts: Parts, state: Any, it: Any, steps: int, chunk: int) -> tuple[Any, list]:
     """``steps`` steps through the loop's compiled ``chunk``-step function of ``parts``."""
-    if steps % chunk:
-        raise ValueError(f"steps={steps} is not a multiple of chunk={chunk}")
     metrics = []
     for _ in range(steps // chunk):
-        state, fn = loop_lib._step_for(parts, state, chunk, it is not None)
-        batches = None
-        if it is not None:
-            items = [next(it) for _ in range(chunk)]
-            batches = run_lib.place_batches(
-                jax.tree.map(lambda *xs: np.stack(xs), *items), parts.abstract_batch
-            )
-        state, m = fn(state, batches)
+        state, fn = loop_lib.step_for(parts, state, chunk, it is not None)
+        state, m = fn(state, loop_lib.next_batches(parts, it, chunk))
         m = jax.device_get(m)
         m.pop(finite.FLAG, None)
         metrics += [jax.tree.map(lambda x, i=i: x[i], m) for i in range(chunk)]
     return state, metrics
+
+
+def cut_back_copy(run_dir: Path, dest: Path, step: int) -> Path:
+    """A copy of the finished run ``run_dir`` at ``dest`` without its checkpoints after
+    ``step`` (asserting one at ``step`` is kept): resuming it replays the run's second part."""
+    shutil.copytree(run_dir, dest)
+    kept = []
+    for ckpt in (dest / "checkpoints").iterdir():
+        if int(ckpt.name) > step:
+            shutil.rmtree(ckpt)
+        else:
+            kept.append(int(ckpt.name))
+    assert step in kept, (step, sorted(kept))
+    return dest
+
+
+def assert_bit_identical(a: Any, b: Any) -> None:
+    """Every leaf of the trees ``a`` and ``b`` has the same bytes (typed PRNG keys by their key
+    data): what a resumed run must reproduce of the uninterrupted one."""
+    a, b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(a) == len(b), (len(a), len(b))
+    for x, y in zip(a, b, strict=True):
+        x, y = jax.device_get(x), jax.device_get(y)
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
 def _leaves(tree: Any, floating: bool) -> Any:

@@ -8,14 +8,12 @@ compiled step, evaluation and media programs instead of compiling them again."""
 
 from __future__ import annotations
 
-import shutil
-
-import jax
 import numpy as np
 import pytest
 
 from jaxlab.core import loop
 from jaxlab.core import run as run_lib
+from jaxlab.core.testing import assert_bit_identical, cut_back_copy
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.dreamer import LS_RECIPE, RECIPE
 
@@ -32,16 +30,6 @@ def full(tiny, tmp_path_factory):
     return loop.run(RECIPE, cfg, tmp_path_factory.mktemp("full"), parts=parts)
 
 
-def _assert_bit_identical(a, b):
-    a, b = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        x, y = jax.device_get(x), jax.device_get(y)
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
-
-
 def test_tiny_trains_evaluates_and_writes_the_gif(full):
     assert full.step == 6
     rows = read_metrics(full.run_dir)
@@ -55,15 +43,11 @@ def test_tiny_trains_evaluates_and_writes_the_gif(full):
 def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_path):
     # a copy of the full run cut back to its step-2 checkpoint, resumed to the end (one extra
     # run instead of two)
-    run_dir = tmp_path / "resumed"
-    shutil.copytree(full.run_dir, run_dir)
-    for ckpt in (run_dir / "checkpoints").iterdir():
-        if int(ckpt.name) > 2:
-            shutil.rmtree(ckpt)
+    run_dir = cut_back_copy(full.run_dir, tmp_path / "resumed", 2)
     cfg, parts = tiny
     resumed = loop.run(RECIPE, cfg, run_dir, parts=parts)
     assert resumed.step == 6
-    _assert_bit_identical(full.state, resumed.state)
+    assert_bit_identical(full.state, resumed.state)
     assert int(np.asarray(resumed.state.buffer.current_index)) > 0
 
 

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import shutil
-
-import jax
 import numpy as np
 import pytest
 
 from jaxlab.core import loop
 from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.testing import assert_bit_identical, cut_back_copy
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.sac import RECIPE
 
@@ -41,25 +39,11 @@ def test_tiny_trains_and_evaluates(full):
 
 def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_path):
     # a copy of the full run cut back to its step-4 checkpoint, resumed to the end
-    run_dir = tmp_path / "resumed"
-    shutil.copytree(full.run_dir, run_dir)
-    kept = []
-    for ckpt in (run_dir / "checkpoints").iterdir():
-        if int(ckpt.name) > 4:
-            shutil.rmtree(ckpt)
-        else:
-            kept.append(int(ckpt.name))
-    assert kept == [4]
+    run_dir = cut_back_copy(full.run_dir, tmp_path / "resumed", 4)
     cfg, parts = tiny
     resumed = loop.run(RECIPE, cfg, run_dir, parts=parts)
     assert resumed.step == 8
-    a, b = jax.tree.leaves(full.state), jax.tree.leaves(resumed.state)
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        x, y = jax.device_get(x), jax.device_get(y)
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+    assert_bit_identical(full.state, resumed.state)
     assert int(np.asarray(resumed.state.buffer.current_index)) > 0
 
 

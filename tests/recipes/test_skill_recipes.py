@@ -9,8 +9,6 @@ compiled step and evaluation instead of compiling them again."""
 
 from __future__ import annotations
 
-import shutil
-
 import jax
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from jaxlab import envs
 from jaxlab.core import loop
 from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.testing import assert_bit_identical, cut_back_copy
 from jaxlab.core.tracking import read_metrics
 from jaxlab.recipes.skills import CSF, METRA
 
@@ -33,16 +32,6 @@ def tiny():
 def full(tiny, tmp_path_factory):
     cfg, parts = tiny
     return loop.run(METRA, cfg, tmp_path_factory.mktemp("full"), parts=parts)
-
-
-def _leaves_equal(a, b):
-    a, b = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        x, y = jax.device_get(x), jax.device_get(y)
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
 def test_metra_tiny_trains_evaluates_and_plots(full):
@@ -63,15 +52,11 @@ def test_metra_tiny_trains_evaluates_and_plots(full):
 
 def test_metra_resume_is_bit_identical(tiny, full, tmp_path):
     # a copy of the full run cut back to its step-4 checkpoint, resumed to the end
-    run_dir = tmp_path / "resumed"
-    shutil.copytree(full.run_dir, run_dir)
-    for ckpt in (run_dir / "checkpoints").iterdir():
-        if int(ckpt.name) > 4:
-            shutil.rmtree(ckpt)
+    run_dir = cut_back_copy(full.run_dir, tmp_path / "resumed", 4)
     cfg, parts = tiny
     resumed = loop.run(METRA, cfg, run_dir, parts=parts)
     assert resumed.step == 8
-    _leaves_equal(full.state, resumed.state)
+    assert_bit_identical(full.state, resumed.state)
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows if "phi_loss" in r] == [2, 4, 6, 8]  # cut back, then resumed
 
