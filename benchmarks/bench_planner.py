@@ -17,7 +17,9 @@ Sections (``--only a,b``):
   world draws routes uniformly; the logged counts are one noisy draw of them); ``*_shape`` lines
   tell a regression to the mean (turns blurred between the modes, one mode per scene) from a
   wrong mixture (sharp turns in the wrong shares); ``--solver-steps`` re-samples with more
-  DPM-Solver++ steps (shares that hold are the model's, not the solver's).
+  DPM-Solver++ steps (shares that hold are the model's, not the solver's); ``--modes-split train``
+  takes training rollouts instead of held-out ones (a per-scene agreement with the hidden logged
+  mode above 1/3 there, and not on held-out scenes, is memorisation).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
@@ -174,12 +176,8 @@ def quality(run_dir, scenes, steps, variants, window, seed, step=None):
          seconds=round(time.perf_counter() - t0, 1))  # fmt: skip
 
 
-def _mode(traj, h0=0.0):
-    """0 left, 1 straight, 2 right from the heading change (rad) at the end of trajectories."""
-    return _modes_of(_turn(traj, h0))
-
-
 def _modes_of(h):
+    """0 left, 1 straight, 2 right from the heading change ``h`` (rad, ``_turn``)."""
     return np.where(h > 0.15, 0, np.where(h < -0.15, 2, 1))
 
 
@@ -228,13 +226,15 @@ def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
     emit(what=f"{what}_per_scene", agree_with_logged_mode=float(same))
 
 
-def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=None):
+def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=None, split="valid"):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
     (s >= 34 on its route); neighbour 0's, on the first sample of each rollout (4 m before the
     junction: its turn is not visible yet). Modes from the heading change at the trajectory's end
     (1.6 s), logged futures vs planner samples, chi-square of the planner's counts against the
-    logged proportions."""
+    logged proportions. ``split="train"`` takes the first ``n_scenes`` training rollouts instead:
+    per-scene agreement with the logged mode well above 1/3 there (and not on held-out scenes)
+    means the model memorised the training scenes' hidden routes."""
     cfg, params = _params(run_dir)
     cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)  # held-out rollouts
     m = cfg.model
@@ -243,9 +243,12 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=N
     if solver_steps is not None:  # the shares are the model's, not the solver's, if they hold
         m = dataclasses.replace(m, steps=solver_steps)
     emit(what="modes_run", run_dir=str(run_dir), ego_weight=m.ego_weight, width=m.width,
-         decoder_depth=m.decoder_depth, total_steps=cfg.loop.total_steps,
-         temperature=m.temperature, solver_steps=m.steps)  # fmt: skip
-    held = rp.expert_data(cfg, "valid")
+         decoder_depth=m.decoder_depth, cross_residual=m.cross_residual,
+         train_scenes=cfg.n_scenes, total_steps=cfg.loop.total_steps,
+         temperature=m.temperature, solver_steps=m.steps, split=split)  # fmt: skip
+    held = rp.expert_data(cfg, split)
+    if split == "train":
+        held = {k: v[: n_scenes * cfg.log_steps] for k, v in held.items()}
     n_roll = held["future"].shape[0] // cfg.log_steps
     ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
     k_ego = np.argmax(ego_s >= 34.0, axis=1)
@@ -256,12 +259,12 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=N
         sc = {k: np.repeat(np.asarray(held[k])[idx], samples_per_scene, 0) for k in pl.SCENE_KEYS}
         cur = np.asarray(held["current"])[idx, agent]
         h0 = np.arctan2(cur[:, 3], cur[:, 2])
-        expert_modes = _mode(np.asarray(held["future"])[idx, agent], h0)
+        expert_turn = _turn(np.asarray(held["future"])[idx, agent], h0)
         traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
-        plan_modes = _mode(traj[:, agent], np.repeat(h0, samples_per_scene))
+        plan_turn = _turn(traj[:, agent], np.repeat(h0, samples_per_scene))
+        expert_modes, plan_modes = _modes_of(expert_turn), _modes_of(plan_turn)
         _mode_test(what, expert_modes, plan_modes, samples_per_scene)
-        _mode_shape(what, _turn(np.asarray(held["future"])[idx, agent], h0),
-                    _turn(traj[:, agent], np.repeat(h0, samples_per_scene)), samples_per_scene)  # fmt: skip
+        _mode_shape(what, expert_turn, plan_turn, samples_per_scene)
         if agent:
             lanes = np.asarray(held["nb_lane"])[idx, 0]
             emit(what="neighbour_modes_vs_lane", logged_heading_mode_matches_lane=float(
@@ -278,6 +281,7 @@ def main():
     ap.add_argument("--samples-per-scene", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=None, help="modes: scale of x_T")
     ap.add_argument("--modes-scenes", type=int, default=128, help="held-out rollouts for modes")
+    ap.add_argument("--modes-split", default="valid", help="modes: 'valid' or 'train' rollouts")
     ap.add_argument("--solver-steps", type=int, default=None, help="modes: DPM-Solver++ steps")
     ap.add_argument(
         "--variants",
@@ -309,6 +313,7 @@ def main():
             args.modes_scenes,
             args.temperature,
             args.solver_steps,
+            args.modes_split,
         )
 
 
