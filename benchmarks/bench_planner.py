@@ -20,6 +20,12 @@ Sections (``--only a,b``):
   DPM-Solver++ steps (shares that hold are the model's, not the solver's); ``--modes-split train``
   takes training rollouts instead of held-out ones (a per-scene agreement with the hidden logged
   mode above 1/3 there, and not on held-out scenes, is memorisation).
+- ``posterior`` (``--modes-run-dir``, same kind of run; ``--modes-scenes`` scenes,
+  ``--samples-per-scene`` noise draws): each scene rolled out once per forced route of neighbour 0
+  (its three possible futures exactly); the denoiser's error against the optimal x_0 estimate
+  along left->straight and straight->right per t, and the sampler's shares with the model's
+  denoiser vs with neighbour 0's row replaced by the optimal one (tells a skew of the model from
+  one of the sampler).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
@@ -42,7 +48,11 @@ import numpy as np
 from benchmarks.harness import emit, emit_rate, timed
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
+from jaxlab.diffusion import samplers
+from jaxlab.diffusion.model_wrapper import data_from_noise, model_wrapper
+from jaxlab.diffusion.schedules import VPLinear, get_time_steps
 from jaxlab.envs import driving_eval as de
+from jaxlab.envs.driving import make_driving, to_frame
 from jaxlab.recipes import planner as rp
 
 
@@ -271,6 +281,160 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=N
                 np.mean(expert_modes == lanes)))  # fmt: skip
 
 
+def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
+    """The denoiser against the optimal one at the hidden-route intersection (a run with
+    ``scene_type=1 route_visible=false``). Each held-out scene is rolled out three times with
+    neighbour 0's route forced to left, straight and right (same reset key: the scene and every
+    other random draw agree), which gives that neighbour's three possible futures m_k exactly.
+    For x_t = alpha_t x_0^(k) + sigma_t eps (x_0^(k) all agents' futures under route k) the
+    optimal x_0 estimate of neighbour 0 mixes the m_k with weights w_k ~ exp(-|x_t - alpha m_k|^2
+    / 2 sigma^2) (routes drawn 1/3 each; neighbour 0's row only). One line per t and source
+    route: the optimal weights, and the mean error of the model's estimate against the optimal one
+    along left->straight and straight->right (in units of those distances; the three futures lie
+    nearly on a line, so weights fitted to the model's estimate would be ill-conditioned).
+    ``posterior_samples``: the sampler's shares on the same scenes, by nearest future and by the
+    heading rule, and the same sampler with neighbour 0's row of the x_0 estimate replaced by the
+    optimal one (shares near 1/3 there put a skew of the model's shares on its denoiser)."""
+    cfg, params = _params(run_dir)
+    m = cfg.model
+    env, eparams = make_driving(
+        auto_reset=False,
+        scene_type=1,
+        route_visible=cfg.route_visible,
+        n_neighbours=m.n_neighbours,
+        horizon=m.horizon,
+        history=m.history,
+    )
+    eparams = eparams.replace(max_steps=m.horizon + 2)
+
+    def forced(key, lane):
+        _, st = env.reset(key, eparams)
+        st = st.replace(nb_lane=st.nb_lane.at[0].set(lane))
+        obs = env.get_obs(st, eparams)
+
+        def body(s, _):
+            _, s2, *_ = env.step_env(key, s, env.expert_plan(s, eparams), eparams)
+            return s2, env.agents(s2)
+
+        _, ag = jax.lax.scan(body, st, None, length=m.horizon)  # (T, A, 4) world frame
+        xy = to_frame(ag[..., :2], st.ego[:2], st.ego[2])
+        h = ag[..., 2] - st.ego[2]
+        fut = jnp.concatenate([xy, jnp.cos(h)[..., None], jnp.sin(h)[..., None]], -1)
+        return {k: obs[k] for k in pl.SCENE_KEYS}, jnp.swapaxes(fut, 0, 1)  # (A, T, 4)
+
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 20_000), n_scenes)
+    lanes = jnp.arange(3)
+    scenes, futs = jax.jit(jax.vmap(jax.vmap(forced, (None, 0)), (0, None)))(keys, lanes)
+    same_scene = all(
+        bool(jnp.all(v[:, :1] == v)) for v in scenes.values()
+    )  # route hidden: the tokens must not tell the forced routes apart
+    scene = {k: v[:, 0] for k, v in scenes.items()}  # (S, ...)
+    valid = scene["neighbour_valid"][:, 0]
+    cur_n = pl.normalize(m, scene["current"])  # (S, A, 4)
+    x0 = jnp.concatenate(
+        [
+            jnp.broadcast_to(cur_n[:, None, :, None], (n_scenes, 3, m.n_agents, 1, 4)),
+            pl.normalize(m, futs),
+        ],
+        3,
+    )  # (S, 3, A, 1 + T, 4)
+    agent_ok = jnp.concatenate([jnp.ones((n_scenes, 1), bool), scene["neighbour_valid"]], 1)
+    x0 = jnp.where(agent_ok[:, None, :, None, None], x0, 0.0)
+    mk = x0[:, :, 1, 1:].reshape(n_scenes, 3, -1)  # neighbour 0's three futures (S, 3, D)
+    net = pl.make_net(m)
+    sched = VPLinear()
+
+    @jax.jit
+    def weights(key, t):
+        eps = jax.random.normal(key, (draws,) + x0.shape)
+        a, sg = sched.alpha(t), sched.sigma(t)
+        xt = (
+            (a * x0 + sg * eps)
+            .at[..., 0, :]
+            .set(jnp.broadcast_to(cur_n[None, :, None], (draws, n_scenes, 3, m.n_agents, 4)))
+        )  # (draws, S, 3 source routes, A, 1 + T, 4), current state pinned
+        d2 = jnp.sum(
+            (xt[..., 1, 1:, :].reshape(draws, n_scenes, 3, 1, -1) - a * mk[None, :, None]) ** 2, -1
+        )  # fmt: skip  (draws, S, src, k)
+        w_opt = jax.nn.softmax(-d2 / (2 * sg**2), -1)
+        flat = xt.reshape((-1,) + xt.shape[3:])
+        rep = lambda v: jnp.broadcast_to(
+            v[None, :, None], (draws, n_scenes, 3) + v.shape[1:]
+        ).reshape((-1,) + v.shape[1:])  # noqa: E731
+        sc = {k: rep(v) for k, v in scene.items()}
+        enc = net.apply(params, sc, method=pl.DiffusionPlannerNet.encode)
+        x0_hat = net.apply(params, flat, jnp.full(flat.shape[0], t), enc, sc,
+                           method=pl.DiffusionPlannerNet.decode)  # fmt: skip
+        y = x0_hat[:, 1, 1:].reshape(draws, n_scenes, 3, -1)
+        # the model's error against the optimal estimate along the left->straight and
+        # straight->right directions, in units of those distances (+: toward straight / right)
+        err = jnp.swapaxes(y - jnp.einsum("xsck,skd->xscd", w_opt, mk), 0, 1)  # (S, draws, src, D)
+        ls, sr = mk[:, 1] - mk[:, 0], mk[:, 2] - mk[:, 1]  # (S, D)
+        along = lambda u: jnp.einsum("sxcd,sd->sxc", err, u) / jnp.sum(u * u, -1)[:, None, None]  # noqa: E731,E501  # fmt: skip
+        return jnp.swapaxes(w_opt, 0, 1), along(ls), along(sr)
+
+    # scenes where neighbour 0's three futures differ (a blocked neighbour's do not)
+    sep = jnp.linalg.norm(mk[:, :, None] - mk[:, None], axis=-1) + 1e9 * jnp.eye(3)
+    ok = np.asarray(valid & (sep.min((1, 2)) > 0.5))
+    emit(what="posterior_run", run_dir=str(run_dir), scenes=int(ok.sum()), draws=draws,
+         route_tokens_identical=same_scene, cross_residual=m.cross_residual,
+         train_scenes=cfg.n_scenes)  # fmt: skip
+    names = ("left", "straight", "right")
+    # the sampler on the same scenes (temperature 1): neighbour 0's samples classified by the
+    # nearest of its three possible futures and by the heading rule of ``modes``
+    mt = dataclasses.replace(m, temperature=1.0)
+    reps = 4 * draws
+    sc = {k: jnp.repeat(v, reps, 0) for k, v in scene.items()}
+    traj = jax.jit(lambda k: pl.sample_trajectories(params, k, sc, mt, guidance=()))(
+        jax.random.PRNGKey(3)
+    )
+    y = pl.normalize(m, traj[:, 1]).reshape(n_scenes, reps, -1)
+    nearest = np.asarray(jnp.argmin(jnp.linalg.norm(y[:, :, None] - mk[:, None], axis=-1), -1))
+    h0 = np.arctan2(np.asarray(scene["current"])[:, 1, 3], np.asarray(scene["current"])[:, 1, 2])
+    heading = _modes_of(_turn(np.asarray(traj[:, 1]), np.repeat(h0, reps)))
+    heading = heading.reshape(n_scenes, reps)
+    futs_turn = _modes_of(_turn(np.asarray(futs[:, :, 1]), h0[:, None]))  # (S, 3) forced routes
+    # the same sampler (DPM-Solver++, pinning, final data prediction) with neighbour 0's row of
+    # the x_0 estimate replaced by the optimal one: its shares test the sampler, not the model
+    mk_r = jnp.repeat(mk, reps, 0)
+    net_x0 = lambda x, t: net.apply(params, x, t, net.apply(params, sc, method=pl.DiffusionPlannerNet.encode), sc, method=pl.DiffusionPlannerNet.decode)  # noqa: E731,E501  # fmt: skip
+
+    def oracle_x0(x, t):
+        a, sg = sched.alpha(t)[:, None, None], sched.sigma(t)[:, None, None]
+        d2 = jnp.sum((x[:, 1, 1:].reshape(x.shape[0], 1, -1) - a * mk_r) ** 2, -1)
+        w = jax.nn.softmax(-d2 / (2 * sg[:, :, 0] ** 2), -1)  # (B, 3)
+        best = jnp.einsum("bk,bkd->bd", w, mk_r).reshape(x[:, 1, 1:].shape)
+        return net_x0(x, t).at[:, 1, 1:].set(best)
+
+    def oracle_sample(key):
+        eps_fn = model_wrapper(oracle_x0, sched, model_type="data")
+        pin = pl.pin_current(pl.normalize(m, sc["current"]))
+        ts = get_time_steps(sched, m.steps, "logsnr")
+        x_t = pin(
+            jax.random.normal(key, (sc["current"].shape[0], m.n_agents, 1 + m.horizon, 4)), None
+        )
+        spec = samplers.SamplerSpec(name="dpm_solver++", order=m.order)
+        x = samplers.sample(spec, eps_fn, x_t, ts, schedule=sched, correct_fn=pin)
+        t_end = jnp.full((x.shape[0],), ts[-1])
+        return pin(data_from_noise(eps_fn(x, t_end), x, t_end, sched), None)
+
+    yo = jax.jit(oracle_sample)(jax.random.PRNGKey(3))[:, 1, 1:].reshape(n_scenes, reps, -1)
+    oracle = np.asarray(jnp.argmin(jnp.linalg.norm(yo[:, :, None] - mk[:, None], axis=-1), -1))
+    emit(what="posterior_samples", samples=int(ok.sum()) * reps,
+         nearest_future_counts=np.bincount(nearest[ok].ravel(), minlength=3).tolist(),
+         heading_rule_counts=np.bincount(heading[ok].ravel(), minlength=3).tolist(),
+         optimal_denoiser_nearest_counts=np.bincount(oracle[ok].ravel(), minlength=3).tolist(),
+         forced_routes_heading_rule_agrees=float(np.mean(futs_turn[ok] == np.arange(3))))  # fmt: skip
+    for i, t in enumerate(t_grid):
+        w_opt, ls_err, sr_err = (np.asarray(v)[ok] for v in weights(jax.random.PRNGKey(i), t))
+        a, sg = float(sched.alpha(t)), float(sched.sigma(t))
+        for src in range(3):
+            emit(what="posterior", t=t, sigma_over_alpha=round(sg / a, 3), source=names[src],
+                 optimal_weights=w_opt[:, :, src].mean((0, 1)).round(3).tolist(),
+                 model_bias_toward_straight=round(float(ls_err[:, :, src].mean()), 4),
+                 model_bias_toward_right=round(float(sr_err[:, :, src].mean()), 4))  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="speed")
@@ -306,6 +470,8 @@ def main():
             args.seed,
             args.step,
         )
+    if "posterior" in only:
+        posterior(args.modes_run_dir, args.modes_scenes, args.samples_per_scene)
     if "modes" in only:
         modes(
             args.modes_run_dir,
