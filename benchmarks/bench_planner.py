@@ -399,15 +399,17 @@ def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0
     mk_r = jnp.repeat(mk, reps, 0)
     net_x0 = lambda x, t: net.apply(params, x, t, net.apply(params, sc, method=pl.DiffusionPlannerNet.encode), sc, method=pl.DiffusionPlannerNet.decode)  # noqa: E731,E501  # fmt: skip
 
-    def oracle_x0(x, t):
+    def oracle_x0(x, t, band):
         a, sg = sched.alpha(t)[:, None, None], sched.sigma(t)[:, None, None]
         d2 = jnp.sum((x[:, 1, 1:].reshape(x.shape[0], 1, -1) - a * mk_r) ** 2, -1)
         w = jax.nn.softmax(-d2 / (2 * sg[:, :, 0] ** 2), -1)  # (B, 3)
         best = jnp.einsum("bk,bkd->bd", w, mk_r).reshape(x[:, 1, 1:].shape)
-        return net_x0(x, t).at[:, 1, 1:].set(best)
+        out = net_x0(x, t)
+        inside = ((t > band[0]) & (t <= band[1]))[:, None, None]
+        return out.at[:, 1, 1:].set(jnp.where(inside, best, out[:, 1, 1:]))
 
-    def oracle_sample(key):
-        eps_fn = model_wrapper(oracle_x0, sched, model_type="data")
+    def oracle_sample(key, band):
+        eps_fn = model_wrapper(lambda x, t: oracle_x0(x, t, band), sched, model_type="data")
         pin = pl.pin_current(pl.normalize(m, sc["current"]))
         ts = get_time_steps(sched, m.steps, "logsnr")
         x_t = pin(
@@ -418,13 +420,24 @@ def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0
         t_end = jnp.full((x.shape[0],), ts[-1])
         return pin(data_from_noise(eps_fn(x, t_end), x, t_end, sched), None)
 
-    yo = jax.jit(oracle_sample)(jax.random.PRNGKey(3))[:, 1, 1:].reshape(n_scenes, reps, -1)
-    oracle = np.asarray(jnp.argmin(jnp.linalg.norm(yo[:, :, None] - mk[:, None], axis=-1), -1))
+    oracle_jit = jax.jit(oracle_sample)
+
+    def shares(band):  # neighbour 0's counts by nearest future, the optimal x_0 inside ``band``
+        yo = oracle_jit(jax.random.PRNGKey(3), jnp.asarray(band, jnp.float32))
+        yo = yo[:, 1, 1:].reshape(n_scenes, reps, -1)
+        near = np.asarray(jnp.argmin(jnp.linalg.norm(yo[:, :, None] - mk[:, None], axis=-1), -1))
+        return np.bincount(near[ok].ravel(), minlength=3).tolist()
+
+    oracle_counts = shares((-1.0, 2.0))
     emit(what="posterior_samples", samples=int(ok.sum()) * reps,
          nearest_future_counts=np.bincount(nearest[ok].ravel(), minlength=3).tolist(),
          heading_rule_counts=np.bincount(heading[ok].ravel(), minlength=3).tolist(),
-         optimal_denoiser_nearest_counts=np.bincount(oracle[ok].ravel(), minlength=3).tolist(),
+         optimal_denoiser_nearest_counts=oracle_counts,
          forced_routes_heading_rule_agrees=float(np.mean(futs_turn[ok] == np.arange(3))))  # fmt: skip
+    # where in t the model's estimate skews the shares: the optimal one above / below a cut
+    for cut in (0.1, 0.2, 0.3, 0.5):
+        emit(what="posterior_bands", cut=cut, optimal_above_cut=shares((cut, 2.0)),
+             optimal_at_or_below_cut=shares((-1.0, cut)))  # fmt: skip
     for i, t in enumerate(t_grid):
         w_opt, ls_err, sr_err = (np.asarray(v)[ok] for v in weights(jax.random.PRNGKey(i), t))
         a, sg = float(sched.alpha(t)), float(sched.sigma(t))
