@@ -236,7 +236,15 @@ def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
     emit(what=f"{what}_per_scene", agree_with_logged_mode=float(same))
 
 
-def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=None, split="valid"):
+def modes(
+    run_dir,
+    samples_per_scene,
+    n_scenes,
+    temperature=None,
+    solver_steps=None,
+    split="valid",
+    step=None,
+):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
     (s >= 34 on its route); neighbour 0's, on the first sample of each rollout (4 m before the
@@ -245,14 +253,14 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=N
     logged proportions. ``split="train"`` takes the first ``n_scenes`` training rollouts instead:
     per-scene agreement with the logged mode well above 1/3 there (and not on held-out scenes)
     means the model memorised the training scenes' hidden routes."""
-    cfg, params = _params(run_dir)
+    cfg, params = _params(run_dir, step)
     cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)  # held-out rollouts
     m = cfg.model
     if temperature is not None:  # 1.0 samples the learned distribution; the original uses 0.5
         m = dataclasses.replace(m, temperature=temperature)
     if solver_steps is not None:  # the shares are the model's, not the solver's, if they hold
         m = dataclasses.replace(m, steps=solver_steps)
-    emit(what="modes_run", run_dir=str(run_dir), ego_weight=m.ego_weight, width=m.width,
+    emit(what="modes_run", run_dir=str(run_dir), step=step, ego_weight=m.ego_weight, width=m.width,
          decoder_depth=m.decoder_depth, cross_residual=m.cross_residual,
          train_scenes=cfg.n_scenes, total_steps=cfg.loop.total_steps,
          temperature=m.temperature, solver_steps=m.steps, split=split)  # fmt: skip
@@ -281,7 +289,9 @@ def modes(run_dir, samples_per_scene, n_scenes, temperature=None, solver_steps=N
                 np.mean(expert_modes == lanes)))  # fmt: skip
 
 
-def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
+def posterior(
+    run_dir, n_scenes, draws, step=None, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+):
     """The denoiser against the optimal one at the hidden-route intersection (a run with
     ``scene_type=1 route_visible=false``). Each held-out scene is rolled out three times with
     neighbour 0's route forced to left, straight and right (same reset key: the scene and every
@@ -295,7 +305,7 @@ def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0
     ``posterior_samples``: the sampler's shares on the same scenes, by nearest future and by the
     heading rule, and the same sampler with neighbour 0's row of the x_0 estimate replaced by the
     optimal one (shares near 1/3 there put a skew of the model's shares on its denoiser)."""
-    cfg, params = _params(run_dir)
+    cfg, params = _params(run_dir, step)
     m = cfg.model
     env, eparams = make_driving(
         auto_reset=False,
@@ -376,7 +386,7 @@ def posterior(run_dir, n_scenes, draws, t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0
     # scenes where neighbour 0's three futures differ (a blocked neighbour's do not)
     sep = jnp.linalg.norm(mk[:, :, None] - mk[:, None], axis=-1) + 1e9 * jnp.eye(3)
     ok = np.asarray(valid & (sep.min((1, 2)) > 0.5))
-    emit(what="posterior_run", run_dir=str(run_dir), scenes=int(ok.sum()), draws=draws,
+    emit(what="posterior_run", run_dir=str(run_dir), step=step, scenes=int(ok.sum()), draws=draws,
          route_tokens_identical=same_scene, cross_residual=m.cross_residual,
          train_scenes=cfg.n_scenes)  # fmt: skip
     names = ("left", "straight", "right")
@@ -467,7 +477,12 @@ def main():
     )
     ap.add_argument("--window", default=None, help="guidance window 'lo,hi' (default the run's)")
     ap.add_argument("--seed", type=int, default=11, help="the closed-loop scenario set")
-    ap.add_argument("--step", type=int, default=None, help="quality: checkpoint step of --run-dir")
+    ap.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="checkpoint step of the run (quality, modes, posterior)",
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "speed" in only:
@@ -484,7 +499,7 @@ def main():
             args.step,
         )
     if "posterior" in only:
-        posterior(args.modes_run_dir, args.modes_scenes, args.samples_per_scene)
+        posterior(args.modes_run_dir, args.modes_scenes, args.samples_per_scene, args.step)
     if "modes" in only:
         modes(
             args.modes_run_dir,
@@ -493,6 +508,7 @@ def main():
             args.temperature,
             args.solver_steps,
             args.modes_split,
+            args.step,
         )
 
 
