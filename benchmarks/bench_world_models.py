@@ -133,29 +133,34 @@ def throughput(args) -> None:
                 n_starts * cfg.horizon, "imagined-step/s", args.seconds, size)  # fmt: skip
 
 
-def random_success(variant: str, episodes: int, max_steps: int, seed: int) -> float:
-    """Success rate of the uniform random policy (the floor of the comparison)."""
+def random_success(variant: str, episodes: int, max_steps: int, seed: int) -> tuple[float, float]:
+    """Success rate and mean closest approach to the target of the uniform random policy (the
+    floor of the comparison)."""
     env, params = envs.make("open-world", variant=variant, max_steps=max_steps)
 
     def one(key):
         _, s = env.reset(key, params)
 
         def body(c, k):
-            s, succ, done = c
+            s, succ, done, near = c
             _, s, _, te, tr, info = env.step(k, s, jax.random.randint(k, (), 0, 5), params)
-            return (s, succ | (~done & info["success"]), done | te | tr), None
+            near = jax.numpy.where(done, near, jax.numpy.minimum(near, info["target_distance"]))
+            return (s, succ | (~done & info["success"]), done | te | tr, near), None
 
-        (_, succ, _), _ = jax.lax.scan(body, (s, False, False), jax.random.split(key, max_steps))
-        return succ
+        init = (s, False, False, jax.numpy.inf)
+        (_, succ, _, near), _ = jax.lax.scan(body, init, jax.random.split(key, max_steps))
+        return succ, near
 
     keys = jax.random.split(jax.random.key(seed), episodes)
-    return float(jax.jit(jax.vmap(one))(keys).mean())
+    succ, near = jax.jit(jax.vmap(one))(keys)
+    return float(succ.mean()), float(near.mean())
 
 
 def learning(args) -> None:
     for variant in ("easy", "hard"):
+        succ, near = random_success(variant, 1024, args.max_steps, args.seed)
         emit(what="learning", method="random", variant=variant, episodes=1024,
-             success_mean=round(random_success(variant, 1024, args.max_steps, args.seed), 3))  # fmt: skip
+             success_mean=round(succ, 3), min_distance=round(near, 2))  # fmt: skip
     base = DreamerConfig(
         env_options=(("variant", "easy"), ("max_steps", args.max_steps)),
         num_envs=args.num_envs,
@@ -173,7 +178,9 @@ def learning(args) -> None:
         ("dreamer", "easy", base),
         ("dreamer", "hard", dataclasses.replace(base, env_options=hard)),
         ("ls-imagine", "hard", dataclasses.replace(
-            base, env_options=hard, ls=LSConfig(intrinsic_scale=args.intrinsic_scale))),
+            base, env_options=hard, ls=LSConfig(
+                intrinsic_scale=args.intrinsic_scale, relevance_scale=args.relevance_scale,
+                episode_best=not args.every_step, jump_prob=args.jump_prob))),
     ]  # fmt: skip
     wanted = set(args.runs.split(","))
     for method, variant, cfg in runs:
@@ -202,12 +209,14 @@ def learning(args) -> None:
             eval_episodes=args.eval_episodes,
             success=[round(float(x), 3) for x in ev["success"]],
             success_mean=round(float(np.mean(ev["success"])), 3),
+            min_distance=[round(float(x), 2) for x in ev["min_distance"]],
             train_success=[round(float(x), 3) for x in train_success],
             image_loss_first_last=[
                 round(float(img[:, cfg.learning_starts + 1].mean()), 2),
                 round(float(img[:, -1].mean()), 2),
             ],  # fmt: skip
             wall_s=round(wall, 1),
+            **({"ls": dataclasses.asdict(cfg.ls)} if cfg.ls is not None else {}),
         )
 
 
@@ -225,6 +234,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-episodes", type=int, default=32)
     ap.add_argument("--intrinsic-scale", type=float, default=0.1)
+    ap.add_argument("--relevance-scale", type=float, default=0.01)
+    ap.add_argument("--jump-prob", type=float, default=0.7, help="0: no imagined jumps")
+    ap.add_argument(
+        "--every-step",
+        action="store_true",
+        help="LS-Imagine pays the intrinsic scores every step (not only a new best)",
+    )
     args = ap.parse_args()
     if args.learning:
         learning(args)

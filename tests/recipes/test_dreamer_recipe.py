@@ -38,6 +38,10 @@ def test_tiny_trains_evaluates_and_writes_the_gif(full):
     assert (full.run_dir / "imagination.gif").stat().st_size > 0
     ev = [r for r in rows if any("success" in k for k in r)]
     assert ev
+    # the open world's evaluation also reports the closest approach to the target: the easy
+    # variant starts it 1.5-3 away
+    near = [v for r in ev for k, v in r.items() if k.endswith("min_distance")]
+    assert near and all(0.0 < v <= 3.0 for v in near), near
 
 
 def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_path):

@@ -1,9 +1,8 @@
 """kinetix-ppo on a data-sharded mesh equals one device.
 
-Kept out of ``test_kinetix_ppo.py`` on purpose: that module turns on JAX's persistent compilation
-cache, and writing this test's 4-device executables into it crashed an xdist worker once
-(segfault inside ``compilation_cache.put_executable_and_time``); nothing here reuses a program,
-so the cache buys nothing.
+A module of its own: the 4-device program shares nothing with ``test_kinetix_ppo.py``'s tiny
+run (an MLP on flat observations, not the tiny preset's transformer), and under ``--dist
+loadfile`` xdist can give the two compile-heavy modules to different workers.
 """
 
 from jaxlab.core import recipe as recipe_lib

@@ -148,6 +148,39 @@ def test_offline_affordance_labels_peak_on_the_relevant_region():
     assert c[0] >= 16 and c[1] <= 16
 
 
+def test_episode_best_reward_pays_only_a_new_best_of_the_episode():
+    """The original's wrappers pay a score only when it beats the episode's best so far (the
+    best restarting at an episode's first observation): checked step by step, as the env scan
+    calls it, against a Python loop over two envs with episode boundaries."""
+    score = np.array(
+        [[0.2, 0.1, 0.3, 0.3, 0.05, 0.4, 0.1, 0.2], [0.0, 0.5, 0.4, 0.6, 0.6, 0.7, 0.1, 0.9]],
+        np.float32,
+    )
+    first = np.zeros_like(score, bool)
+    first[0, [0, 4]] = True  # env 0: a new episode at step 4 (a lower score is paid there)
+    first[1, [0, 6]] = True
+
+    def scan_body(best, xs):
+        s, f = xs
+        paid, best = ls_imagine.episode_best_reward(s, best, f)
+        return best, paid
+
+    _, paid = jax.lax.scan(
+        scan_body, jnp.full((2,), 0.9), (jnp.asarray(score.T), jnp.asarray(first.T))
+    )
+    want = np.zeros_like(score)
+    for b in range(2):
+        best = 0.9
+        for t in range(score.shape[1]):
+            best = 0.0 if first[b, t] else best
+            if score[b, t] > best:
+                want[b, t], best = score[b, t], score[b, t]
+    np.testing.assert_array_equal(np.asarray(paid).T, want)
+    # staring at the target pays once, approaching it pays every step
+    np.testing.assert_array_equal(want[0], np.float32([0.2, 0.0, 0.3, 0.0, 0.05, 0.4, 0.0, 0.0]))
+    assert np.count_nonzero(want[1]) == 5
+
+
 def test_bad_input_names_the_field():
     from jaxlab.rl.world_models.dreamer import DreamerConfig, check_config, make_parts
 
@@ -155,6 +188,8 @@ def test_bad_input_names_the_field():
         ls_imagine.LSConfig(jump_prob=1.5)
     with pytest.raises(ConfigError, match="jump_prob"):
         ls_imagine.LSConfig(jump_prob=-0.1)
+    with pytest.raises(ConfigError, match="relevance_scale"):
+        ls_imagine.LSConfig(relevance_scale=-0.01)
     with pytest.raises(ConfigError, match="sequence_length"):
         check_config(DreamerConfig(capacity=32, sequence_length=64))
     with pytest.raises(ConfigError, match="obs_size"):

@@ -265,7 +265,11 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         zscore = ls_imagine.intrinsic_reward(zm, ls.sigma_frac)
         return score, stat, zoomed, zscore
 
-    def item_of(obs, prev_action, reward, cont, is_first, aff=None, relevance_label=None):
+    def item_of(
+        obs, prev_action, reward, cont, is_first, aff=None, relevance_label=None, best=None
+    ):
+        """The buffer item of one observation per env; with LS-Imagine also the episode's best
+        concentration and relevance scores after it (``best`` before it)."""
         item = {
             "obs": obs,
             "prev_action": prev_action.astype(jnp.int32),
@@ -277,15 +281,25 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             score, stat, zoomed, zscore = aff_features(aff, obs)
             std = jnp.sqrt(jnp.maximum(aff["score_sq"] - aff["score_mean"] ** 2, 1e-8))
             jump = ls_imagine.jump_flag(stat, score, zscore, aff["stat_mean"], std, ls.zscore)
+            # the paid intrinsic reward (ls_imagine docstring): the concentration score and the
+            # MineCLIP stand-in's score of the frame, each paid when it beats the episode's best
+            rel_score = jax.nn.sigmoid(relevance.apply(aff["relevance"], preprocess(obs)))
+            if ls.episode_best:
+                pay_g, best_g = ls_imagine.episode_best_reward(score, best[0], is_first)
+                pay_c, best_c = ls_imagine.episode_best_reward(rel_score, best[1], is_first)
+                best = (best_g, best_c)
+            else:
+                pay_g, pay_c = score, rel_score
             item.update(
                 intrinsic=score,
+                intrinsic_reward=ls.intrinsic_scale * pay_g + ls.relevance_scale * pay_c,
                 zoom_stat=stat,
                 zoomed=zoomed,
                 zoomed_score=zscore,
                 jump=jump,
                 relevance=relevance_label.astype(jnp.float32),
             )
-        return item
+        return item, best
 
     def init(key: PRNGKeyArray) -> DreamerState:
         k_wm, k_a, k_c, k_env, k_aff, k_run = jax.random.split(key, 6)
@@ -308,8 +322,11 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
                 "stat_mean": jnp.float32(0.0),
                 "score_mean": jnp.float32(0.0),
                 "score_sq": jnp.float32(0.0),
+                # the episode's best concentration / relevance scores so far, per env
+                "best_score": jnp.zeros((n,), jnp.float32),
+                "best_relevance": jnp.zeros((n,), jnp.float32),
             }
-        example = item_of(
+        example, _ = item_of(
             obs[:1],
             jnp.zeros((1,), jnp.int32),
             jnp.zeros((1,)),
@@ -317,6 +334,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             jnp.ones((1,), bool),
             aff,
             jnp.zeros((1,)),
+            (jnp.zeros((1,)), jnp.zeros((1,))),
         )
         example = jax.tree.map(lambda x: jnp.zeros_like(x[0]), example)
         return DreamerState(
@@ -398,7 +416,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         total = loss.mean()
         if ls is not None:
             jump_loss = _bce(heads["jump"], batch["jump"].astype(jnp.float32))
-            intr_loss = twohot.loss(heads["intrinsic"], batch["intrinsic"])
+            intr_loss = twohot.loss(heads["intrinsic"], batch["intrinsic_reward"])
             delta, acc, arrival, valid = ls_imagine.jump_labels(
                 batch["jump"],
                 batch["intrinsic"],
@@ -479,7 +497,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         heads = wm.apply(state.wm, feats[1:], method=WorldModel.heads)
         reward = twohot.mean(heads["reward"])
         if ls is not None:
-            reward = reward + ls.intrinsic_scale * twohot.mean(heads["intrinsic"])
+            reward = reward + twohot.mean(heads["intrinsic"])  # the paid reward, scales in it
         cont = jax.nn.sigmoid(heads["cont"])
         value = twohot.mean(critic.apply(state.critic, feats))
         ret = mixed_lambda_return(reward, cont, value[1:], delta, acc, cfg.gamma, cfg.lam)
@@ -598,11 +616,12 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             lambda a, b: jnp.where(first.reshape((n,) + (1,) * (a.ndim - 1)), b, a), new, old
         )
         item_obs = jnp.where(first[:, None, None, None], state.obs, info["final_observation"])
-        rel = None
+        rel = best = None
         if ls is not None:
             rel_first = jax.vmap(_relevance_of_state)(state.env_state)
             rel = jnp.where(first, rel_first, info["relevance"])
-        item = item_of(
+            best = (state.aff["best_score"], state.aff["best_relevance"])
+        item, best = item_of(
             item_obs,
             jnp.where(first, 0, state.action),
             jnp.where(first, 0.0, r),
@@ -610,6 +629,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             first,
             state.aff,
             rel,
+            best,
         )
         done = ~first & (term | trunc)
         env_state = keep(env2, state.env_state)
@@ -639,6 +659,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
                 "stat_mean": dcy * aff["stat_mean"] + (1 - dcy) * item["zoom_stat"].mean(),
                 "score_mean": dcy * aff["score_mean"] + (1 - dcy) * item["intrinsic"].mean(),
                 "score_sq": dcy * aff["score_sq"] + (1 - dcy) * (item["intrinsic"] ** 2).mean(),
+                "best_score": best[0],
+                "best_relevance": best[1],
             }
         success = done & (r > 0)
         state = state.replace(
@@ -660,6 +682,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         if ls is not None:
             metrics["jump_flag_rate"] = item["jump"].astype(jnp.float32).mean()
             metrics["intrinsic"] = item["intrinsic"].mean()
+            metrics["intrinsic_reward"] = item["intrinsic_reward"].mean()
         return state, metrics
 
     zero_names = ["image_loss", "reward_loss", "cont_loss", "kl", "rep_kl", "actor_loss"]
@@ -732,10 +755,15 @@ def _relevance_of_state(env_state) -> Float[Array, ""]:
 
 def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
     """``evaluate(state, key) -> {"return", "success"}``: ``episodes`` episodes of at most
-    ``steps`` env steps with the actor sampling from the posterior latent."""
+    ``steps`` env steps with the actor sampling from the posterior latent. Envs whose ``info``
+    has ``target_distance`` (the open world) also give ``min_distance``, the episodes' mean
+    closest approach to the target (progress short of success)."""
     env, env_params, wm, actor = parts.env, parts.env_params, parts.world_model, parts.actor
     n_act = env.action_space(env_params).n
     has_jump = parts.net.action_dim > n_act
+    _, s0 = jax.eval_shape(env.reset, jax.random.key(0), env_params)
+    info0 = jax.eval_shape(env.step, jax.random.key(0), s0, jnp.int32(0), env_params)[5]
+    has_distance = "target_distance" in info0
 
     def one(key, state: DreamerState):
         k_reset, k_steps = jax.random.split(key)
@@ -743,7 +771,7 @@ def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
         latent = zeros_latent(parts.net, ())
 
         def body(carry, k):
-            obs, s, latent, a_prev, first, done, ret, succ = carry
+            obs, s, latent, a_prev, first, done, ret, succ, near = carry
             k1, k2, k3, k4 = jax.random.split(k, 4)
             av = jax.nn.one_hot(a_prev, n_act) * (1.0 - first)
             if has_jump:
@@ -755,19 +783,25 @@ def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
             obs2, s2, r, te, tr, info = env.step(k4, s, a, env_params)
             live = 1.0 - done
             succ = succ | ((done == 0.0) & info.get("success", te))
+            if "target_distance" in info:
+                near = jnp.where(done == 0.0, jnp.minimum(near, info["target_distance"]), near)
             ret = ret + live * r
             done = jnp.maximum(done, (te | tr).astype(jnp.float32))
-            return (obs2, s2, latent, a, jnp.float32(0), done, ret, succ), None
+            return (obs2, s2, latent, a, jnp.float32(0), done, ret, succ, near), None
 
-        init = (obs, s, latent, jnp.int32(0), jnp.float32(1), jnp.float32(0), 0.0, False)
-        (_, _, _, _, _, _, ret, succ), _ = jax.lax.scan(
+        init = (obs, s, latent, jnp.int32(0), jnp.float32(1), jnp.float32(0), 0.0, False, jnp.inf)
+        (_, _, _, _, _, _, ret, succ, near), _ = jax.lax.scan(
             body, init, jax.random.split(k_steps, steps)
         )
-        return ret, succ
+        return ret, succ, near
 
     def evaluate(state: DreamerState, key: PRNGKeyArray) -> dict[str, Array]:
-        ret, succ = jax.vmap(one, in_axes=(0, None))(jax.random.split(key, episodes), state)
-        return {"return": ret.mean(), "success": succ.astype(jnp.float32).mean()}
+        keys = jax.random.split(key, episodes)
+        ret, succ, near = jax.vmap(one, in_axes=(0, None))(keys, state)
+        out = {"return": ret.mean(), "success": succ.astype(jnp.float32).mean()}
+        if has_distance:
+            out["min_distance"] = near.mean()
+        return out
 
     return evaluate
 

@@ -3,10 +3,16 @@
 Pieces (paper §3 and the code of github.com/qiwang067/LS-Imagine), used by ``dreamer`` when its
 config has ``ls``:
 
-* **Intrinsic reward** (``concentration_reward.py``): ``r_int = mean(M ⊙ G) / mean(G)`` with
-  ``M`` the affordance map and ``G`` the centred Gaussian ``exp(-(i - H/2)^2/(2σ_H^2) - (j -
-  W/2)^2/(2σ_W^2))``, ``σ = sigma_frac (H, W)`` (0.5); it is largest when the affordance mass is
-  in the middle of the view. The imagined reward is ``r + intrinsic_scale r_int``.
+* **Intrinsic reward** (``concentration_reward.py``): the concentration score ``s_G = mean(M ⊙
+  G) / mean(G)`` with ``M`` the affordance map and ``G`` the centred Gaussian ``exp(-(i -
+  H/2)^2/(2σ_H^2) - (j - W/2)^2/(2σ_W^2))``, ``σ = sigma_frac (H, W)`` (0.5); it is largest when
+  the affordance mass is in the middle of the view. As in the original's env wrappers
+  (``concentration_wrapper.py``, ``clip_wrapper.py``), the reward paid on a real step is
+  ``intrinsic_scale s_G [s_G > best_G] + relevance_scale s_C [s_C > best_C]``, ``s_C`` the
+  MineCLIP (stand-in) score of the frame and ``best`` each score's best so far in the episode
+  (``episode_best``; 0 at the episode's first observation): a score is paid only when it beats the
+  episode's best, so progress towards the target pays and staring at it does not. The world
+  model's intrinsic head learns that paid reward and the imagined reward is ``r + intrinsic``.
 * **Jump flag**: zoom when ``sigmoid(kurtosis(M)) (max M - mean M)`` exceeds an adaptive
   threshold (a running mean of that statistic), and flag a jump when the zoomed view's intrinsic
   score exceeds the current one by more than ``zscore`` running standard deviations (2σ).
@@ -39,7 +45,10 @@ class LSConfig:
 
     Attributes:
         jump_prob: gate probability of an imagined jump (0.7).
-        intrinsic_scale: weight of the intrinsic reward (paper 0.01).
+        intrinsic_scale: weight of the concentration score (the original's ``dense_reward``, 0.01).
+        relevance_scale: weight of the MineCLIP (stand-in) score (the original's 0.01).
+        episode_best: pay a score only when it beats the episode's best so far (the original's
+            wrappers); ``False`` pays every step's score.
         sigma_frac: Gaussian width as a fraction of the map side (0.5).
         zscore: jump when the zoomed score beats the current by this many std (2).
         box, stride, frames: sliding boxes of the offline labels and their zoom videos.
@@ -50,6 +59,8 @@ class LSConfig:
 
     jump_prob: float = 0.7
     intrinsic_scale: float = 0.01
+    relevance_scale: float = 0.01
+    episode_best: bool = True
     sigma_frac: float = 0.5
     zscore: float = 2.0
     box: int = 16
@@ -62,6 +73,9 @@ class LSConfig:
     def __post_init__(self):
         if not 0.0 <= float(self.jump_prob) <= 1.0:
             raise ConfigError("jump_prob", self.jump_prob, "a probability in [0, 1]")
+        for name in ("intrinsic_scale", "relevance_scale"):
+            if not float(getattr(self, name)) >= 0.0:
+                raise ConfigError(name, getattr(self, name), "a float >= 0")
         if not 0.0 < float(self.sigma_frac):
             raise ConfigError("sigma_frac", self.sigma_frac, "a float > 0")
         for name in ("box", "stride", "frames", "label_images"):
@@ -85,6 +99,15 @@ def intrinsic_reward(m: Float[Array, "*b h w"], sigma_frac: float = 0.5) -> Floa
     g = gaussian(m.shape[-2], m.shape[-1], sigma_frac)
     g = g.reshape((1,) * (m.ndim - 2) + g.shape)
     return jnp.mean(m * g, (-2, -1)) / jnp.mean(g)
+
+
+def episode_best_reward(
+    score: Float[Array, "*b"], best: Float[Array, "*b"], is_first: Bool[Array, "*b"]
+) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
+    """``(paid, best')``: ``score`` if it beats the episode's best so far, else 0, and the new
+    best. The best restarts from 0 at an episode's first observation (``is_first``)."""
+    best = jnp.where(is_first, 0.0, best)
+    return jnp.where(score > best, score, 0.0), jnp.maximum(best, score)
 
 
 def zoom_statistic(m: Float[Array, "*b h w"]) -> Float[Array, "*b"]:
