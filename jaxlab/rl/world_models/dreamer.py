@@ -253,7 +253,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
 
     # ------------------------------------------------------------------ affordance (LS-Imagine)
     def aff_features(aff, obs):
-        """Per observation: intrinsic score, zoom statistic, zoomed image, zoomed score."""
+        """Per observation: concentration score, zoom statistic, zoomed image, zoomed score and
+        the MineCLIP stand-in's score of the frame."""
         img = preprocess(obs)
         m = predictor.apply(aff["predictor"], img)
         score = ls_imagine.intrinsic_reward(m, ls.sigma_frac)
@@ -263,7 +264,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         zoomed = jnp.clip(jnp.round(zoomed), 0, 255).astype(jnp.uint8)
         zm = predictor.apply(aff["predictor"], preprocess(zoomed))
         zscore = ls_imagine.intrinsic_reward(zm, ls.sigma_frac)
-        return score, stat, zoomed, zscore
+        rel_score = jax.nn.sigmoid(relevance.apply(aff["relevance"], img))
+        return score, stat, zoomed, zscore, rel_score
 
     def item_of(
         obs, prev_action, reward, cont, is_first, aff=None, relevance_label=None, best=None
@@ -278,12 +280,11 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             "is_first": is_first,
         }
         if ls is not None:
-            score, stat, zoomed, zscore = aff_features(aff, obs)
+            score, stat, zoomed, zscore, rel_score = aff_features(aff, obs)
             std = jnp.sqrt(jnp.maximum(aff["score_sq"] - aff["score_mean"] ** 2, 1e-8))
             jump = ls_imagine.jump_flag(stat, score, zscore, aff["stat_mean"], std, ls.zscore)
             # the paid intrinsic reward (ls_imagine docstring): the concentration score and the
             # MineCLIP stand-in's score of the frame, each paid when it beats the episode's best
-            rel_score = jax.nn.sigmoid(relevance.apply(aff["relevance"], preprocess(obs)))
             if ls.episode_best:
                 pay_g, best_g = ls_imagine.episode_best_reward(score, best[0], is_first)
                 pay_c, best_c = ls_imagine.episode_best_reward(rel_score, best[1], is_first)
@@ -783,7 +784,7 @@ def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
             obs2, s2, r, te, tr, info = env.step(k4, s, a, env_params)
             live = 1.0 - done
             succ = succ | ((done == 0.0) & info.get("success", te))
-            if "target_distance" in info:
+            if has_distance:
                 near = jnp.where(done == 0.0, jnp.minimum(near, info["target_distance"]), near)
             ret = ret + live * r
             done = jnp.maximum(done, (te | tr).astype(jnp.float32))
