@@ -48,9 +48,7 @@ import numpy as np
 from benchmarks.harness import emit, emit_rate, timed
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
-from jaxlab.diffusion import samplers
-from jaxlab.diffusion.model_wrapper import data_from_noise, model_wrapper
-from jaxlab.diffusion.schedules import VPLinear, get_time_steps
+from jaxlab.diffusion.schedules import VPLinear
 from jaxlab.envs import driving_eval as de
 from jaxlab.envs.driving import make_driving, to_frame
 from jaxlab.recipes import planner as rp
@@ -407,28 +405,20 @@ def posterior(
     # the same sampler (DPM-Solver++, pinning, final data prediction) with neighbour 0's row of
     # the x_0 estimate replaced by the optimal one: its shares test the sampler, not the model
     mk_r = jnp.repeat(mk, reps, 0)
-    net_x0 = lambda x, t: net.apply(params, x, t, net.apply(params, sc, method=pl.DiffusionPlannerNet.encode), sc, method=pl.DiffusionPlannerNet.decode)  # noqa: E731,E501  # fmt: skip
-
-    def oracle_x0(x, t, band):
-        a, sg = sched.alpha(t)[:, None, None], sched.sigma(t)[:, None, None]
-        d2 = jnp.sum((x[:, 1, 1:].reshape(x.shape[0], 1, -1) - a * mk_r) ** 2, -1)
-        w = jax.nn.softmax(-d2 / (2 * sg[:, :, 0] ** 2), -1)  # (B, 3)
-        best = jnp.einsum("bk,bkd->bd", w, mk_r).reshape(x[:, 1, 1:].shape)
-        out = net_x0(x, t)
-        inside = ((t > band[0]) & (t <= band[1]))[:, None, None]
-        return out.at[:, 1, 1:].set(jnp.where(inside, best, out[:, 1, 1:]))
 
     def oracle_sample(key, band):
-        eps_fn = model_wrapper(lambda x, t: oracle_x0(x, t, band), sched, model_type="data")
-        pin = pl.pin_current(pl.normalize(m, sc["current"]))
-        ts = get_time_steps(sched, m.steps, "logsnr")
-        x_t = pin(
-            jax.random.normal(key, (sc["current"].shape[0], m.n_agents, 1 + m.horizon, 4)), None
+        def swap(x0_hat, x, t):  # neighbour 0's row -> the optimal estimate for t inside band
+            a, sg = sched.alpha(t)[:, None, None], sched.sigma(t)[:, None]
+            d2 = jnp.sum((x[:, 1, 1:].reshape(x.shape[0], 1, -1) - a * mk_r) ** 2, -1)
+            w = jax.nn.softmax(-d2 / (2 * sg**2), -1)  # (B, 3)
+            best = jnp.einsum("bk,bkd->bd", w, mk_r).reshape(x[:, 1, 1:].shape)
+            inside = ((t > band[0]) & (t <= band[1]))[:, None, None]
+            return x0_hat.at[:, 1, 1:].set(jnp.where(inside, best, x0_hat[:, 1, 1:]))
+
+        traj = pl.sample_trajectories(
+            params, key, sc, mt, guidance=(), include_current=True, x0_fn=swap
         )
-        spec = samplers.SamplerSpec(name="dpm_solver++", order=m.order)
-        x = samplers.sample(spec, eps_fn, x_t, ts, schedule=sched, correct_fn=pin)
-        t_end = jnp.full((x.shape[0],), ts[-1])
-        return pin(data_from_noise(eps_fn(x, t_end), x, t_end, sched), None)
+        return pl.normalize(m, traj)
 
     oracle_jit = jax.jit(oracle_sample)
 

@@ -425,10 +425,15 @@ def planner_eps_fn(
     *,
     guidance: tuple[tuple[str, float], ...] | None = None,
     schedule: VPLinear | None = None,
+    x0_fn: Callable | None = None,
 ) -> tuple[Callable, Callable]:
     """(eps_fn, pin): the samplers' noise prediction of the planner for these scenes (encoder run
     once, guidance by the composed energies in the config's window) and the correction that pins
-    the normalised current state at index 0."""
+    the normalised current state at index 0.
+
+    ``x0_fn(x0_hat, x_t, t) -> x0``, if given, replaces the denoiser's normalised data prediction
+    before guidance (an analysis hook: e.g. swap in a known optimal estimate for some agents or
+    some t, and sample with the same solver)."""
     schedule = VPLinear() if schedule is None else schedule
     guidance = cfg.guidance if guidance is None else guidance
     net = make_net(cfg)
@@ -436,7 +441,8 @@ def planner_eps_fn(
     enc = net.apply(params, scene, method=DiffusionPlannerNet.encode)
 
     def x0_net(x, mt):
-        return net.apply(params, x, mt, enc, scene, method=DiffusionPlannerNet.decode)
+        x0 = net.apply(params, x, mt, enc, scene, method=DiffusionPlannerNet.decode)
+        return x0 if x0_fn is None else x0_fn(x0, x, mt)
 
     eps_fn = model_wrapper(x0_net, schedule, model_type="data")
     energy = make_energy(guidance, scene, cfg)
@@ -462,6 +468,7 @@ def sample_trajectories(
     noise: Float[Array, "B A T1 4"] | None = None,
     schedule: VPLinear | None = None,
     include_current: bool = False,
+    x0_fn: Callable | None = None,
 ) -> Float[Array, "B A T 4"]:
     """Sample joint futures (B, A, T, 4) in the ego frame (de-normalised, current state excluded
     unless ``include_current``: then (B, A, 1 + T, 4)).
@@ -469,7 +476,7 @@ def sample_trajectories(
     x_T = temperature * noise (standard normal from ``key`` unless ``noise`` is given; then ``key``
     may be None), the current
     state pinned after every DPM-Solver++ step, a final data prediction at t_min. ``steps`` and
-    ``guidance`` default to the config's.
+    ``guidance`` default to the config's; ``x0_fn`` as in :func:`planner_eps_fn`.
     """
     check_scene(cfg, scene)
     schedule = VPLinear() if schedule is None else schedule
@@ -482,7 +489,9 @@ def sample_trajectories(
         noise = jax.random.normal(key, shape)
     elif tuple(noise.shape) != shape:
         raise ConfigError("noise", tuple(noise.shape), f"{shape} (batch, agents, 1 + horizon, 4)")
-    eps_fn, pin = planner_eps_fn(params, scene, cfg, guidance=guidance, schedule=schedule)
+    eps_fn, pin = planner_eps_fn(
+        params, scene, cfg, guidance=guidance, schedule=schedule, x0_fn=x0_fn
+    )
     ts = get_time_steps(schedule, steps, "logsnr")
     spec = samplers.SamplerSpec(name="dpm_solver++", order=cfg.order)
     x_T = pin(cfg.temperature * noise, None)

@@ -116,6 +116,23 @@ def test_current_state_is_pinned_bit_exactly_at_every_step(setup):
     assert out.shape == (B, 4, 7, 4) and bool(jnp.all(jnp.isfinite(out)))
 
 
+def test_x0_fn_hook_replaces_the_data_prediction(setup):
+    """The identity hook is the plain program (bit-equal); a hook that returns a fixed future
+    makes DPM-Solver++'s final data prediction that future, the current state still pinned."""
+    scene, params, sample, noise = setup
+    target = jax.random.normal(jax.random.PRNGKey(6), noise.shape)
+    run = jax.jit(
+        lambda fn: pl.sample_trajectories(
+            params, None, scene, CFG, noise=noise, guidance=(), include_current=True, x0_fn=fn
+        ),
+        static_argnums=0,
+    )
+    np.testing.assert_array_equal(run(lambda x0, x, t: x0), sample(noise, (), CFG.steps))
+    fixed = run(lambda x0, x, t: jnp.broadcast_to(target, x0.shape))
+    want = pl.denormalize(CFG, target).at[:, :, 0].set(scene["current"])
+    np.testing.assert_allclose(np.asarray(fixed), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
 def test_x0_loss_ignores_invalid_neighbours(setup):
     """Neighbour 3 is invalid: its future gets zero gradient (even when NaN), and replacing its
     history and future leaves the loss unchanged."""
