@@ -102,8 +102,8 @@ def summarise(rows: list[dict], what: str, key: str, fields: tuple[str, ...]):
         emit(what=what + "_summary", **{key: k}, seeds=len(sel), **out)
 
 
-def loopy(steps: int, seeds: int):
-    task = AvatarTask("head")
+def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
+    task = AvatarTask("head", drift=drift)
     short = VideoNetConfig(motion_len=4, audio_latents=2, **SMALL)
     tsm = VideoNetConfig(
         motion_len=68, tsm_stride=8, tsm_expand=2, tsm_recent=4, audio_latents=2, **SMALL
@@ -113,7 +113,7 @@ def loopy(steps: int, seeds: int):
     # 128-frame rollouts from a 68-frame ground-truth context
     n_clips, total = 16, 68 + 128
     st_ = AVStatic()
-    clips = jax.vmap(lambda k: talking_head(k, total, st_))(
+    clips = jax.vmap(lambda k: talking_head(k, total, st_, drift))(
         jax.random.split(jax.random.PRNGKey(99), 6)
     )
     feats = jax.vmap(lambda c: audio_features(c, tsm, task, st_))(clips)
@@ -121,13 +121,14 @@ def loopy(steps: int, seeds: int):
     for seed in range(seeds):
         runs = {
             "short": train(short, task, T.LossWeights(), steps, seed),
-            "no_audio": train(short, task, T.LossWeights(p_audio_drop=1.0), steps, seed),
             "tsm": train(tsm, task, T.LossWeights(), steps, seed),
         }
+        if sync:
+            runs["no_audio"] = train(short, task, T.LossWeights(p_audio_drop=1.0), steps, seed)
         for k, (_, _, info) in runs.items():
-            emit(what="loopy_train", model=k, seed=seed, steps=steps, **info)
+            emit(what="loopy_train", model=k, seed=seed, steps=steps, drift=drift, **info)
         # 1. audio -> mouth correlation on single clips continuing a ground-truth context
-        for k in ("short", "no_audio"):
+        for k in ("short", "no_audio") if sync else ():
             net, st, _ = runs[k]
             vid = clip_fn(net, st.ema_params, short)(jax.random.PRNGKey(7), ex.cond)
             c = np.asarray(E.audio_sync(vid, env, "head"))
@@ -162,6 +163,7 @@ def loopy(steps: int, seeds: int):
             last[k] = np.asarray(vid)
             emit(
                 what="loopy_drift_128",
+                drift=drift,
                 seed=seed,
                 head_x_err_std_over_videos=float(d["head_x_err"].std()),
                 **row,
@@ -179,7 +181,7 @@ def loopy(steps: int, seeds: int):
         t = np.arange(128)
         truth_x = np.asarray(jax.vmap(measure.head_position)(clips.frames[0, 68:]))[:, 0]
         media.plot_curves(
-            OUT / "loopy_drift.png",
+            OUT / ("loopy_drift.png" if drift == "sine" else f"loopy_drift_{drift}.png"),
             {
                 "truth": (t, truth_x),
                 "TSM (68 frames)": (t, xs["tsm"]),
@@ -189,6 +191,8 @@ def loopy(steps: int, seeds: int):
             xlabel="frame",
             ylabel="head x (px)",
         )
+        if not sync:
+            return
         means = {
             k: np.mean([r["corr_mean"] for r in sync_rows if r["model"] == k])
             for k in ("short", "no_audio")
@@ -336,9 +340,13 @@ if __name__ == "__main__":
     ap.add_argument(
         "--part", default="all", choices=["loopy", "cyberhost", "cyberhost-sync", "all"]
     )
+    ap.add_argument(
+        "--drift", default="sine", choices=["sine", "dwell"], help="the talking head's drift"
+    )
+    ap.add_argument("--no-sync", action="store_true", help="loopy: skip the audio-sync models")
     a = ap.parse_args()
     if a.part in ("loopy", "all"):
-        loopy(a.steps, a.seeds)
+        loopy(a.steps, a.seeds, a.drift, not a.no_sync)
     if a.part in ("cyberhost", "all"):
         cyberhost(a.steps, a.seeds)
     if a.part in ("cyberhost-sync", "all"):

@@ -7,7 +7,12 @@
   frames (:mod:`.audio`), so the audio path is real.
 * :func:`talking_head`: a face disc of identity brightness ``b`` with two eyes and a mouth whose
   opening (ellipse half-height ``0.25 + 1.5 a(t)``) follows the envelope, and a slow head drift
-  ``x(t) = c + A sin(2 pi t / P + phi)`` with a period ``P`` (48-96 frames) longer than a clip.
+  ``x(t) = c + A sin(2 pi t / P + phi)`` with a period ``P`` (48-96 frames) longer than a clip
+  (``drift="sine"``), or a dwell-and-turn rhythm (``drift="dwell"``, :func:`dwell_wave`): the head
+  holds on one side for :data:`DWELL_HOLD` frames, turns to the other side in
+  :data:`DWELL_MOVE` frames, holds, turns back. A sine's phase and speed are readable from a few
+  frames; during a hold, when the next turn starts is readable only from a context that reaches
+  back to the last turn, so the dwell rhythm is the case that needs long-term motion context.
 * :func:`talking_body`: a smooth body blob whose root position wanders slowly, a head disc and a
   3x3-cell checker "hand" whose height and contrast follow ``a(t)``, blurred by a random Gaussian
   (the hand-clarity ground truth), with the region masks of head and hand.
@@ -134,18 +139,47 @@ def render_head(
     return img[..., None], jnp.stack([face, mouth], -1)
 
 
-def talking_head(key: PRNGKeyArray, n_frames: int, static: AVStatic = AVStatic()) -> AVClip:
+#: frames a dwell-drift head holds on one side, and frames a turn takes (period 2 (hold + move))
+DWELL_HOLD, DWELL_MOVE = 24, 8
+
+HEAD_DRIFTS = ("sine", "dwell")
+
+
+def dwell_wave(t: Float[Array, " t"], offset: Float[Array, ""]) -> Float[Array, " t"]:
+    """``s(t) in [-1, 1]``: hold at -1 for :data:`DWELL_HOLD` frames, turn to +1 along a half
+    cosine in :data:`DWELL_MOVE` frames, hold, turn back; ``offset`` frames into the cycle at
+    ``t = 0``."""
+    half = DWELL_HOLD + DWELL_MOVE
+    u = jnp.mod(t + offset, 2 * half)
+    v = jnp.where(u < half, u, u - half)
+    up = -jnp.cos(jnp.pi * jnp.clip((v - DWELL_HOLD) / DWELL_MOVE, 0.0, 1.0))
+    return jnp.where(u < half, up, -up)
+
+
+def talking_head(
+    key: PRNGKeyArray,
+    n_frames: int,
+    static: AVStatic = AVStatic(),
+    drift: str = "sine",
+) -> AVClip:
     """A talking-head video of ``n_frames`` frames (see the module docstring)."""
+    if drift not in HEAD_DRIFTS:
+        raise ValueError(f"drift={drift!r}: expected one of {HEAD_DRIFTS}")
     ke, kw, kb, ka, kp, kph = jax.random.split(key, 6)
     env = speech_envelope(ke, n_frames, static.fps)
     b = jax.random.uniform(kb, (), minval=0.2, maxval=0.9)
     amp = jax.random.uniform(ka, (), minval=1.5, maxval=3.0)
-    period = jax.random.uniform(kp, (), minval=48.0, maxval=96.0)
-    phase = jax.random.uniform(kph, (), maxval=2 * jnp.pi)
     t = jnp.arange(n_frames, dtype=jnp.float32)
     c = static.size / 2
-    cx = c + amp * jnp.sin(2 * jnp.pi * t / period + phase)
-    cy = c - 0.5 + 0.3 * amp * jnp.cos(2 * jnp.pi * t / period + phase)
+    if drift == "sine":
+        period = jax.random.uniform(kp, (), minval=48.0, maxval=96.0)
+        phase = jax.random.uniform(kph, (), maxval=2 * jnp.pi)
+        cx = c + amp * jnp.sin(2 * jnp.pi * t / period + phase)
+        cy = c - 0.5 + 0.3 * amp * jnp.cos(2 * jnp.pi * t / period + phase)
+    else:
+        offset = jax.random.uniform(kph, (), maxval=2.0 * (DWELL_HOLD + DWELL_MOVE))
+        cx = c + amp * dwell_wave(t, offset)
+        cy = jnp.full_like(t, c - 0.5)
     frames, masks = jax.vmap(lambda x, y, a: render_head(static, x, y, a, b))(cx, cy, env)
     ref, ref_masks = render_head(static, jnp.float32(c), jnp.float32(c - 0.5), 0.0, b)
     return AVClip(

@@ -21,6 +21,7 @@ from jaxlab.diffusion.video.audio import audio_windows, log_mel
 from jaxlab.diffusion.video.cyberhost import movement_map, pose_map
 from jaxlab.diffusion.video.denoiser import VideoCond, VideoNetConfig
 from jaxlab.diffusion.video.synthetic import (
+    HEAD_DRIFTS,
     AVClip,
     AVStatic,
     hand_centre,
@@ -48,6 +49,7 @@ class AvatarTask:
         motion_noise: the motion frames get Gaussian noise of a std drawn per example from
             ``U[0, motion_noise]`` (0: off), so that training sees context as imperfect as a
             rollout's own generated frames.
+        drift: the talking head's slow drift, ``sine`` or ``dwell`` (see :mod:`.synthetic`).
     """
 
     kind: Literal["head", "body"] = "head"
@@ -55,10 +57,13 @@ class AvatarTask:
     p_first_clip: float = 0.1
     p_motion_feat: float = 0.1
     motion_noise: float = 0.0
+    drift: str = "sine"
 
     def __post_init__(self):
         if not self.motion_noise >= 0.0:
             raise ConfigError("task.motion_noise", self.motion_noise, "a std >= 0")
+        if self.drift not in HEAD_DRIFTS:
+            raise ConfigError("task.drift", self.drift, f"one of {HEAD_DRIFTS}")
 
 
 @flax.struct.dataclass
@@ -109,8 +114,10 @@ def make_example(
     """One training example (jit/vmap-able)."""
     kc, kf, km = jax.random.split(key, 3)
     lm, t = net.motion_len, net.clip_len
-    gen = talking_head if task.kind == "head" else talking_body
-    clip = gen(kc, lm + t, static)
+    if task.kind == "head":
+        clip = talking_head(kc, lm + t, static, task.drift)
+    else:
+        clip = talking_body(kc, lm + t, static)
     feats = audio_features(clip, net, task, static)
     sl = slice(lm, lm + t)
     motion = None

@@ -92,3 +92,34 @@ def test_motion_noise_corrupts_only_the_motion_frames():
     assert std.max() <= 0.5 * 1.1 and std.min() < 0.1 and std.max() > 0.3, std  # U[0, 0.5]
     with pytest.raises(ConfigError, match="task.motion_noise"):
         AvatarTask("head", motion_noise=-0.1)
+
+
+def test_dwell_drift_holds_then_turns_and_needs_the_long_context():
+    from jaxlab.core.config import ConfigError
+    from jaxlab.diffusion.video.tasks import AvatarTask
+
+    hold, move = synthetic.DWELL_HOLD, synthetic.DWELL_MOVE
+    t = jnp.arange(4 * (hold + move), dtype=jnp.float32)
+    s = np.asarray(synthetic.dwell_wave(t, jnp.float32(0.0)))
+    np.testing.assert_allclose(s[: hold + 1], -1.0)  # holds on one side ...
+    np.testing.assert_allclose(s[hold + move : 2 * hold + move + 1], 1.0)  # ... turns, holds
+    np.testing.assert_allclose(s[2 * (hold + move) :], s[: 2 * (hold + move)], atol=1e-6)
+    assert np.abs(np.diff(s)).max() < np.pi / move  # a half cosine over the turn, no jump
+    # two videos whose last 4 frames are the same pose, one about to turn and one not: the next
+    # frames are not a function of a 4-frame context
+    st = synthetic.AVStatic()
+    a = synthetic.dwell_wave(t, jnp.float32(hold - 4.0))  # turns right after frame 3
+    b = synthetic.dwell_wave(t, jnp.float32(0.0))
+    np.testing.assert_allclose(a[:4], b[:4])
+    assert float(jnp.abs(a[4:12] - b[4:12]).max()) > 1.0
+    clip = synthetic.talking_head(jax.random.PRNGKey(1), 96, st, drift="dwell")
+    x = np.asarray(clip.position[:, 0])
+    assert 1.5 <= np.abs(x - st.size / 2).max() <= 3.0  # the drift's amplitude
+    still = np.abs(np.diff(x)) < 1e-5
+    assert 0.6 < still.mean() < 0.85, still.mean()  # holds 24 of every 32 frames
+    pos = jax.vmap(measure.head_position)(clip.frames)
+    assert float(jnp.abs(pos - clip.position).max()) < 0.4  # the readout follows it
+    with pytest.raises(ValueError, match="drift='zigzag'"):
+        synthetic.talking_head(jax.random.PRNGKey(1), 8, st, drift="zigzag")
+    with pytest.raises(ConfigError, match="task.drift"):
+        AvatarTask("head", drift="zigzag")
