@@ -119,6 +119,14 @@ def test_dwell_drift_holds_then_turns_and_needs_the_long_context():
     assert 0.6 < still.mean() < 0.85, still.mean()  # holds 24 of every 32 frames
     pos = jax.vmap(measure.head_position)(clip.frames)
     assert float(jnp.abs(pos - clip.position).max()) < 0.4  # the readout follows it
+    # the recipe's held-out videos follow the configured drift
+    from jaxlab.core.config import resolve
+    from jaxlab.diffusion.video.pipeline import eval_data
+    from jaxlab.recipes.loopy import LoopyConfig
+
+    held_out, _ = eval_data(resolve(LoopyConfig, overrides=["task.drift=dwell", "eval_videos=2"]))
+    still = np.abs(np.diff(np.asarray(held_out.position[..., 0]), axis=1)) < 1e-5
+    assert 0.6 < still.mean() < 0.85, still.mean()
     with pytest.raises(ValueError, match="drift='zigzag'"):
         synthetic.talking_head(jax.random.PRNGKey(1), 8, st, drift="zigzag")
     with pytest.raises(ConfigError, match="task.drift"):
