@@ -118,6 +118,12 @@ def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
     )
     feats = jax.vmap(lambda c: audio_features(c, tsm, task, st_))(clips)
     sync_rows, drift_rows, last = [], [], {}
+    # reference: the last context frame held for all 128 frames (no motion at all)
+    held = jnp.repeat(clips.frames[:, 67:68], 128, axis=1)
+    d = E.drift(held, clips.frames[:, 68:])
+    emit(what="loopy_drift_128_hold_last_frame", drift=drift,
+         head_x_err=float(d["head_x_err"].mean()),
+         brightness_err=float(d["brightness_err"].mean()))  # fmt: skip
     for seed in range(seeds):
         runs = {
             "short": train(short, task, T.LossWeights(), steps, seed),
