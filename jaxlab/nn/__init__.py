@@ -13,7 +13,7 @@ from jaxlab.nn.attention import (
 )
 from jaxlab.nn.conv import Conv, ConvTranspose
 from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
-from jaxlab.nn.initializers import embedding_init, kernel_init
+from jaxlab.nn.initializers import embedding_init, kernel_init, orthogonal
 from jaxlab.nn.mlp import MLP, SwiGLU
 from jaxlab.nn.norms import RMSNorm
 from jaxlab.nn.quantization import QuantConfig, fake_quant, quantize_dequantize
@@ -39,6 +39,7 @@ __all__ = [
     "embedding_init",
     "fake_quant",
     "kernel_init",
+    "orthogonal",
     "quantize_dequantize",
     "rope_inverse_frequencies",
 ]

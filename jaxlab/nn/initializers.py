@@ -1,17 +1,27 @@
 """Weight initialisers shared by the jaxlab.nn layers.
 
-Two schemes are offered:
+Three schemes are offered:
 
 * truncated normal with a fixed standard deviation (OLMo/OLMoE: ``std=0.02`` truncated at
   ``±3σ``), chosen by passing ``init_std=0.02`` to a layer, and
 * fan-in scaled normal (LeCun normal, ``Var = 1 / fan_in``), chosen by ``init_std=None``. The fan-in
   axes are given explicitly because jaxlab keeps attention kernels as 3-D ``[embed, heads, kv]``
-  arrays, for which the default "second-to-last axis is the input" rule would be wrong.
+  arrays, for which the default "second-to-last axis is the input" rule would be wrong;
+* orthogonal (:func:`orthogonal`, the RL networks' and action heads' scheme, as in purejaxrl and
+  Kinetix): flax's initialiser, with a batching rule that maps over a vmapped key one matrix at a
+  time. Batched QR on the CPU (jaxlib 0.10 ``lapack_sgeqrf_ffi``) splits the batch over XLA's
+  intra-op thread pool from inside a pool thread; two such QRs running at once (the layers of a
+  network initialised under ``vmap`` over seeds) each wait for pool threads the other holds, and
+  the program deadlocks with every thread idle (seen on 2 cores; ``--xla_cpu_multi_thread_eigen=
+  false`` does not help). Mapping makes each QR unbatched; the values are those of the plain
+  initialiser per key.
 """
 
 from collections.abc import Sequence
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 Initializer = jax.nn.initializers.Initializer
 
@@ -65,3 +75,32 @@ def embedding_init(init_std: float | None) -> Initializer:
     if init_std is None:
         return jax.nn.initializers.normal(stddev=1.0)
     return kernel_init(init_std)
+
+
+def orthogonal(scale: float = 1.0) -> Initializer:
+    """Flax's ``orthogonal(scale)`` initialiser that stays deadlock-free under ``vmap`` on the
+    CPU (module docstring): a batched key is mapped with ``lax.map``, one QR per key, so the
+    result equals the plain initialiser applied to each key.
+
+    Args:
+        scale: the gain multiplying the orthogonal matrix.
+
+    Returns:
+        An initialiser ``(key, shape, dtype) -> array``.
+    """
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        shape = tuple(shape)
+
+        @jax.custom_batching.custom_vmap
+        def one(k):
+            return base(k, shape, dtype)
+
+        @one.def_vmap
+        def _mapped(axis_size, in_batched, k):
+            return jax.lax.map(one, k), True
+
+        return one(key)
+
+    return init

@@ -19,10 +19,11 @@ import distrax
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
-from flax.linen.initializers import constant, orthogonal
+from flax.linen.initializers import constant
 from jaxtyping import Array, Float
 
 from jaxlab.envs.spaces import Box, Discrete, MultiDiscrete, Space
+from jaxlab.nn.initializers import orthogonal
 
 _MASKED_LOGIT = -1e9
 

@@ -42,11 +42,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax.linen.initializers import constant, orthogonal
+from flax.linen.initializers import constant
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.config import ConfigError
 from jaxlab.nn.conv import Conv
+from jaxlab.nn.initializers import orthogonal
 from jaxlab.rl.action_heads import ActionHead, HeadSpec
 
 NUM_MASK_CHANNELS = 4
