@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core import linalg
 from jaxlab.graph import spectral
 from jaxlab.graph.sparsify import threshold, top_k_per_column
 
@@ -207,13 +208,13 @@ def _jdr_dense(a0, x0, params: JDRParams, static: JDRStatic) -> JDRResult:
         return _step(a, x, lam[pos], v[:, pos], u, s, wt, params, static)
 
     # Iteration 0 is peeled off: its spectrum also fixes the window positions.
-    lam0, v0 = jnp.linalg.eigh(a0)
+    lam0, v0 = linalg.eigh(a0)
     pos = _window_positions(lam0, static, m)
     a, x = iterate(a0, x0, lam0, v0, pos)
 
     def body(carry, _):
         a, x = carry
-        lam, v = jnp.linalg.eigh(a)
+        lam, v = linalg.eigh(a)
         return iterate(a, x, lam, v, pos), None
 
     (a, x), _ = jax.lax.scan(body, (a, x), None, length=static.iterations - 1)
@@ -303,8 +304,8 @@ def alignment(
     """
     n = adjacency.shape[0]
     sym = 0.5 * (adjacency + adjacency.T)
-    lam, v = jnp.linalg.eigh(sym)
+    lam, v = linalg.eigh(sym)
     ranked = jnp.argsort(jnp.abs(lam), stable=True) if abs_ordering else jnp.arange(n)
     v_l = v[:, ranked[n - 1 - offset - jnp.arange(num_vectors)]]
     u_l, _, _ = spectral.top_singular_dense(features, num_vectors)
-    return jnp.linalg.norm(u_l.T @ v_l, ord=2)
+    return linalg.svd(u_l.T @ v_l)[1][0]  # the spectral norm

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 from jax.experimental.sparse.linalg import lobpcg_standard
 from jaxtyping import Array, Float
 
+from jaxlab.core import linalg
+
 Solver = Literal["dense", "lobpcg"]
 
 
@@ -36,7 +38,7 @@ def top_eigenpairs_dense(
     a: Float[Array, "n n"], k: int, *, by_magnitude: bool = False
 ) -> tuple[Float[Array, " k"], Float[Array, "n k"]]:
     """The ``k`` leading eigenpairs of symmetric ``a`` via a full ``eigh`` (best first)."""
-    lam, v = jnp.linalg.eigh(a)
+    lam, v = linalg.eigh(a)
     idx = _ranked(lam, by_magnitude)[:k]
     return lam[idx], v[:, idx]
 
@@ -77,7 +79,7 @@ def top_singular_dense(
     x: Float[Array, "n f"], k: int
 ) -> tuple[Float[Array, "n k"], Float[Array, " k"], Float[Array, "k f"]]:
     """``(U_k, s_k, W_k^T)``: the ``k`` leading singular triplets of ``x`` via a thin SVD."""
-    u, s, wt = jnp.linalg.svd(x, full_matrices=False)
+    u, s, wt = linalg.svd(x, full_matrices=False)
     return u[:, :k], s[:k], wt[:k]
 
 

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core import linalg
+
 PyTree = Any
 
 
@@ -97,7 +99,7 @@ def low_rank(vector: PyTree, rank: int) -> PyTree:
     def truncate(x):
         if jnp.ndim(x) < 2:
             return x
-        u, s, vt = jnp.linalg.svd(x, full_matrices=False)
+        u, s, vt = linalg.svd(x, full_matrices=False)
         r = min(rank, s.shape[-1])
         return (u[..., :, :r] * s[..., None, :r]) @ vt[..., :r, :]
 

@@ -8,13 +8,10 @@ Three schemes are offered:
   axes are given explicitly because jaxlab keeps attention kernels as 3-D ``[embed, heads, kv]``
   arrays, for which the default "second-to-last axis is the input" rule would be wrong;
 * orthogonal (:func:`orthogonal`, the RL networks' and action heads' scheme, as in purejaxrl and
-  Kinetix): flax's initialiser, with a batching rule that maps over a vmapped key one matrix at a
-  time. Batched QR on the CPU (jaxlib 0.10 ``lapack_sgeqrf_ffi``) splits the batch over XLA's
-  intra-op thread pool from inside a pool thread; two such QRs running at once (the layers of a
-  network initialised under ``vmap`` over seeds) each wait for pool threads the other holds, and
-  the program deadlocks with every thread idle (seen on 2 cores; ``--xla_cpu_multi_thread_eigen=
-  false`` does not help). Mapping makes each QR unbatched; the values are those of the plain
-  initialiser per key.
+  Kinetix): flax's initialiser, with :func:`jaxlab.core.linalg.one_at_a_time`'s batching rule, so
+  a network initialised under ``vmap`` over seeds runs one QR per key on the CPU instead of
+  batched QRs, which deadlock XLA's intra-op thread pool (jaxlib 0.10; the module docstring of
+  :mod:`jaxlab.core.linalg`). The values are those of the plain initialiser per key.
 """
 
 from collections.abc import Sequence
@@ -22,6 +19,8 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from jaxlab.core.linalg import one_at_a_time
 
 Initializer = jax.nn.initializers.Initializer
 
@@ -80,7 +79,7 @@ def embedding_init(init_std: float | None) -> Initializer:
 def orthogonal(scale: float = 1.0) -> Initializer:
     """Flax's ``orthogonal(scale)`` initialiser that stays deadlock-free under ``vmap`` on the
     CPU (module docstring): a batched key is mapped with ``lax.map``, one QR per key, so the
-    result equals the plain initialiser applied to each key.
+    result equals the plain initialiser applied to each key (other platforms batch as usual).
 
     Args:
         scale: the gain multiplying the orthogonal matrix.
@@ -92,15 +91,6 @@ def orthogonal(scale: float = 1.0) -> Initializer:
 
     def init(key, shape, dtype=jnp.float32):
         shape = tuple(shape)
-
-        @jax.custom_batching.custom_vmap
-        def one(k):
-            return base(k, shape, dtype)
-
-        @one.def_vmap
-        def _mapped(axis_size, in_batched, k):
-            return jax.lax.map(one, k), True
-
-        return one(key)
+        return one_at_a_time(lambda k: base(k, shape, dtype))(key)
 
     return init
