@@ -102,6 +102,10 @@ def summarise(rows: list[dict], what: str, key: str, fields: tuple[str, ...]):
         emit(what=what + "_summary", **{key: k}, seeds=len(sel), **out)
 
 
+ROLLOUT = 128
+"""Frames generated in each Loopy long-term-motion rollout (16 clips of 8)."""
+
+
 def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
     task = AvatarTask("head", drift=drift)
     short = VideoNetConfig(motion_len=4, audio_latents=2, **SMALL)
@@ -110,17 +114,18 @@ def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
     )
     ex = make_batch(jax.random.PRNGKey(123), 16, short, task)
     env = ex.clip.envelope[:, short.motion_len :]
-    # 128-frame rollouts from a 68-frame ground-truth context
-    n_clips, total = 16, 68 + 128
+    # ROLLOUT-frame rollouts from a CONTEXT-frame ground-truth context (TSM's motion_len)
+    context = tsm.motion_len
+    n_clips, total = ROLLOUT // short.clip_len, context + ROLLOUT
     st_ = AVStatic()
     clips = jax.vmap(lambda k: talking_head(k, total, st_, drift))(
         jax.random.split(jax.random.PRNGKey(99), 6)
     )
     feats = jax.vmap(lambda c: audio_features(c, tsm, task, st_))(clips)
     sync_rows, drift_rows, last = [], [], {}
-    # reference: the last context frame held for all 128 frames (no motion at all)
-    held = jnp.repeat(clips.frames[:, 67:68], 128, axis=1)
-    d = E.drift(held, clips.frames[:, 68:])
+    # reference: the last context frame held for the whole rollout (no motion at all)
+    held = jnp.repeat(clips.frames[:, context - 1 : context], ROLLOUT, axis=1)
+    d = E.drift(held, clips.frames[:, context:])
     emit(what="loopy_drift_128_hold_last_frame", drift=drift,
          head_x_err=float(d["head_x_err"].mean()),
          brightness_err=float(d["brightness_err"].mean()))  # fmt: skip
@@ -153,13 +158,13 @@ def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
             net, st, _ = runs[k]
             cond = VideoCond(
                 reference=clips.reference,
-                audio=feats[:, 68 : 68 + 8],
-                motion=clips.frames[:, 68 - cfg.motion_len : 68],
+                audio=feats[:, context : context + cfg.clip_len],
+                motion=clips.frames[:, context - cfg.motion_len : context],
             )
             vid = rollout_fn(net, st.ema_params, cfg, n_clips)(
-                jax.random.PRNGKey(3), cond, feats[:, 68:]
+                jax.random.PRNGKey(3), cond, feats[:, context:]
             )
-            d = E.drift(vid, clips.frames[:, 68:])
+            d = E.drift(vid, clips.frames[:, context:])
             row = dict(
                 model=k,
                 head_x_err=float(d["head_x_err"].mean()),
@@ -184,8 +189,8 @@ def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
             k: np.asarray(jax.vmap(measure.head_position)(jnp.asarray(v[0])))[:, 0]
             for k, v in last.items()
         }
-        t = np.arange(128)
-        truth_x = np.asarray(jax.vmap(measure.head_position)(clips.frames[0, 68:]))[:, 0]
+        t = np.arange(ROLLOUT)
+        truth_x = np.asarray(jax.vmap(measure.head_position)(clips.frames[0, context:]))[:, 0]
         media.plot_curves(
             OUT / ("loopy_drift.png" if drift == "sine" else f"loopy_drift_{drift}.png"),
             {
@@ -197,18 +202,17 @@ def loopy(steps: int, seeds: int, drift: str = "sine", sync: bool = True):
             xlabel="frame",
             ylabel="head x (px)",
         )
-        if not sync:
-            return
-        means = {
-            k: np.mean([r["corr_mean"] for r in sync_rows if r["model"] == k])
-            for k in ("short", "no_audio")
-        }
-        media.plot_bars(
-            OUT / "loopy_audio_sync.png",
-            [float(v) for v in means.values()],
-            labels=["audio", "audio dropped"],
-            title=f"corr(envelope, mouth opening), mean of {seeds} seeds",
-        )
+        if sync:
+            means = {
+                k: np.mean([r["corr_mean"] for r in sync_rows if r["model"] == k])
+                for k in ("short", "no_audio")
+            }
+            media.plot_bars(
+                OUT / "loopy_audio_sync.png",
+                [float(v) for v in means.values()],
+                labels=["audio", "audio dropped"],
+                title=f"corr(envelope, mouth opening), mean of {seeds} seeds",
+            )
     except Exception as e:  # plotting is optional (viz extra)
         emit(what="plot_failed", error=repr(e))
 

@@ -120,10 +120,12 @@ def make_optimizer(cfg: AvatarConfig, lr) -> optax.GradientTransformation:
 def eval_data(cfg: AvatarConfig, static: AVStatic = DEFAULT_STATIC):
     """Held-out videos (``motion_len + eval_clips * T`` frames) and their audio windows."""
     n = cfg.net.motion_len + cfg.eval_clips * cfg.net.clip_len
-    if cfg.task.kind == "head":
-        gen = lambda k: talking_head(k, n, static, cfg.task.drift)  # noqa: E731
-    else:
-        gen = lambda k: talking_body(k, n, static)  # noqa: E731
+
+    def gen(k):
+        if cfg.task.kind == "head":
+            return talking_head(k, n, static, cfg.task.drift)
+        return talking_body(k, n, static)
+
     keys = jax.random.split(jax.random.PRNGKey(10_000 + cfg.seed), cfg.eval_videos)
     clips = jax.vmap(gen)(keys)
     feats = jax.vmap(lambda c: audio_features(c, cfg.net, cfg.task, static))(clips)
