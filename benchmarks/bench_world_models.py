@@ -180,7 +180,8 @@ def learning(args) -> None:
         ("ls-imagine", "hard", dataclasses.replace(
             base, env_options=hard, ls=LSConfig(
                 intrinsic_scale=args.intrinsic_scale, relevance_scale=args.relevance_scale,
-                episode_best=not args.every_step, jump_prob=args.jump_prob))),
+                episode_best=not args.every_step, jump_prob=args.jump_prob,
+                jump_loss_scale=args.jump_loss_scale))),
     ]  # fmt: skip
     wanted = set(args.runs.split(","))
     for method, variant, cfg in runs:
@@ -236,6 +237,9 @@ def main() -> None:
     ap.add_argument("--intrinsic-scale", type=float, default=0.1)
     ap.add_argument("--relevance-scale", type=float, default=0.01)
     ap.add_argument("--jump-prob", type=float, default=0.7, help="0: no imagined jumps")
+    ap.add_argument(
+        "--jump-loss-scale", type=float, default=1.0, help="0: no jumpy-transition training"
+    )
     ap.add_argument(
         "--every-step",
         action="store_true",

@@ -190,6 +190,8 @@ def test_bad_input_names_the_field():
         ls_imagine.LSConfig(jump_prob=-0.1)
     with pytest.raises(ConfigError, match="relevance_scale"):
         ls_imagine.LSConfig(relevance_scale=-0.01)
+    with pytest.raises(ConfigError, match="jump_loss_scale"):
+        ls_imagine.LSConfig(jump_loss_scale=-1.0)
     with pytest.raises(ConfigError, match="sequence_length"):
         check_config(DreamerConfig(capacity=32, sequence_length=64))
     with pytest.raises(ConfigError, match="obs_size"):

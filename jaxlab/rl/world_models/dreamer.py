@@ -449,7 +449,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             )
             w = valid.astype(jnp.float32)
             jump_total = jnp.sum(jl * w) / jnp.maximum(w.sum(), 1.0)
-            total = total + (jump_loss + intr_loss).mean() + jump_total
+            total = total + (jump_loss + intr_loss).mean() + ls.jump_loss_scale * jump_total
             metrics.update(
                 jump_loss=jump_loss.mean(),
                 intrinsic_loss=intr_loss.mean(),

@@ -55,6 +55,9 @@ class LSConfig:
         stats_decay: EMA decay of the adaptive threshold and the score statistics.
         affordance_lr: Adam rate of the relevance model and the affordance predictor.
         label_images: images per training step that get fresh offline labels.
+        jump_loss_scale: weight of the jumpy-transition loss in the world-model loss (zoomed-view
+            reconstruction, arrival reward, Δ and Ĝ heads, KL; 1 as in the original). 0 trains no
+            jumpy transition: an ablation, for use with ``jump_prob=0``.
     """
 
     jump_prob: float = 0.7
@@ -69,11 +72,12 @@ class LSConfig:
     stats_decay: float = 0.99
     affordance_lr: float = 1e-3
     label_images: int = 4
+    jump_loss_scale: float = 1.0
 
     def __post_init__(self):
         if not 0.0 <= float(self.jump_prob) <= 1.0:
             raise ConfigError("jump_prob", self.jump_prob, "a probability in [0, 1]")
-        for name in ("intrinsic_scale", "relevance_scale"):
+        for name in ("intrinsic_scale", "relevance_scale", "jump_loss_scale"):
             if not float(getattr(self, name)) >= 0.0:
                 raise ConfigError(name, getattr(self, name), "a float >= 0")
         if not 0.0 < float(self.sigma_frac):
