@@ -192,6 +192,9 @@ def test_bad_input_names_the_field():
         ls_imagine.LSConfig(relevance_scale=-0.01)
     with pytest.raises(ConfigError, match="jump_loss_scale"):
         ls_imagine.LSConfig(jump_loss_scale=-1.0)
+    with pytest.raises(ConfigError, match="jump_loss_scale.*jump_prob=0.7"):
+        ls_imagine.LSConfig(jump_loss_scale=0.0)
+    assert ls_imagine.LSConfig(jump_loss_scale=0.0, jump_prob=0.0).jump_loss_scale == 0.0
     with pytest.raises(ConfigError, match="sequence_length"):
         check_config(DreamerConfig(capacity=32, sequence_length=64))
     with pytest.raises(ConfigError, match="obs_size"):

@@ -80,6 +80,13 @@ class LSConfig:
         for name in ("intrinsic_scale", "relevance_scale", "jump_loss_scale"):
             if not float(getattr(self, name)) >= 0.0:
                 raise ConfigError(name, getattr(self, name), "a float >= 0")
+        if float(self.jump_loss_scale) == 0.0 and float(self.jump_prob) > 0.0:
+            raise ConfigError(
+                "jump_loss_scale",
+                self.jump_loss_scale,
+                f"> 0 while jump_prob={self.jump_prob} > 0 (imagined jumps would go through an "
+                "untrained jumpy transition); set jump_prob=0 for this ablation",
+            )
         if not 0.0 < float(self.sigma_frac):
             raise ConfigError("sigma_frac", self.sigma_frac, "a float > 0")
         for name in ("box", "stride", "frames", "label_images"):
