@@ -48,6 +48,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlab.benchmarks.harness import dot_flops, gemm_peak
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
@@ -363,6 +364,50 @@ PEER_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-kinetix" / "bin" / "python"
 PEER_TRAIN = ROOT / "benchmarks" / "peers" / "bench_ppo_peer.py"
 
 
+def bench_floor(
+    size: str, net: str, envs: int, grad_chunks: int = 0, steps: int = 0, peer: dict | None = None
+) -> None:
+    """The matmul floor of one PPO update: the ``dot_general`` FLOPs of the update's jaxpr
+    (``update_dot_gflop``: 8 epochs of minibatch gradients and Adam steps on one rollout, the
+    rollout's policy passes counted separately in ``rollout_dot_gflop``) over this machine's
+    2048x2048 float32 matmul rate (``gemm_gflops``): ``floor_s`` is the time no implementation
+    of the same update can beat on this CPU without faster matmuls. With ``peer`` (its
+    ``peer_train`` line, same run) ``peer_s_per_update`` and ``max_speedup`` = the peer's
+    seconds per update over ``floor_s``: the most any exact reimplementation could gain here,
+    even if everything but the update's matmuls cost nothing."""
+    cfg = config(size, net, envs, grad_chunks, steps)
+    agent = kp.agent(cfg)
+    ppo = agent.ppo
+    state = jax.eval_shape(ppo.init, jax.random.PRNGKey(0))
+    full = dot_flops(jax.make_jaxpr(ppo.update)(state))
+    T = cfg.ppo.num_steps
+    rollout = dot_flops(
+        jax.make_jaxpr(
+            lambda s: ppo.rollout(s.key, s.params, s.obs_stats, s.env_state, s.obs, s.levels, T)
+        )(state)
+    )
+    peak = gemm_peak()
+    update = full - rollout
+    floor = update / peak
+    row = dict(
+        what="ppo_update_matmul_floor",
+        size=size,
+        net=net,
+        envs=envs,
+        steps_per_rollout=T,
+        epochs=cfg.ppo.update_epochs,
+        minibatch=cfg.ppo.minibatch_size,
+        update_dot_gflop=round(update / 1e9, 1),
+        rollout_dot_gflop=round(rollout / 1e9, 2),
+        gemm_gflops=round(peak / 1e9, 1),
+        floor_s=round(floor, 3),
+    )
+    if peer is not None:
+        peer_s = cfg.ppo.num_envs * cfg.ppo.num_steps / peer["rate"]
+        row.update(peer_s_per_update=round(peer_s, 3), max_speedup=round(peer_s / floor, 2))
+    emit(**row)
+
+
 def bench_peer_train(
     size: str,
     net: str,
@@ -371,12 +416,12 @@ def bench_peer_train(
     grad_chunks: int = 0,
     steps: int = 0,
     peer_python: Path = PEER_PYTHON,
-) -> None:
+) -> dict | None:
     """One ``--train`` cell for jaxlab, then the same cell for the original's PPO
     (``benchmarks/peers/bench_ppo_peer.py`` in the peer venv, a fresh process), and one line
     with both rates and ``speedup`` = ours / peer (wall clock; ``speedup_cpu`` per CPU-second).
     The peer's resolved config is echoed (``peer_resolved``) next to ours so the match is
-    visible in the line itself."""
+    visible in the line itself. Returns the peer's line (``None`` when it could not run)."""
     if not Path(peer_python).exists():
         emit(
             what="ppo_train_vs_peer",
@@ -385,7 +430,7 @@ def bench_peer_train(
             envs=envs,
             error=f"peer venv missing ({peer_python}); run benchmarks/peers/setup_kinetix_peer.sh",
         )
-        return
+        return None
     ours = bench_train(size, net, envs, updates, grad_chunks, steps)
     cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
     cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
@@ -394,9 +439,9 @@ def bench_peer_train(
     peer = next((r for r in rows if r.get("what") == "peer_train"), None)
     if peer is None:
         emit(what="ppo_train_vs_peer", size=size, net=net, envs=envs, error=proc.stderr[-800:])
-        return
+        return None
     print(json.dumps(peer), flush=True)
-    emit(
+    row = emit(
         what="ppo_train_vs_peer",
         size=size,
         net=net,
@@ -419,6 +464,7 @@ def bench_peer_train(
         peer_load=peer["load"],
         unit="env-steps/s",
     )
+    return dict(peer, vs=row)
 
 
 def main() -> None:
@@ -428,6 +474,12 @@ def main() -> None:
     ap.add_argument("--curve", action="store_true")
     ap.add_argument("--peer", action="store_true")
     ap.add_argument("--peer-train", action="store_true")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="the update's matmul floor on this CPU (with --peer-train: the largest speedup "
+        "over the peer that any exact implementation could reach)",
+    )
     ap.add_argument(
         "--peer-python",
         default=str(PEER_PYTHON),
@@ -449,7 +501,7 @@ def main() -> None:
         help="ppo.grad_chunks (0: 4 for the transformer, 1 for the MLP)",
     )
     args = ap.parse_args()
-    if not (args.train or args.profile or args.curve or args.peer or args.peer_train):
+    if not (args.train or args.profile or args.curve or args.peer or args.peer_train or args.floor):
         args.train = True
     sizes, nets = args.sizes.split(","), args.nets.split(",")
     envs = [int(e) for e in args.envs.split(",")]
@@ -460,8 +512,9 @@ def main() -> None:
             for n in envs:
                 if args.train:
                     bench_train(size, net, n, args.updates, args.grad_chunks, args.steps)
+                peer = None
                 if args.peer_train:
-                    bench_peer_train(
+                    peer = bench_peer_train(
                         size,
                         net,
                         n,
@@ -470,6 +523,8 @@ def main() -> None:
                         args.steps,
                         Path(args.peer_python),
                     )
+                if args.floor:
+                    bench_floor(size, net, n, args.grad_chunks, args.steps, peer)
                 if args.profile:
                     bench_profile(size, net, n, steps=args.steps)
     if args.curve:

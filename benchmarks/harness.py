@@ -162,3 +162,48 @@ def wall_cpu(fns: dict[str, tuple[Callable, tuple]], reps: int) -> dict[str, tup
             best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
             total[name] = (total[name][0] + wall, total[name][1] + cpu)
     return {name: (*best[name], total[name][0] / reps, total[name][1] / reps) for name in fns}
+
+
+def dot_flops(jaxpr) -> float:
+    """Floating-point operations of every ``dot_general`` in a (closed) jaxpr: ``2 * |out| * K``
+    each (``K`` the contracted size), bodies of ``scan`` times their length, nested calls
+    (``pjit``, ``custom_jvp``/``custom_vjp``, ``remat``) once, the costliest ``cond`` branch; a
+    ``while`` body is counted once (its trip count is not static). A lower bound on the
+    matmul work any implementation of the same computation must do."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            k = 1
+            for i in lhs_contract:
+                k *= lhs[i]
+            out = 1
+            for s in eqn.outvars[0].aval.shape:
+                out *= s
+            total += 2.0 * out * k
+            continue
+        times = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+        for name, value in eqn.params.items():
+            if name == "branches":
+                total += max((dot_flops(b) for b in value), default=0.0)
+            elif hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
+                total += times * dot_flops(value)
+    return total
+
+
+def gemm_peak(n: int = 2048, reps: int = 6, trials: int = 3) -> float:
+    """This machine's float32 matmul rate (FLOP/s), best of ``trials`` runs of ``reps``
+    ``[n, n] @ [n, n]`` products through XLA (the backend and threads JAX uses)."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jax.numpy.float32)
+    f = jax.jit(jax.numpy.matmul)
+    jax.block_until_ready(f(a, a))
+    best = float("inf")
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            out = f(a, a)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2.0 * n**3 / best
