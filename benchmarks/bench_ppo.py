@@ -25,13 +25,20 @@ Every measurement prints one JSON line. Modes (combine freely):
   (ours / peer, wall clock), ``speedup_cpu`` and the peer's resolved config. Run it on an idle
   machine; the peer venv is found at ``--peer-python``.
 
+* ``--floor``: the matmul floor of one update (``ppo_update_matmul_floor``): the update's
+  ``dot_general`` FLOPs, counted on its jaxpr (``harness.dot_flops``), over this machine's float32
+  GEMM rate (``harness.gemm_peak``, 2048x2048). With ``--peer-train`` in the same run it adds the
+  peer's seconds per update and ``max_speedup``: the largest ratio any exact implementation of
+  the same update could reach on this CPU even if the env and everything but the matmuls were
+  free.
+
 Rates: ``rate`` is wall-clock env-steps/s; ``rate_cpu`` is env-steps per CPU-second of this
 process (``time.process_time``), which stays meaningful on a loaded shared machine (``load``
 is the 1-minute load average at the end of the measurement). Levels: S is the shipped
 ``s/h2_one_wheel_car``; M is ``../shared/kinetix-levels/m/h5_angry_birds.json``; L pads that M
 level into L capacities (costs depend on the capacities, not on the level's contents).
 
-Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer] [--peer-train]
+Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer] [--peer-train] [--floor]
 [--sizes s,m,l] [--nets mlp,transformer] [--envs 256,2048] [--updates N] [--steps T]``
 (``--steps`` overrides the steps per rollout, for smoke runs only).
 """

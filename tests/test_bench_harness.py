@@ -2,7 +2,6 @@
 
 import jax
 import jax.numpy as jnp
-
 from jaxlab.benchmarks.harness import dot_flops
 
 
