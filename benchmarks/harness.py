@@ -168,8 +168,8 @@ def dot_flops(jaxpr) -> float:
     """Floating-point operations of every ``dot_general`` in a (closed) jaxpr: ``2 * |out| * K``
     each (``K`` the contracted size), bodies of ``scan`` times their length, nested calls
     (``pjit``, ``custom_jvp``/``custom_vjp``, ``remat``) once, the costliest ``cond`` branch; a
-    ``while`` body is counted once (its trip count is not static). A lower bound on the
-    matmul work any implementation of the same computation must do."""
+    ``while`` body is counted once (its trip count is not static). The matmul work of the
+    computation as written (dense layers, attention, one-hot gathers)."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
     for eqn in jaxpr.eqns:
