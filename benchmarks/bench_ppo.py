@@ -21,7 +21,8 @@ Every measurement prints one JSON line. Modes (combine freely):
   PPO training (``benchmarks/peers/bench_ppo_peer.py``: experiments/ppo.py's update built from
   the ``kinetix-env`` wheel, run in the peer venv in a fresh process: same size, level, envs,
   steps per rollout, 8 epochs, minibatches of 512, MLP on flat / transformer on entity
-  observations), then one ``ppo_train_vs_peer`` line per cell with both rates, ``speedup``
+  observations; at XLA's default flags whatever ``XLA_FLAGS`` ours runs under, both echoed),
+  then one ``ppo_train_vs_peer`` line per cell with both rates, ``speedup``
   (ours / peer, wall clock), ``speedup_cpu`` and the peer's resolved config. Run it on an idle
   machine; the peer venv is found at ``--peer-python``.
 
@@ -441,7 +442,10 @@ def bench_peer_train(
     ours = bench_train(size, net, envs, updates, grad_chunks, steps)
     cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
     cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    # The original runs at XLA's defaults (as its users get it), whatever XLA_FLAGS ours runs
+    # under (e.g. a CPU flag being evaluated for jaxlab); both are echoed in the line.
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env)
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     peer = next((r for r in rows if r.get("what") == "peer_train"), None)
     if peer is None:
@@ -469,6 +473,8 @@ def bench_peer_train(
         peer_loop=peer["loop"],
         peer_jax=peer["jax"],
         peer_load=peer["load"],
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        peer_xla_flags="",
         unit="env-steps/s",
     )
     return dict(peer, vs=row)
