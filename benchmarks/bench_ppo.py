@@ -452,7 +452,7 @@ def bench_peer_train(
         emit(what="ppo_train_vs_peer", size=size, net=net, envs=envs, error=proc.stderr[-800:])
         return None
     print(json.dumps(peer), flush=True)
-    row = emit(
+    emit(
         what="ppo_train_vs_peer",
         size=size,
         net=net,
@@ -477,7 +477,7 @@ def bench_peer_train(
         peer_xla_flags="",
         unit="env-steps/s",
     )
-    return dict(peer, vs=row)
+    return peer
 
 
 def main() -> None:

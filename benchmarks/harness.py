@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -176,13 +177,8 @@ def dot_flops(jaxpr) -> float:
         if eqn.primitive.name == "dot_general":
             (lhs_contract, _), _ = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval.shape
-            k = 1
-            for i in lhs_contract:
-                k *= lhs[i]
-            out = 1
-            for s in eqn.outvars[0].aval.shape:
-                out *= s
-            total += 2.0 * out * k
+            k = math.prod(lhs[i] for i in lhs_contract)
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * k
             continue
         times = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
         for name, value in eqn.params.items():
@@ -193,17 +189,9 @@ def dot_flops(jaxpr) -> float:
     return total
 
 
-def gemm_peak(n: int = 2048, reps: int = 6, trials: int = 3) -> float:
-    """This machine's float32 matmul rate (FLOP/s), best of ``trials`` runs of ``reps``
+def gemm_peak(n: int = 2048, repeats: int = 18) -> float:
+    """This machine's float32 matmul rate (FLOP/s): the best of ``repeats`` timed
     ``[n, n] @ [n, n]`` products through XLA (the backend and threads JAX uses)."""
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jax.numpy.float32)
-    f = jax.jit(jax.numpy.matmul)
-    jax.block_until_ready(f(a, a))
-    best = float("inf")
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            out = f(a, a)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - t0) / reps)
+    _, best, _, _ = timed(jax.jit(jax.numpy.matmul), a, a, repeats=repeats)
     return 2.0 * n**3 / best
