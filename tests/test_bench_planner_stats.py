@@ -1,0 +1,34 @@
+"""The scene-clustered mode test of ``benchmarks/bench_planner.py`` (``_hotelling``): it keeps
+its size when a scene's samples are correlated, and it detects a skew of the planner's shares."""
+
+import numpy as np
+from jaxlab.benchmarks.bench_planner import _hotelling
+from scipy.stats import chisquare
+
+
+def _scenes(rng, n, samples, skew=0.0):
+    """Per-scene route probabilities that vary (cues reveal part of the route); the logged mode
+    and the planner's samples drawn from them; ``skew`` moves planner mass to the middle mode."""
+    probs = rng.dirichlet([1.0, 1.0, 1.0], n)
+    logged = np.array([rng.choice(3, p=p) for p in probs])
+    planner = probs * (1 - skew) + skew * np.eye(3)[1]
+    draws = np.array([rng.multinomial(samples, p) for p in planner]) / samples
+    return draws, logged
+
+
+def test_calibrated_planner_passes_and_a_skew_is_found():
+    rng = np.random.default_rng(0)
+    p_values, p_per_sample = [], []
+    for _ in range(200):
+        share, logged = _scenes(rng, 128, 8)
+        p_values.append(_hotelling(share - np.eye(3)[logged])[1])
+        counts = np.round(share * 8).sum(0)
+        expected = np.bincount(logged, minlength=3) / len(logged) * counts.sum()
+        p_per_sample.append(chisquare(counts, expected)[1])
+    # its size: under calibration about 5 % of p-values fall below 0.05 although the 8 samples of
+    # a scene are strongly correlated; a chi-square over the 1024 samples rejects most of the time
+    assert 0.02 <= np.mean(np.array(p_values) < 0.05) <= 0.09
+    assert np.mean(np.array(p_per_sample) < 0.05) > 0.5
+    share, logged = _scenes(np.random.default_rng(1), 512, 8, skew=0.15)
+    assert _hotelling(share - np.eye(3)[logged])[1] < 1e-4
+    assert _hotelling(share - 1 / 3)[1] < 1e-4
