@@ -241,12 +241,12 @@ def _mode_test(what, expert_modes, plan_modes, samples_per_scene):
     share = np.stack(
         [np.mean(plan_modes.reshape(len(expert_modes), -1) == k, 1) for k in range(3)], 1
     )
+    logged = np.bincount(expert_modes, minlength=3) / len(expert_modes)
     t2_l, p_l = _hotelling(share - np.eye(3)[expert_modes])
     t2_u, p_u = _hotelling(share - 1.0 / 3.0)
     emit(what=f"{what}_paired", scenes=len(expert_modes), shares=share.mean(0).round(3).tolist(),
-         logged_shares=np.bincount(expert_modes, minlength=3).__truediv__(len(expert_modes))
-         .round(3).tolist(), t2_vs_logged=t2_l, p_vs_logged=p_l, t2_vs_known=t2_u,
-         p_vs_known=p_u, threshold=0.01)  # fmt: skip
+         logged_shares=logged.round(3).tolist(), t2_vs_logged=t2_l, p_vs_logged=p_l,
+         t2_vs_known=t2_u, p_vs_known=p_u, threshold=0.01)  # fmt: skip
 
 
 def _hotelling(d):
