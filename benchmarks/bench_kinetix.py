@@ -33,6 +33,7 @@ from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
 from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import envs
+from jaxlab.core.compile import jit
 
 LEVELS = REPO.parent / "shared" / "kinetix-levels"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
@@ -79,12 +80,12 @@ def measure(size: str, n: int, obs: str, action: str, seconds: float) -> dict:
 
     key = jax.random.key(0)
     t0 = time.perf_counter()
-    reset_c = jax.jit(reset).lower(key).compile()
+    reset_c = jit(reset).lower(key).compile()
     reset_compile_s = time.perf_counter() - t0
     _, states = reset_c(key)
     carry = (key, states, jnp.zeros((), jnp.float32))
     t0 = time.perf_counter()
-    step_c = jax.jit(run).lower(carry, 0).compile()
+    step_c = jit(run).lower(carry, 0).compile()
     compile_s = time.perf_counter() - t0
     elapsed, calls, _ = steady_rate(step_c, carry, (0,), seconds)
     rate = n * k * calls / elapsed

@@ -37,6 +37,7 @@ from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
 from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import physics as px
+from jaxlab.core.compile import jit
 from jaxlab.envs.kinetix.levels import load_level
 from jaxlab.envs.kinetix.state import StaticEnvParams
 
@@ -77,7 +78,7 @@ def measure(size: str, n: int, seconds: float, solver: str, iterations: int | No
         return jax.lax.scan(body, states, None, length=k)[0]
 
     t0 = time.perf_counter()
-    compiled = jax.jit(run).lower(states, params, actions).compile()
+    compiled = jit(run).lower(states, params, actions).compile()
     compile_s = time.perf_counter() - t0
     elapsed, calls, _ = steady_rate(compiled, states, (params, actions), seconds)
     rate = n * k * calls / elapsed

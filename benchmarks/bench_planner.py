@@ -405,8 +405,7 @@ def posterior(
         ).reshape((-1,) + v.shape[1:])  # noqa: E731
         sc = {k: rep(v) for k, v in scene.items()}
         enc = net.apply(params, sc, method=pl.DiffusionPlannerNet.encode)
-        x0_hat = net.apply(params, flat, jnp.full(flat.shape[0], t), enc, sc,
-                           method=pl.DiffusionPlannerNet.decode)  # fmt: skip
+        x0_hat = pl.denoise(params, flat, jnp.full(flat.shape[0], t), enc, sc, m, sched)
         y = x0_hat[:, 1, 1:].reshape(draws, n_scenes, 3, -1)
         # the model's error against the optimal estimate along the left->straight and
         # straight->right directions, in units of those distances (+: toward straight / right)

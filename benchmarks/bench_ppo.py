@@ -60,6 +60,7 @@ from jaxlab.benchmarks.harness import dot_flops, gemm_peak
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.compile import jit
 from jaxlab.envs.kinetix.actions import random_action
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import kinetix_eval as ke
@@ -124,9 +125,9 @@ def bench_train(
     cfg = config(size, net, envs, grad_chunks, steps)
     with Clock() as build:
         agent = kp.agent(cfg)
-        state = jax.jit(agent.ppo.init)(jax.random.PRNGKey(0))
+        state = jit(agent.ppo.init)(jax.random.PRNGKey(0))
         jax.block_until_ready(state)
-    step = jax.jit(agent.ppo.update, donate_argnums=0)
+    step = jit(agent.ppo.update, donate_argnums=0)
     with Clock() as comp:
         compiled = step.lower(state).compile()
     state, m = compiled(state)  # warm-up
@@ -161,10 +162,10 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
     cfg = config(size, net, envs, steps=steps)
     agent = kp.agent(cfg)
     ppo = agent.ppo
-    state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    state = jit(ppo.init)(jax.random.PRNGKey(0))
     T, at, sp = cfg.ppo.num_steps, cfg.env.action_type, agent.static
 
-    @jax.jit
+    @jit
     def env_only(state):
         def body(carry, k):
             es = carry
@@ -175,7 +176,7 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
         es, _ = jax.lax.scan(body, state.env_state, jax.random.split(state.key, T))
         return es
 
-    @jax.jit
+    @jit
     def rollout(state):
         return ppo.rollout(
             state.key, state.params, state.obs_stats, state.env_state, state.obs, state.levels, T
@@ -187,11 +188,11 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
 
     adv, tgt = compute_gae(traj.reward, traj.value, traj.done, last_v, 0.99, 0.95)
 
-    @jax.jit
+    @jit
     def update_only(state, traj, adv, tgt):
         return ppo._train(state.key, state.params, state.opt_state, state.obs_stats, traj, adv, tgt)
 
-    @jax.jit
+    @jit
     def forward_only(state, traj):
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
         return ppo.policy(state.params, state.obs_stats, flat)[1]
@@ -228,8 +229,8 @@ def bench_curve(max_updates: int, attempts: int) -> None:
     recipe = recipe_lib.get("kinetix-ppo")
     cfg = recipe.config("cpu-single")
     agent = kp.agent(cfg)
-    state = jax.jit(agent.ppo.init)(jax.random.PRNGKey(cfg.seed))
-    step = jax.jit(agent.ppo.update, donate_argnums=0)
+    state = jit(agent.ppo.init)(jax.random.PRNGKey(cfg.seed))
+    step = jit(agent.ppo.update, donate_argnums=0)
     evaluator = ke.Evaluator(
         agent, "s/h2_one_wheel_car", num_attempts=attempts, max_steps=cfg.env.max_timesteps
     )
@@ -324,9 +325,9 @@ def ours_network_ms() -> dict:
 
     out = {}
     for name, fn in (
-        ("forward", jax.jit(lambda p: net.apply(p, obs)[1])),
-        ("grad", jax.jit(jax.grad(loss))),
-        ("grad_4x128", jax.jit(chunked_grad)),
+        ("forward", jit(lambda p: net.apply(p, obs)[1])),
+        ("grad", jit(jax.grad(loss))),
+        ("grad_4x128", jit(chunked_grad)),
     ):
         jax.block_until_ready(fn(params))
         jax.block_until_ready(fn(params))

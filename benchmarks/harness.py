@@ -135,9 +135,12 @@ def run_peer(script: str, args: list[str], label: str) -> list[dict]:
 
 
 def compile_timed(fn, *args):
-    """``(compiled, compile seconds)`` of ``jax.jit(fn)`` lowered for ``args``."""
+    """``(compiled, compile seconds)`` of ``fn`` jitted with jaxlab's compile options
+    (:mod:`jaxlab.core.compile`) and lowered for ``args``."""
+    from jaxlab.core.compile import jit
+
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jit(fn).lower(*args).compile()
     return compiled, time.perf_counter() - t0
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from jaxlab.benchmarks.physics_fixtures import fixture_paths, load_fixture
 
 from jaxlab import physics as px
+from jaxlab.core.compile import jit
 from jaxlab.physics.state import empty_manifolds
 
 BODY_FIELDS = (
@@ -195,7 +196,7 @@ def rollout_fn(static_params: px.StaticSimParams, steps: int, solver: str = "fas
 
         return jax.lax.scan(body, state, None, length=steps)[1]
 
-    return jax.jit(jax.vmap(one))
+    return jit(jax.vmap(one))
 
 
 def _dev(pos, rot, ref, active) -> np.ndarray:

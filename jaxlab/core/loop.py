@@ -46,6 +46,7 @@ from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import resume as resume_lib
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.core.recipe import Parts, Recipe
 from jaxlab.core.run import abstract_state  # noqa: F401  (re-exported)
@@ -144,7 +145,7 @@ def _multi_step(
         return jax.lax.scan(lambda s, _: train_step(s, None), state, None, length=n)
 
     out = None if state_shardings is None else (state_shardings, None)
-    return jax.jit(multi, donate_argnums=0, out_shardings=out)
+    return jit(multi, donate_argnums=0, out_shardings=out)
 
 
 _COMPILED: dict[int, list[tuple[int, bool, Any, Callable]]] = {}

@@ -21,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxlab.core import config as config_lib
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.core.recipe import Parts, Recipe
 from jaxlab.core.sharding import MeshConfig, make_mesh
@@ -70,7 +71,7 @@ def abstract_state(parts: Parts, key: jax.Array) -> Any:
 def init_state(parts: Parts, key: jax.Array) -> Any:
     """The initial state, created directly in its shardings on the mesh."""
     out = parts.state_sharding(jax.eval_shape(parts.init, key)) if parts.state_sharding else None
-    return jax.jit(parts.init, out_shardings=out)(key)
+    return jit(parts.init, out_shardings=out)(key)
 
 
 def _stacked_sharding(sh: Any, extra: int) -> Any:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core.compile import jit
 from jaxlab.physics.collision import compute_manifolds, pair_indices
 from jaxlab.physics.contact import (
     BodyConstants,
@@ -483,7 +484,7 @@ def make_step(static_params: StaticSimParams, *, solver: str = "fast"):
     if solver not in _SOLVERS:
         raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
 
-    @jax.jit
+    @jit
     def _step(state: SimState, params: SimParams, actions):
         return step(state, params, static_params, actions, solver=solver)
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.kinetix import level_sets as ls
 from jaxlab.envs.kinetix import make_render_pixels, save_gif, to_image
@@ -157,7 +158,7 @@ class Evaluator:
                     record=record,
                 )
 
-            self._fns[(i, kind)] = jax.jit(run)
+            self._fns[(i, kind)] = jit(run)
         return self._fns[(i, kind)]
 
     def __call__(self, state: PPOState, key: jax.Array, kind: str = "agent"):
@@ -183,7 +184,7 @@ class Evaluator:
 
 def write_gif(group: ls.EvalGroup, shown: Any, path: Path) -> None:
     """``path``: recorded states ``[T, G]`` of ``group`` rendered side by side as a GIF."""
-    render = jax.jit(jax.vmap(make_render_pixels(group.env.static_params), in_axes=(0, None)))
+    render = jit(jax.vmap(make_render_pixels(group.env.static_params), in_axes=(0, None)))
     steps = jax.tree.leaves(shown)[0].shape[0]
     frames = []
     for t in range(steps):

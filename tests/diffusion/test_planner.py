@@ -133,6 +133,21 @@ def test_x0_fn_hook_replaces_the_data_prediction(setup):
     np.testing.assert_allclose(np.asarray(fixed), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+def test_x0_skip_adds_the_alpha_x_t_path(setup):
+    """x0_skip=True: D = alpha_t x_t + sigma_t F with F the plain network's output (same params)."""
+    scene, params, _, noise = setup
+    sched = VPLinear()
+    skip = CFG.__class__(**{**CFG.__dict__, "x0_skip": True})
+    enc = pl.make_net(CFG).apply(params, scene, method=pl.DiffusionPlannerNet.encode)
+    t = jnp.array([1e-3, 0.05, 0.5, 1.0])
+    plain = pl.denoise(params, noise, t, enc, scene, CFG, sched)
+    got = pl.denoise(params, noise, t, enc, scene, skip, sched)
+    a, s = sched.alpha(t)[:, None, None, None], sched.sigma(t)[:, None, None, None]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(a * noise + s * plain), atol=1e-6)
+    # at t = 1e-3 the estimate is x_t up to 1 - alpha and sigma * F
+    assert float(jnp.max(jnp.abs(got[0] - noise[0]))) < 0.1 * float(jnp.max(jnp.abs(plain[0])))
+
+
 def test_x0_loss_ignores_invalid_neighbours(setup):
     """Neighbour 3 is invalid: its future gets zero gradient (even when NaN), and replacing its
     history and future leaves the loss unchanged."""

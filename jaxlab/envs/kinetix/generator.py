@@ -55,6 +55,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, UInt32
 
+from jaxlab.core.compile import jit
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, create_empty_env
 from jaxlab.physics.collision import (
     calculate_collision_matrix,
@@ -885,7 +886,7 @@ def sample_level(
     return finalize_level(state, sp)
 
 
-sample_level_jit = jax.jit(sample_level, static_argnames=("static_params",))
+sample_level_jit = jit(sample_level, static_argnames=("static_params",))
 
 
 def sample_levels(
@@ -907,7 +908,7 @@ def _sample_levels(key, n, static_params, params, env_params):
     )
 
 
-_sample_levels_jit = jax.jit(_sample_levels, static_argnames=("n", "static_params"))
+_sample_levels_jit = jit(_sample_levels, static_argnames=("n", "static_params"))
 
 
 def make_sample_level(

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import jax
 
+from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.kinetix.env import KinetixEnv
 from jaxlab.envs.kinetix.levels import expand_level, load_level, make_reset_fn, stack_levels
@@ -218,7 +219,7 @@ def random_level_sampler(static: StaticEnvParams, env_params, noop_filter: bool)
     # a restore) then share one trace of the generator (and filter) instead of each redoing it
     sample = make(static, env_params=env_params)
     if not noop_filter:
-        return jax.jit(sample)
+        return jit(sample)
     from jaxlab.envs.kinetix.noop_filter import filter_levels
 
     def filtered(key: jax.Array):
@@ -227,7 +228,7 @@ def random_level_sampler(static: StaticEnvParams, env_params, noop_filter: bool)
         picked = filter_levels(k_pick, candidates, 1, static, env_params)[0]
         return jax.tree.map(lambda x: x[0], picked)
 
-    return jax.jit(filtered)
+    return jit(filtered)
 
 
 def mutate_function(static: StaticEnvParams, env_params) -> Callable:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int
 
+from jaxlab.core.compile import jit
 from jaxlab.envs.kinetix.levels import Level, level_to_json, load_level, save_level
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, from_sim_state
 from jaxlab.physics import (
@@ -651,7 +652,7 @@ def make_rollout(static_params: StaticEnvParams, steps: int):
         (_, outcome, end, closest), _ = jax.lax.scan(body, init, (jnp.arange(steps), actions))
         return outcome, end, closest
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+    return jit(jax.vmap(one, in_axes=(0, 0, None)))
 
 
 def solve_outcomes(

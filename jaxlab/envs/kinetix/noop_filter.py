@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from jaxlab.core.compile import jit
 from jaxlab.envs.kinetix.env import KinetixEnv
 from jaxlab.envs.kinetix.generator import GeneratorParams, sample_level
 from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams
@@ -176,7 +177,7 @@ def _sample_filtered(key, n, static_params, params, env_params, ratio, n_steps, 
     )
 
 
-_sample_filtered_jit = jax.jit(
+_sample_filtered_jit = jit(
     _sample_filtered, static_argnames=("n", "static_params", "ratio", "n_steps")
 )
 
