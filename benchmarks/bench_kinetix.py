@@ -33,7 +33,7 @@ from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
 from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import envs
-from jaxlab.core.compile import jit
+from jaxlab.core.compile import compiler_options, jit
 
 LEVELS = REPO.parent / "shared" / "kinetix-levels"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
@@ -108,6 +108,7 @@ def measure(size: str, n: int, obs: str, action: str, seconds: float) -> dict:
         "unit": "env_steps/s",
         "device": f"{d.platform}:{d.device_kind}",
         "jax": jax.__version__,
+        "compiler_options": compiler_options(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -37,7 +37,7 @@ from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
 from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import physics as px
-from jaxlab.core.compile import jit
+from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.levels import load_level
 from jaxlab.envs.kinetix.state import StaticEnvParams
 
@@ -98,6 +98,7 @@ def measure(size: str, n: int, seconds: float, solver: str, iterations: int | No
         "unit": "scene_steps/s",
         "device": f"{d.platform}:{d.device_kind}",
         "jax": jax.__version__,
+        "compiler_options": compiler_options(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -60,7 +60,7 @@ from jaxlab.benchmarks.harness import dot_flops, gemm_peak
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
-from jaxlab.core.compile import jit
+from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.actions import random_action
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import kinetix_eval as ke
@@ -154,6 +154,7 @@ def bench_train(
         rate=round(n / run.wall, 1),
         rate_cpu=round(n / run.cpu, 1),
         unit="env-steps/s",
+        compiler_options=compiler_options(),
     )
 
 
@@ -444,8 +445,11 @@ def bench_peer_train(
     cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
     cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
     # The original runs at XLA's defaults (as its users get it), whatever XLA_FLAGS ours runs
-    # under (e.g. a CPU flag being evaluated for jaxlab); both are echoed in the line.
+    # under (e.g. a CPU flag being evaluated for jaxlab), unless JAXLAB_PEER_XLA_FLAGS gives its
+    # XLA_FLAGS; both are echoed in the line, with jaxlab's compile options (jaxlab.core.compile).
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if os.environ.get("JAXLAB_PEER_XLA_FLAGS"):
+        env["XLA_FLAGS"] = os.environ["JAXLAB_PEER_XLA_FLAGS"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env)
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     peer = next((r for r in rows if r.get("what") == "peer_train"), None)
@@ -475,7 +479,8 @@ def bench_peer_train(
         peer_jax=peer["jax"],
         peer_load=peer["load"],
         xla_flags=os.environ.get("XLA_FLAGS", ""),
-        peer_xla_flags="",
+        compiler_options=compiler_options(),
+        peer_xla_flags=env.get("XLA_FLAGS", ""),
         unit="env-steps/s",
     )
     return peer

@@ -124,9 +124,13 @@ def peer_available(no_peer: bool) -> bool:
 
 def run_peer(script: str, args: list[str], label: str) -> list[dict]:
     """JSON lines printed by ``benchmarks/peers/<script>`` run with the peer venv's Python
-    (empty, with a note on stderr, when it fails). ``XLA_FLAGS`` is not passed on."""
+    (empty, with a note on stderr, when it fails). ``XLA_FLAGS`` is not passed on: the peer runs
+    at XLA's defaults unless ``JAXLAB_PEER_XLA_FLAGS`` is set (then that is its ``XLA_FLAGS``, to
+    measure the original under jaxlab's compile options, :mod:`jaxlab.core.compile`)."""
     cmd = [str(PEER_PY), str(PEERS / script), *args]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if os.environ.get("JAXLAB_PEER_XLA_FLAGS"):
+        env["XLA_FLAGS"] = os.environ["JAXLAB_PEER_XLA_FLAGS"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
     if proc.returncode != 0:
         print(f"# peer failed for {label}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
