@@ -226,15 +226,13 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
     )
 
 
-def bench_curve(max_updates: int, attempts: int) -> None:
+def bench_curve(max_updates: int, attempts: int, level: str = "s/h2_one_wheel_car") -> None:
     recipe = recipe_lib.get("kinetix-ppo")
-    cfg = recipe.config("cpu-single")
+    cfg = recipe.config("cpu-single", [f"env.train_levels={level}"])
     agent = kp.agent(cfg)
     state = jit(agent.ppo.init)(jax.random.PRNGKey(cfg.seed))
     step = jit(agent.ppo.update, donate_argnums=0)
-    evaluator = ke.Evaluator(
-        agent, "s/h2_one_wheel_car", num_attempts=attempts, max_steps=cfg.env.max_timesteps
-    )
+    evaluator = ke.Evaluator(agent, level, num_attempts=attempts, max_steps=cfg.env.max_timesteps)
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     per = cfg.ppo.num_envs * cfg.ppo.num_steps
     for u in range(1, max_updates + 1):
@@ -244,7 +242,8 @@ def bench_curve(max_updates: int, attempts: int) -> None:
         emit(
             what="ppo_curve",
             preset="cpu-single",
-            level="s/h2_one_wheel_car",
+            level=level,
+            compiler_options=compiler_options(),
             update=u,
             env_steps=u * per,
             eval_solve_rate=round(sr, 3),
@@ -512,6 +511,9 @@ def main() -> None:
     ap.add_argument("--envs", default="256,2048")
     ap.add_argument("--updates", type=int, default=1)
     ap.add_argument("--curve-updates", type=int, default=15)
+    ap.add_argument(
+        "--curve-level", default="s/h2_one_wheel_car", help="the --curve level (train and eval)"
+    )
     ap.add_argument("--attempts", type=int, default=20)
     ap.add_argument(
         "--grad-chunks",
@@ -547,7 +549,7 @@ def main() -> None:
                 if args.profile:
                     bench_profile(size, net, n, steps=args.steps)
     if args.curve:
-        bench_curve(args.curve_updates, args.attempts)
+        bench_curve(args.curve_updates, args.attempts, args.curve_level)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,19 @@ def compiler_options() -> dict[str, str] | None:
     return dict(CPU_OPTIONS)
 
 
+try:  # private, but the exact test; the fallback misses a nested call without traced arguments
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # pragma: no cover - a jax without it
+    _trace_state_clean = None
+
+
+def _at_top_level(args, kwargs) -> bool:
+    """Whether a call runs outside any trace (so it compiles its own program)."""
+    if _trace_state_clean is not None:
+        return _trace_state_clean()
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
+
+
 class _Jit:
     """``jax.jit(fun, ...)`` created on first use, so that building one (e.g. at import) does not
     start a backend before the caller has chosen its platform and flags."""
@@ -64,11 +77,21 @@ class _Jit:
         opts = {**(compiler_options() or {}), **(kw.pop("compiler_options", None) or {})}
         return jax.jit(self._fun, compiler_options=opts or None, **kw)
 
+    @functools.cached_property
+    def _nested(self):
+        kw = dict(self._kwargs)
+        kw.pop("compiler_options", None)
+        return jax.jit(self._fun, **kw)
+
     def __call__(self, *args, **kwargs):
-        return self._jitted(*args, **kwargs)
+        # Inside another trace (a jitted caller) XLA compiles the caller's program, with the
+        # caller's options; jax refuses compiler_options on a nested jit.
+        if _at_top_level(args, kwargs):
+            return self._jitted(*args, **kwargs)
+        return self._nested(*args, **kwargs)
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("_fun", "_kwargs"):
+        if name.startswith("__") or name in ("_fun", "_kwargs", "_jitted", "_nested"):
             raise AttributeError(name)
         return getattr(self._jitted, name)
 

@@ -60,6 +60,14 @@ def test_jit_is_lazy_and_merges_explicit_options(fresh_options):
     assert float(g(jnp.float32(1))) == 2.0
 
 
+def test_jit_nested_in_another_jit_compiles_with_the_callers_options(fresh_options):
+    inner = jc.jit(lambda x, n: x * n, static_argnums=1)
+    assert float(jax.jit(lambda x: inner(x, 3) + 1)(jnp.float32(2))) == 7.0
+    assert float(jc.jit(lambda x: inner(x, 3) + 1)(jnp.float32(2))) == 7.0
+    assert float(jax.vmap(lambda x: inner(x, 2))(jnp.ones(3)).sum()) == 6.0
+    assert float(inner(jnp.float32(2), 3)) == 6.0
+
+
 def test_engine_under_jaxlab_options_matches_xla_defaults():
     """20 steps of the L-capacity angry-birds scene (the solver's multi-batch path), 8 scenes with
     perturbed velocities: positions agree with the default compile to 1e-4 m."""
