@@ -293,7 +293,7 @@ def modes(
     if solver_steps is not None:  # the shares are the model's, not the solver's, if they hold
         m = dataclasses.replace(m, steps=solver_steps)
     emit(what="modes_run", run_dir=str(run_dir), step=step, ego_weight=m.ego_weight, width=m.width,
-         decoder_depth=m.decoder_depth, cross_residual=m.cross_residual,
+         decoder_depth=m.decoder_depth, cross_residual=m.cross_residual, x0_skip=m.x0_skip,
          train_scenes=cfg.n_scenes, total_steps=cfg.loop.total_steps,
          temperature=m.temperature, solver_steps=m.steps, split=split)  # fmt: skip
     held = rp.expert_data(cfg, split)

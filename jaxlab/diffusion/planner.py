@@ -82,7 +82,12 @@ class PlannerConfig:
             (2022), and EDM's c_skip / c_out for unit-variance data under a VP schedule. At low
             noise D then follows x_t by construction instead of having to reproduce it, which
             matters where the data is multimodal given the scene (a neighbour's hidden route).
-            The loss stays the x_0 loss. Not the paper's.
+            The loss stays the x_0 loss. Not the paper's, and measured worse on the route modes
+            (the intersection modes run of ``benchmarks/bench_planner.py`` with
+            ``model.x0_skip=true``, 6000 and 11500 steps): neighbour 0 straight 14-15 % against
+            a uniform third (38 % without the skip), the ego 21 % against the expert's 39 %, and
+            headings past the logged turns (in-between shapes 0.34 vs 0.18). Kept for further
+            study of the parametrisation; default off.
         steps, order, temperature: DPM-Solver++ steps (10), order (2), and the scale of x_T (0.5).
         guidance: ((energy name, weight), ...) composed at sampling; weight 0 entries are dropped.
         guidance_window: (t_lo, t_hi) of the guidance (original (0.005, 0.1)). The original's
