@@ -56,7 +56,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import dot_flops, gemm_peak
+from jaxlab.benchmarks.harness import dot_flops, gemm_peak, peer_env
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
@@ -443,12 +443,9 @@ def bench_peer_train(
     ours = bench_train(size, net, envs, updates, grad_chunks, steps)
     cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
     cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
-    # The original runs at XLA's defaults (as its users get it), whatever XLA_FLAGS ours runs
-    # under (e.g. a CPU flag being evaluated for jaxlab), unless JAXLAB_PEER_XLA_FLAGS gives its
-    # XLA_FLAGS; both are echoed in the line, with jaxlab's compile options (jaxlab.core.compile).
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    if os.environ.get("JAXLAB_PEER_XLA_FLAGS"):
-        env["XLA_FLAGS"] = os.environ["JAXLAB_PEER_XLA_FLAGS"]
+    # The original runs in harness.peer_env (XLA's defaults unless JAXLAB_PEER_XLA_FLAGS), whatever
+    # XLA_FLAGS ours runs under; both are echoed in the line, with jaxlab's compile options.
+    env = peer_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env)
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     peer = next((r for r in rows if r.get("what") == "peer_train"), None)

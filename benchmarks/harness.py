@@ -122,16 +122,21 @@ def peer_available(no_peer: bool) -> bool:
     return True
 
 
-def run_peer(script: str, args: list[str], label: str) -> list[dict]:
-    """JSON lines printed by ``benchmarks/peers/<script>`` run with the peer venv's Python
-    (empty, with a note on stderr, when it fails). ``XLA_FLAGS`` is not passed on: the peer runs
-    at XLA's defaults unless ``JAXLAB_PEER_XLA_FLAGS`` is set (then that is its ``XLA_FLAGS``, to
-    measure the original under jaxlab's compile options, :mod:`jaxlab.core.compile`)."""
-    cmd = [str(PEER_PY), str(PEERS / script), *args]
+def peer_env() -> dict[str, str]:
+    """The environment a peer process runs in: ours without ``XLA_FLAGS`` (the original at XLA's
+    defaults, as its users get it), or with ``XLA_FLAGS=$JAXLAB_PEER_XLA_FLAGS`` when that is set
+    (to measure the original under jaxlab's compile options, :mod:`jaxlab.core.compile`)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if os.environ.get("JAXLAB_PEER_XLA_FLAGS"):
         env["XLA_FLAGS"] = os.environ["JAXLAB_PEER_XLA_FLAGS"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
+    return env
+
+
+def run_peer(script: str, args: list[str], label: str) -> list[dict]:
+    """JSON lines printed by ``benchmarks/peers/<script>`` run with the peer venv's Python in
+    :func:`peer_env` (empty, with a note on stderr, when it fails)."""
+    cmd = [str(PEER_PY), str(PEERS / script), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(), cwd=HERE)
     if proc.returncode != 0:
         print(f"# peer failed for {label}: {proc.stderr.strip()[-800:]}", file=sys.stderr)
         return []

@@ -47,7 +47,7 @@ from jaxlab.diffusion import samplers
 from jaxlab.diffusion.dit import DiTBlock
 from jaxlab.diffusion.guidance import windowed_guidance
 from jaxlab.diffusion.losses import x0_errors
-from jaxlab.diffusion.model_wrapper import data_from_noise, model_wrapper
+from jaxlab.diffusion.model_wrapper import data_from_noise, expand_to, model_wrapper
 from jaxlab.diffusion.planner_energies import make_energy
 from jaxlab.diffusion.schedules import VPLinear, get_time_steps
 from jaxlab.diffusion.time_embedding import sinusoidal_embedding
@@ -385,13 +385,17 @@ def denoise(
     cfg: PlannerConfig,
     schedule: VPLinear,
 ) -> Float[Array, "B A T1 4"]:
-    """The normalised x_0 estimate D(x_t, t) from the encoder output ``enc`` (``x0_skip`` adds
-    the skip path alpha_t x_t)."""
+    """The normalised x_0 estimate D(x_t, t) from the encoder output ``enc``. ``x0_skip``:
+    alpha_t x_t + sigma_t F, which is :func:`jaxlab.diffusion.precond.edm_coefficients`' c_skip /
+    c_out (sigma_data = 1, sigma = sigma_t / alpha_t) applied to x_t / alpha_t."""
     out = make_net(cfg).apply(params, x, t, enc, scene, method=DiffusionPlannerNet.decode)
     if not cfg.x0_skip:
         return out
-    tb = jnp.broadcast_to(t, (x.shape[0],))[:, None, None, None]
-    return schedule.alpha(tb).astype(x.dtype) * x + schedule.sigma(tb).astype(x.dtype) * out
+    tb = jnp.broadcast_to(t, x.shape[:1])
+    alpha, sigma = (
+        expand_to(v.astype(x.dtype), x) for v in (schedule.alpha(tb), schedule.sigma(tb))
+    )
+    return alpha * x + sigma * out
 
 
 def init_planner(key: PRNGKeyArray, cfg: PlannerConfig, scene: Mapping[str, Array]):
