@@ -16,7 +16,7 @@ Every measurement prints one JSON line. Modes (combine freely):
   ``benchmarks/peers/setup_kinetix_peer.sh``) measured the same way in the same run: its
   transformer's forward/gradient on a 512-sample minibatch (the part that dominates its PPO), and
   ours for the ratio: one pass over 512, and ``grad_4x128`` accumulated over 4 chunks of 128
-  (what ``--train`` runs for the transformer, ``ppo.grad_chunks=4``).
+  (``ppo.grad_chunks=4``; ``--train`` runs the recipe's default, one chunk).
 * ``--peer-train``: each ``--train`` cell for jaxlab, then the same cell for the original's own
   PPO training (``benchmarks/peers/bench_ppo_peer.py``: experiments/ppo.py's update built from
   the ``kinetix-env`` wheel, run in the peer venv in a fresh process: same size, level, envs,
@@ -96,12 +96,12 @@ class Clock:
 def config(
     size: str, net: str, envs: int, grad_chunks: int = 0, steps: int = 0
 ) -> kp.KinetixPPOConfig:
-    """``grad_chunks`` 0: 4 for the transformer (minibatch gradients accumulated over chunks of
-    128, a few percent faster on the CPU, see ``PPOConfig.grad_chunks``), 1 for the MLP.
+    """``grad_chunks`` 0: the recipe's default, 1 (whole-minibatch gradients; 1, 2 and 4 chunks
+    of the transformer's gradient run within 3 % of each other, see ``PPOConfig.grad_chunks``).
     ``steps`` 0: 64 steps per rollout at N <= 256, else 8 (``--steps`` overrides, for smoke
     runs); minibatches of 512 transitions (at least one minibatch)."""
     steps = steps or (64 if envs <= 256 else 8)
-    chunks = grad_chunks or (4 if net == "transformer" else 1)
+    chunks = grad_chunks or 1
     over = {
         "env.size": size,
         "env.train_levels": LEVELS[size],
@@ -516,7 +516,7 @@ def main() -> None:
         "--grad-chunks",
         type=int,
         default=0,
-        help="ppo.grad_chunks (0: 4 for the transformer, 1 for the MLP)",
+        help="ppo.grad_chunks (0: the recipe's default, 1)",
     )
     args = ap.parse_args()
     if not (args.train or args.profile or args.curve or args.peer or args.peer_train or args.floor):

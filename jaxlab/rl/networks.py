@@ -51,6 +51,8 @@ from jaxlab.nn.initializers import orthogonal
 from jaxlab.rl.action_heads import ActionHead, HeadSpec
 
 NUM_MASK_CHANNELS = 4
+#: head sizes up to this compute attention as broadcast products (``MaskedSelfAttention``)
+_BROADCAST_HEAD_SIZE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,11 +150,21 @@ class MaskedSelfAttention(nn.Module):
         dh = self.qkv_features // h
         qkv = nn.Dense(3 * self.qkv_features, name="qkv")(x).reshape(b, n, 3, h, dh)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(dh).astype(np.float32)
-        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-        weights = jax.nn.softmax(logits, axis=-1)
-        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b * n, self.qkv_features)
-        return nn.Dense(self.out_features, name="out")(out)
+        root = np.sqrt(dh).astype(np.float32)
+        if dh <= _BROADCAST_HEAD_SIZE:
+            # [b, q, k, h]: products summed over the head's few features in one fused loop (a
+            # dot with a contraction of 2 costs XLA's CPU backend ~1000 tiny matmuls, and its
+            # gradient more)
+            logits = jnp.sum(q[:, :, None] * k[:, None], axis=-1) / root
+            logits = jnp.where(mask.transpose(0, 2, 3, 1), logits, jnp.finfo(logits.dtype).min)
+            weights = jax.nn.softmax(logits, axis=2)
+            out = jnp.sum(weights[..., None] * v[:, None], axis=2)
+        else:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / root
+            logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+            weights = jax.nn.softmax(logits, axis=-1)
+            out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+        return nn.Dense(self.out_features, name="out")(out.reshape(b * n, self.qkv_features))
 
 
 class GatedAttentionLayer(nn.Module):

@@ -92,6 +92,31 @@ def test_inactive_entities_do_not_matter(transformer):
     np.testing.assert_allclose(np.asarray(v2), np.asarray(v1), rtol=1e-5, atol=1e-6)
 
 
+def test_small_head_attention_paths_agree(monkeypatch):
+    """Head size 2 (the paper's) computes attention as broadcast products; the einsum path (taken
+    for larger heads) gives the same values and gradients on the same parameters."""
+    from jaxlab.rl import networks
+
+    net = ActorCritic(SMALL, HEAD)
+    obs = random_obs(11)
+    params = net.init(jax.random.PRNGKey(1), obs)
+
+    def value_and_grad():
+        def f(p):
+            pi, v = net.apply(p, obs)
+            return jnp.sum(v) + jnp.sum(pi.distribution.logits**2)
+
+        return jax.value_and_grad(f)(params)
+
+    fast = value_and_grad()
+    monkeypatch.setattr(networks, "_BROADCAST_HEAD_SIZE", 0)
+    reference = value_and_grad()
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(reference), strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        # float round-off, measured against each leaf's scale (sums of many terms cancel)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * max(1.0, float(np.abs(b).max())))
+
+
 def test_transformer_takes_any_entity_count():
     """The same parameters apply to larger observations (how an S agent is evaluated on M): one
     more polygon slot, masked out, gives the same policy and value as the unpadded observation
