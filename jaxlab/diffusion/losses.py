@@ -7,7 +7,8 @@
   (sigma sigma_d)^2.
 - ``x0_loss`` (x_0 / "x_start" prediction, Diffusion Planner ``loss.py``): t ~ U[t_min, t_max],
   x_t = C(alpha_t x_0 + sigma_t eps, t) with an optional correction C (e.g. re-imposing known
-  entries), L = sum(w (D(x_t, t) - x_0)^2) / sum(w) over a weight/validity mask w.
+  entries), L = sum(w (D(x_t, t) - x_0)^2) / sum(w) over a weight/validity mask w; optionally
+  each sample's errors times a weight of its time (``capped_snr_weight``).
 """
 
 from __future__ import annotations
@@ -75,16 +76,35 @@ def x0_errors(
     schedule: Schedule,
     *,
     correct_fn: Callable | None = None,
+    time_weight: Callable[[Float[Array, " batch"]], Float[Array, " batch"]] | None = None,
 ) -> Float[Array, "batch ..."]:
     """Element-wise squared errors (D(x_t, t) - x_0)^2 of an x_0-prediction network.
 
     ``denoiser(x_t, t)`` returns the x_0 estimate; ``correct_fn(x_t, t)``, if given, is applied to
-    the noised sample first (the samplers' correction hook, so training sees what sampling sees).
+    the noised sample first (the samplers' correction hook, so training sees what sampling sees);
+    ``time_weight(t)``, if given, multiplies each sample's errors (e.g. :func:`capped_snr_weight`).
     """
     t, _, xt = sample_noisy(key, x0, schedule)
     if correct_fn is not None:
         xt = correct_fn(xt, t)
-    return (denoiser(xt, t) - x0) ** 2
+    err = (denoiser(xt, t) - x0) ** 2
+    if time_weight is None:
+        return err
+    return expand_to(time_weight(t).astype(err.dtype), err) * err
+
+
+def capped_snr_weight(
+    schedule: Schedule, t: Float[Array, " batch"], cap: float
+) -> Float[Array, " batch"]:
+    """w(t) = clip(SNR(t), 1, cap), SNR = alpha_t^2 / sigma_t^2, for the x_0 loss.
+
+    ``SNR(t) ||D - x_0||^2 = ||eps_hat - eps||^2``, so up to ``cap`` the low-noise steps get the
+    emphasis of the eps loss, where the plain x_0 loss (weight 1) makes an error in following
+    x_t at low noise nearly free; above the cap the weight is that of Min-SNR-gamma (Hang et al.
+    2023, gamma = ``cap``), and at high noise it stays the x_0 loss's 1 (Min-SNR would go to 0).
+    """
+    snr = jnp.square(schedule.alpha(t)) / jnp.square(schedule.sigma(t))
+    return jnp.clip(snr, 1.0, cap)
 
 
 def x0_loss(

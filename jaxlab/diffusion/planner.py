@@ -34,6 +34,7 @@ optional classifier guidance by the energies of :mod:`jaxlab.diffusion.planner_e
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 
 import flax.linen as nn
@@ -46,7 +47,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.diffusion import samplers
 from jaxlab.diffusion.dit import DiTBlock
 from jaxlab.diffusion.guidance import windowed_guidance
-from jaxlab.diffusion.losses import x0_errors
+from jaxlab.diffusion.losses import capped_snr_weight, x0_errors
 from jaxlab.diffusion.model_wrapper import data_from_noise, expand_to, model_wrapper
 from jaxlab.diffusion.planner_energies import make_energy
 from jaxlab.diffusion.schedules import VPLinear, get_time_steps
@@ -88,6 +89,10 @@ class PlannerConfig:
             a uniform third (38 % without the skip), the ego 21 % against the expert's 39 %, and
             headings past the logged turns (in-between shapes 0.34 vs 0.18). Kept for further
             study of the parametrisation; default off.
+        snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t. A value > 1 weighs
+            each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)): low
+            noise levels, where the uniform x_0 loss barely charges the network for not
+            following x_t, get up to ``cap`` times the weight. Not the paper's.
         steps, order, temperature: DPM-Solver++ steps (10), order (2), and the scale of x_T (0.5).
         guidance: ((energy name, weight), ...) composed at sampling; weight 0 entries are dropped.
         guidance_window: (t_lo, t_hi) of the guidance (original (0.005, 0.1)). The original's
@@ -120,6 +125,7 @@ class PlannerConfig:
     cross_residual: bool = False
     ego_weight: float = 1.0
     x0_skip: bool = False
+    snr_weight_cap: float = 0.0
     steps: int = 10
     order: int = 2
     temperature: float = 0.5
@@ -154,6 +160,8 @@ class PlannerConfig:
             raise ConfigError("order", self.order, "1, 2 or 3")
         if not self.temperature > 0:
             raise ConfigError("temperature", self.temperature, "a float > 0")
+        if not (self.snr_weight_cap == 0 or self.snr_weight_cap > 1):
+            raise ConfigError("snr_weight_cap", self.snr_weight_cap, "0 (off) or a float > 1")
         if any(s <= 0 for s in self.norm_std):
             raise ConfigError("norm_std", self.norm_std, "four floats > 0")
         # validates names and weights (a clear error for an unknown energy)
@@ -438,7 +446,12 @@ def planner_loss(
     def denoiser(xt, t):
         return denoise(params, xt, t, enc, scene, cfg, schedule)
 
-    err = x0_errors(key, denoiser, x0, schedule, correct_fn=pin_current(cur_n))
+    time_weight = None
+    if cfg.snr_weight_cap:
+        time_weight = functools.partial(capped_snr_weight, schedule, cap=cfg.snr_weight_cap)
+    err = x0_errors(
+        key, denoiser, x0, schedule, correct_fn=pin_current(cur_n), time_weight=time_weight
+    )
     per_step = jnp.sum(err, -1)[:, :, 1:]  # (B, A, T); index 0 is pinned
     ego = jnp.mean(per_step[:, 0])
     w_nb = jnp.broadcast_to(nb_valid[:, :, None], per_step[:, 1:].shape)

@@ -46,3 +46,26 @@ def test_x0_errors_applies_the_correction():
         correct_fn=lambda x, t: x.at[:, 0].set(1.0),
     )
     assert bool(jnp.all(err[:, 0] == 0)) and float(err[:, 1:].sum()) > 0
+
+
+def test_capped_snr_weight_scales_each_sample():
+    """w(t) = clip(alpha^2 / sigma^2, 1, cap) from the schedule, applied per sample."""
+    from jaxlab.diffusion.losses import capped_snr_weight
+
+    t = jnp.array([0.02, 0.2, 0.5, 0.9])
+    a, s = np.asarray(SCH.alpha(t)), np.asarray(SCH.sigma(t))
+    want = np.clip(a**2 / s**2, 1.0, 5.0)
+    np.testing.assert_allclose(capped_snr_weight(SCH, t, 5.0), want, rtol=1e-6)
+    assert want[0] == 5.0 and want[-1] == 1.0 and 1.0 < want[1] < 5.0  # all three regimes
+
+    x0 = jax.random.normal(jax.random.PRNGKey(2), (6, 3))
+    key = jax.random.PRNGKey(3)
+    den = lambda x, t: 0.5 * x
+    plain = x0_errors(key, den, x0, SCH)
+    weighted = x0_errors(key, den, x0, SCH, time_weight=lambda t: capped_snr_weight(SCH, t, 5.0))
+    tk, _, _ = sample_noisy(key, x0, SCH)
+    np.testing.assert_allclose(
+        weighted,
+        np.asarray(plain) * np.asarray(capped_snr_weight(SCH, tk, 5.0))[:, None],
+        rtol=1e-6,
+    )

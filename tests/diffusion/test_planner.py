@@ -222,5 +222,7 @@ def test_bad_input_names_the_field(setup):
         pl.PlannerConfig(guidance=(("no_such_energy", 1.0),))
     with pytest.raises(ConfigError, match="weight"):
         pl.PlannerConfig(guidance=(("collision", -1.0),))
+    with pytest.raises(ConfigError, match="snr_weight_cap"):
+        pl.PlannerConfig(snr_weight_cap=0.5)
     with pytest.raises(ConfigError, match="future"):
         pl.check_finite("future", np.array([0.0, np.nan]))
