@@ -92,7 +92,11 @@ class PlannerConfig:
         snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t. A value > 1 weighs
             each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)): low
             noise levels, where the uniform x_0 loss barely charges the network for not
-            following x_t, get up to ``cap`` times the weight. Not the paper's.
+            following x_t, get up to ``cap`` times the weight. Not the paper's. Measured on the
+            intersection modes run (route hidden, 4096 scenes, 18000 steps, ``cap`` 5, 512
+            held-out scenes x 8 samples at temperature 1): neighbour 0's straight share 37.5-37.8 %
+            at 17500-18000 steps, as without it (38 %), and 35.7-36.6 % at 11000-12000; the ego's
+            42 % against the expert's 39 %. It does not remove the skew; default off.
         steps, order, temperature: DPM-Solver++ steps (10), order (2), and the scale of x_T (0.5).
         guidance: ((energy name, weight), ...) composed at sampling; weight 0 entries are dropped.
         guidance_window: (t_lo, t_hi) of the guidance (original (0.005, 0.1)). The original's
