@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -103,8 +104,7 @@ def capped_snr_weight(
     x_t at low noise nearly free; above the cap the weight is that of Min-SNR-gamma (Hang et al.
     2023, gamma = ``cap``), and at high noise it stays the x_0 loss's 1 (Min-SNR would go to 0).
     """
-    snr = jnp.square(schedule.alpha(t)) / jnp.square(schedule.sigma(t))
-    return jnp.clip(snr, 1.0, cap)
+    return jnp.clip(jnp.exp(2.0 * schedule.lambda_t(t)), 1.0, cap)  # lambda_t: half log-SNR
 
 
 def x0_loss(
@@ -117,16 +117,21 @@ def x0_loss(
     *,
     weights: Float[Array, "..."] | None = None,
     correct_fn: Callable | None = None,
+    time_weight: Callable[[Float[Array, " batch"]], Float[Array, " batch"]] | None = None,
 ) -> Float[Array, ""]:
-    """Weighted x_0-prediction loss sum(w err) / max(sum(w), 1e-8), err of :func:`x0_errors`.
+    """Weighted x_0-prediction loss sum(w err) / max(sum(w), 1e-8), err of :func:`x0_errors`
+    (``correct_fn`` and ``time_weight`` as there).
 
     ``weights`` broadcasts against x0 (a validity mask gives the mean over valid entries; entries
     with weight 0 contribute neither value nor gradient; they are replaced by zeros before noising,
     so a NaN placeholder there is harmless). None: the plain mean.
     """
+    errors = functools.partial(
+        x0_errors, key, denoiser, schedule=schedule, correct_fn=correct_fn, time_weight=time_weight
+    )
     if weights is None:
-        return jnp.mean(x0_errors(key, denoiser, x0, schedule, correct_fn=correct_fn))
+        return jnp.mean(errors(x0))
     w = jnp.broadcast_to(jnp.asarray(weights, x0.dtype), x0.shape)
     x0 = jnp.where(w != 0, x0, 0.0)  # masked entries (maybe NaN) become zeros before noising
-    err = x0_errors(key, denoiser, x0, schedule, correct_fn=correct_fn)
+    err = errors(x0)
     return jnp.sum(jnp.where(w != 0, w * err, 0.0)) / jnp.maximum(jnp.sum(w), 1e-8)

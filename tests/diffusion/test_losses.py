@@ -69,3 +69,7 @@ def test_capped_snr_weight_scales_each_sample():
         np.asarray(plain) * np.asarray(capped_snr_weight(SCH, tk, 5.0))[:, None],
         rtol=1e-6,
     )
+    tw = lambda t: capped_snr_weight(SCH, t, 5.0)
+    np.testing.assert_allclose(
+        x0_loss(key, den, x0, SCH, time_weight=tw), np.mean(np.asarray(weighted)), rtol=1e-6
+    )
