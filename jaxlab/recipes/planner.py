@@ -11,8 +11,9 @@ the batch is an input of the train step, split over the mesh's data axes (parame
 never a constant of the compiled program. Training: the ego state perturbation of the original
 (:mod:`jaxlab.diffusion.planner_augment`: half the samples re-planned from a perturbed current
 state, so the planner learns to recover from its own closed-loop drift), the x_0 loss with
-neighbour validity masks, AdamW with a linear warm-up then constant rate (the traced ``lr``), EMA
-of the weights used for sampling.
+neighbour validity masks, AdamW with a linear warm-up then a constant rate or (``lr_schedule:
+cosine``) a cosine decay to zero at ``loop.total_steps``, both scaled by the traced ``lr``; EMA of
+the weights used for sampling.
 
 Evaluation: open-loop ADE/FDE of the sampled ego plans against held-out expert logs and the
 closed-loop score (:mod:`jaxlab.envs.driving_eval`) of the guided planner on ``eval_scenes``
@@ -60,6 +61,8 @@ class PlannerRecipeConfig:
     augment: the ego state perturbation of the training samples (the original's
         ``StatePerturbation``; ``augment.prob`` 0 turns it off).
     batch_size, lr, warmup_steps, weight_decay, ema_decay: optimisation.
+    lr_schedule: after the warm-up, ``constant`` (the default) or ``cosine`` (decays to 0 at
+        ``loop.total_steps``).
     eval_scenes, eval_steps: closed-loop evaluation size.
     gif_scenes: scenes of the closed-loop GIF ``finalize`` writes (0: none).
     """
@@ -74,6 +77,7 @@ class PlannerRecipeConfig:
     batch_size: int = 256
     lr: float = 5e-4
     warmup_steps: int = 100
+    lr_schedule: str = "constant"
     weight_decay: float = 1e-4
     ema_decay: float = 0.999
     eval_scenes: int = 32
@@ -91,6 +95,8 @@ class PlannerRecipeConfig:
             raise ConfigError("scene_type", self.scene_type, "-1, 0, 1 or 2")
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a float > 0")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ConfigError("lr_schedule", self.lr_schedule, "'constant' or 'cosine'")
 
 
 @flax.struct.dataclass
@@ -203,8 +209,17 @@ def scene_of(batch: dict) -> dict:
     return {k: batch[k] for k in pl.SCENE_KEYS}
 
 
+def lr_unit(cfg: PlannerRecipeConfig) -> optax.Schedule:
+    """The learning-rate multiplier per step (warm-up, then constant or cosine to 0)."""
+    warmup = max(cfg.warmup_steps, 1)
+    if cfg.lr_schedule == "cosine":
+        total = max(cfg.loop.total_steps, warmup + 1)
+        return optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, total, end_value=0.0)
+    return optax.linear_schedule(0.0, 1.0, warmup)
+
+
 def _optimizer(cfg: PlannerRecipeConfig, lr):
-    unit = optax.linear_schedule(0.0, 1.0, max(cfg.warmup_steps, 1))
+    unit = lr_unit(cfg)
     return optax.chain(
         optax.clip_by_global_norm(1.0),
         optax.adamw(lambda c: lr * unit(c), weight_decay=cfg.weight_decay),

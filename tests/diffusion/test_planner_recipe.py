@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -46,3 +48,22 @@ def test_planner_eight_devices_equal_one(tiny):
     )
     assert set(s8.hparams) == {"lr"}
     assert jax.tree.leaves(s8.params)
+
+
+def test_lr_schedule_warms_up_then_holds_or_decays_to_zero():
+    base = planner_recipe.RECIPE.config("tiny")
+    base = dataclasses.replace(
+        base, warmup_steps=10, loop=dataclasses.replace(base.loop, total_steps=110)
+    )
+    const = planner_recipe.lr_unit(base)
+    cos = planner_recipe.lr_unit(dataclasses.replace(base, lr_schedule="cosine"))
+    for unit in (const, cos):
+        np.testing.assert_allclose(
+            [float(unit(0)), float(unit(5)), float(unit(10))], [0.0, 0.5, 1.0]
+        )
+    assert float(const(110)) == 1.0
+    # half-way through the decay the cosine is at one half; zero at total_steps
+    np.testing.assert_allclose(float(cos(60)), 0.5, atol=1e-6)
+    assert float(cos(110)) == 0.0 and float(cos(35)) > float(cos(85)) > 0.0
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        dataclasses.replace(base, lr_schedule="linear")
