@@ -25,6 +25,11 @@ Sections (``--only a,b``):
   tests calibration to the expert, on (planner shares - 1/3) the marginal against the world's
   uniform route draw; stated threshold p >= 0.01. Use ``--temperature 1.0`` (the preset's 0.5,
   the original's lowered start, concentrates samples towards the middle mode by design).
+  ``--neighbour-windows 0,1,2,...`` adds ``neighbour_modes_window`` lines: neighbour 0's shares
+  and the paired tests at those samples of each rollout (0.1 s apart; its route is hidden until
+  about sample 4, then the per-scene agreement with the logged mode climbs to 1), with the
+  straight share by the neighbour's speed (a slow one turns later in the 1.6 s horizon, so its
+  three futures lie closest together).
 - ``posterior`` (``--modes-run-dir``, same kind of run; ``--modes-scenes`` scenes,
   ``--samples-per-scene`` noise draws): each scene rolled out once per forced route of neighbour 0
   (its three possible futures exactly); the denoiser's error against the optimal x_0 estimate
@@ -276,6 +281,7 @@ def modes(
     solver_steps=None,
     split="valid",
     step=None,
+    windows=(),
 ):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
@@ -287,6 +293,9 @@ def modes(
     means the model memorised the training scenes' hidden routes."""
     cfg, params = _params(run_dir, step)
     cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)  # held-out rollouts
+    for k in windows:
+        if not 0 <= k < cfg.log_steps:
+            raise ValueError(f"--neighbour-windows: {k} is not in [0, {cfg.log_steps})")
     m = cfg.model
     if temperature is not None:  # 1.0 samples the learned distribution; the original uses 0.5
         m = dataclasses.replace(m, temperature=temperature)
@@ -295,6 +304,7 @@ def modes(
     emit(what="modes_run", run_dir=str(run_dir), step=step, ego_weight=m.ego_weight, width=m.width,
          decoder_depth=m.decoder_depth, cross_residual=m.cross_residual, x0_skip=m.x0_skip,
          train_scenes=cfg.n_scenes, total_steps=cfg.loop.total_steps,
+         lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
          temperature=m.temperature, solver_steps=m.steps, split=split)  # fmt: skip
     held = rp.expert_data(cfg, split)
     if split == "train":
@@ -319,6 +329,34 @@ def modes(
             lanes = np.asarray(held["nb_lane"])[idx, 0]
             emit(what="neighbour_modes_vs_lane", logged_heading_mode_matches_lane=float(
                 np.mean(expert_modes == lanes)))  # fmt: skip
+    for k in windows:
+        idx = np.arange(n_roll) * cfg.log_steps + k
+        sc = {
+            kk: np.repeat(np.asarray(held[kk])[idx], samples_per_scene, 0) for kk in pl.SCENE_KEYS
+        }
+        cur = np.asarray(held["current"])[idx, 1]
+        h0 = np.arctan2(cur[:, 3], cur[:, 2])
+        em = _modes_of(_turn(np.asarray(held["future"])[idx, 1], h0))
+        traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
+        pm = _modes_of(_turn(traj[:, 1], np.repeat(h0, samples_per_scene))).reshape(n_roll, -1)
+        share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
+        _, p_l = _hotelling(share - np.eye(3)[em])
+        _, p_u = _hotelling(share - 1.0 / 3.0)
+        # by the neighbour's speed: a slow one turns later in the horizon, so its three futures
+        # are closest together (the logged turners' median |heading change| per band)
+        v = np.linalg.norm(np.asarray(held["neighbours"])[idx, 0, -1, 4:6], axis=-1)
+        bands = [(0.0, 5.5), (5.5, 7.0), (7.0, np.inf)]
+        sel = [(v >= lo) & (v < hi) for lo, hi in bands]
+        et = np.abs(_turn(np.asarray(held["future"])[idx, 1], h0))
+        emit(what="neighbour_modes_window", sample=k, scenes=n_roll,
+             shares=share.mean(0).round(3).tolist(),
+             logged_shares=(np.bincount(em, minlength=3) / n_roll).round(3).tolist(),
+             agree_with_logged_mode=round(float(np.mean(pm == em[:, None])), 3),
+             p_vs_logged=p_l, p_vs_known=p_u, speed_bands_mps=[[lo, hi] for lo, hi in bands[:2]]
+             + [[7.0, None]], scenes_by_speed=[int(s.sum()) for s in sel],
+             straight_by_speed=[round(float(np.mean(pm[s] == 1)), 3) for s in sel],
+             logged_straight_by_speed=[round(float(np.mean(em[s] == 1)), 3) for s in sel],
+             logged_turn_by_speed=[round(float(np.median(et[s & (em != 1)])), 3) for s in sel])  # fmt: skip
 
 
 def posterior(
@@ -494,6 +532,9 @@ def main():
     ap.add_argument("--modes-split", default="valid", help="modes: 'valid' or 'train' rollouts")
     ap.add_argument("--solver-steps", type=int, default=None, help="modes: DPM-Solver++ steps")
     ap.add_argument(
+        "--neighbour-windows", default="", help="modes: neighbour 0 at these samples, e.g. 0,2,4"
+    )
+    ap.add_argument(
         "--variants",
         default="collision:0.5;drivable:0.5",
         help="guided variants of the closed-loop table, e.g. 'collision:2;collision:2+drivable:1'",
@@ -532,6 +573,7 @@ def main():
             args.solver_steps,
             args.modes_split,
             args.step,
+            tuple(int(v) for v in args.neighbour_windows.split(",") if v),
         )
 
 
