@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import flax.struct
 import grain
@@ -80,7 +80,7 @@ class PlannerRecipeConfig:
     batch_size: int = 256
     lr: float = 5e-4
     warmup_steps: int = 100
-    lr_schedule: str = "constant"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     weight_decay: float = 1e-4
     ema_decay: float = 0.999
     eval_scenes: int = 32
