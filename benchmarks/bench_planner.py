@@ -336,7 +336,8 @@ def modes(
         }
         cur = np.asarray(held["current"])[idx, 1]
         h0 = np.arctan2(cur[:, 3], cur[:, 2])
-        em = _modes_of(_turn(np.asarray(held["future"])[idx, 1], h0))
+        et = _turn(np.asarray(held["future"])[idx, 1], h0)
+        em = _modes_of(et)
         traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
         pm = _modes_of(_turn(traj[:, 1], np.repeat(h0, samples_per_scene))).reshape(n_roll, -1)
         share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
@@ -345,18 +346,18 @@ def modes(
         # by the neighbour's speed: a slow one turns later in the horizon, so its three futures
         # are closest together (the logged turners' median |heading change| per band)
         v = np.linalg.norm(np.asarray(held["neighbours"])[idx, 0, -1, 4:6], axis=-1)
-        bands = [(0.0, 5.5), (5.5, 7.0), (7.0, np.inf)]
-        sel = [(v >= lo) & (v < hi) for lo, hi in bands]
-        et = np.abs(_turn(np.asarray(held["future"])[idx, 1], h0))
+        bands = [(0.0, 5.5), (5.5, 7.0), (7.0, None)]
+        sel = [(v >= lo) & (v < (np.inf if hi is None else hi)) for lo, hi in bands]
         emit(what="neighbour_modes_window", sample=k, scenes=n_roll,
              shares=share.mean(0).round(3).tolist(),
              logged_shares=(np.bincount(em, minlength=3) / n_roll).round(3).tolist(),
              agree_with_logged_mode=round(float(np.mean(pm == em[:, None])), 3),
-             p_vs_logged=p_l, p_vs_known=p_u, speed_bands_mps=[[lo, hi] for lo, hi in bands[:2]]
-             + [[7.0, None]], scenes_by_speed=[int(s.sum()) for s in sel],
+             p_vs_logged=p_l, p_vs_known=p_u, speed_bands_mps=[list(b) for b in bands],
+             scenes_by_speed=[int(s.sum()) for s in sel],
              straight_by_speed=[round(float(np.mean(pm[s] == 1)), 3) for s in sel],
              logged_straight_by_speed=[round(float(np.mean(em[s] == 1)), 3) for s in sel],
-             logged_turn_by_speed=[round(float(np.median(et[s & (em != 1)])), 3) for s in sel])  # fmt: skip
+             logged_turn_by_speed=[round(float(np.median(np.abs(et[s & (em != 1)]))), 3)
+                                   for s in sel])  # fmt: skip
 
 
 def posterior(
