@@ -29,7 +29,9 @@ Sections (``--only a,b``):
   and the paired tests at those samples of each rollout (0.1 s apart; its route is hidden until
   about sample 4, then the per-scene agreement with the logged mode climbs to 1), with the
   straight share by the neighbour's speed (a slow one turns later in the 1.6 s horizon, so its
-  three futures lie closest together).
+  three futures lie closest together), the sampled and logged turners' median |heading change|,
+  and |heading change| quantiles per band around the straight/turn boundary (a turner sampled
+  with a turn onset late in the horizon falls under the 0.15 rad cut and reads straight).
 - ``posterior`` (``--modes-run-dir``, same kind of run; ``--modes-scenes`` scenes,
   ``--samples-per-scene`` noise draws): each scene rolled out once per forced route of neighbour 0
   (its three possible futures exactly); the denoiser's error against the optimal x_0 estimate
@@ -273,6 +275,9 @@ def _hotelling(d):
     return round(t2, 3), float(f_dist.sf(stat, 2, n - 2))
 
 
+_TURN_Q = (0.25, 0.3, 0.35, 0.4, 0.5, 0.75)
+
+
 def modes(
     run_dir,
     samples_per_scene,
@@ -339,7 +344,8 @@ def modes(
         et = _turn(np.asarray(held["future"])[idx, 1], h0)
         em = _modes_of(et)
         traj = np.asarray(sample(jax.random.PRNGKey(5), params, sc))
-        pm = _modes_of(_turn(traj[:, 1], np.repeat(h0, samples_per_scene))).reshape(n_roll, -1)
+        pt = _turn(traj[:, 1], np.repeat(h0, samples_per_scene)).reshape(n_roll, -1)
+        pm = _modes_of(pt)
         share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
         _, p_l = _hotelling(share - np.eye(3)[em])
         _, p_u = _hotelling(share - 1.0 / 3.0)
@@ -357,7 +363,15 @@ def modes(
              straight_by_speed=[round(float(np.mean(pm[s] == 1)), 3) for s in sel],
              logged_straight_by_speed=[round(float(np.mean(em[s] == 1)), 3) for s in sel],
              logged_turn_by_speed=[round(float(np.median(np.abs(et[s & (em != 1)]))), 3)
-                                   for s in sel])  # fmt: skip
+                                   for s in sel],
+             sampled_turn_by_speed=[round(float(np.median(np.abs(pt[s][pm[s] != 1]))), 3)
+                                    for s in sel],
+             # |heading change| quantiles around the straight/turn boundary (about the 1/3 point)
+             turn_quantiles=list(_TURN_Q),
+             logged_abs_turn_q_by_speed=[np.quantile(np.abs(et[s]), _TURN_Q).round(3).tolist()
+                                         for s in sel],
+             sampled_abs_turn_q_by_speed=[np.quantile(np.abs(pt[s]), _TURN_Q).round(3).tolist()
+                                          for s in sel])  # fmt: skip
 
 
 def posterior(
