@@ -19,11 +19,12 @@ Sections (``--only a,b``):
   wrong mixture (sharp turns in the wrong shares); ``--solver-steps`` re-samples with more
   DPM-Solver++ steps (shares that hold are the model's, not the solver's); ``--modes-split train``
   takes training rollouts instead of held-out ones (a per-scene agreement with the hidden logged
-  mode above 1/3 there, and not on held-out scenes, is memorisation). The ``*_paired`` lines
-  take the scene as the unit (a scene's samples share its cues, so the count tests above
-  overstate their evidence): Hotelling's T^2 on per-scene (planner shares - logged one-hot)
-  tests calibration to the expert, on (planner shares - 1/3) the marginal against the world's
-  uniform route draw; stated threshold p >= 0.01. Use ``--temperature 1.0`` (the preset's 0.5,
+  mode above 1/3 there, and not on held-out scenes, is memorisation); ``--modes-params raw``
+  samples with the optimiser's iterate at ``--step`` instead of its EMA (the recipe's model).
+  The ``*_paired`` lines take the scene as the unit (a scene's samples share its cues, so the
+  count tests above overstate their evidence): Hotelling's T^2 on per-scene (planner shares -
+  logged one-hot) tests calibration to the expert, on (planner shares - 1/3) the marginal against
+  the world's uniform route draw; stated threshold p >= 0.01. Use ``--temperature 1.0`` (the preset's 0.5,
   the original's lowered start, concentrates samples towards the middle mode by design).
   ``--neighbour-windows 0,1,2,...`` adds ``neighbour_modes_window`` lines: neighbour 0's shares
   and the paired tests at those samples of each rollout (0.1 s apart; its route is hidden until
@@ -67,7 +68,11 @@ from jaxlab.envs.driving import make_driving, to_frame
 from jaxlab.recipes import planner as rp
 
 
-def _params(run_dir, step=None):
+def _params(run_dir, step=None, which="ema"):
+    """The run's config and its EMA parameters (what the recipe evaluates and ships), or
+    ``which="raw"``: the optimiser's current iterate at that step."""
+    if which not in ("ema", "raw"):
+        raise ValueError(f"--modes-params: {which!r} is not 'ema' or 'raw'")
     if run_dir is None:
         cfg = rp.RECIPE.config("cpu")
         params = jax.jit(lambda k: pl.init_planner(k, cfg.model, rp.dummy_scene(cfg.model)))(
@@ -75,7 +80,7 @@ def _params(run_dir, step=None):
         )
         return cfg, params
     run = open_run(run_dir, recipe=rp.RECIPE, step=step)
-    return run.cfg, run.state.ema_params
+    return run.cfg, run.state.ema_params if which == "ema" else run.state.params
 
 
 def speed(run_dir):
@@ -287,6 +292,7 @@ def modes(
     split="valid",
     step=None,
     windows=(),
+    which="ema",
 ):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
@@ -296,7 +302,7 @@ def modes(
     logged proportions. ``split="train"`` takes the first ``n_scenes`` training rollouts instead:
     per-scene agreement with the logged mode well above 1/3 there (and not on held-out scenes)
     means the model memorised the training scenes' hidden routes."""
-    cfg, params = _params(run_dir, step)
+    cfg, params = _params(run_dir, step, which)
     cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)  # held-out rollouts
     for k in windows:
         if not 0 <= k < cfg.log_steps:
@@ -310,7 +316,7 @@ def modes(
          decoder_depth=m.decoder_depth, cross_residual=m.cross_residual, x0_skip=m.x0_skip,
          train_scenes=cfg.n_scenes, total_steps=cfg.loop.total_steps,
          lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
-         temperature=m.temperature, solver_steps=m.steps, split=split)  # fmt: skip
+         temperature=m.temperature, solver_steps=m.steps, split=split, params=which)  # fmt: skip
     held = rp.expert_data(cfg, split)
     if split == "train":
         held = {k: v[: n_scenes * cfg.log_steps] for k, v in held.items()}
@@ -547,6 +553,12 @@ def main():
     ap.add_argument("--modes-split", default="valid", help="modes: 'valid' or 'train' rollouts")
     ap.add_argument("--solver-steps", type=int, default=None, help="modes: DPM-Solver++ steps")
     ap.add_argument(
+        "--modes-params",
+        default="ema",
+        choices=("ema", "raw"),
+        help="modes: the run's EMA parameters (default) or the optimiser's raw iterate",
+    )
+    ap.add_argument(
         "--neighbour-windows", default="", help="modes: neighbour 0 at these samples, e.g. 0,2,4"
     )
     ap.add_argument(
@@ -589,6 +601,7 @@ def main():
             args.modes_split,
             args.step,
             tuple(int(v) for v in args.neighbour_windows.split(",") if v),
+            args.modes_params,
         )
 
 
