@@ -50,6 +50,7 @@ from jaxlab.diffusion.guidance import windowed_guidance
 from jaxlab.diffusion.losses import capped_snr_weight, x0_errors
 from jaxlab.diffusion.model_wrapper import data_from_noise, expand_to, model_wrapper
 from jaxlab.diffusion.planner_energies import make_energy
+from jaxlab.diffusion.precond import edm_coefficients
 from jaxlab.diffusion.schedules import VPLinear, get_time_steps
 from jaxlab.diffusion.time_embedding import sinusoidal_embedding
 from jaxlab.nn import MLP, MultiHeadAttention
@@ -89,6 +90,10 @@ class PlannerConfig:
             a uniform third (38 % without the skip), the ego 21 % against the expert's 39 %, and
             headings past the logged turns (in-between shapes 0.34 vs 0.18). Kept for further
             study of the parametrisation; default off.
+        skip_sigma_data: EDM's sigma_data of the ``x0_skip`` path: D = c_skip x_t / alpha_t +
+            c_out F with :func:`jaxlab.diffusion.precond.edm_coefficients` at sigma_t / alpha_t.
+            1.0 (unit-variance data, the normalisation's marginal) is alpha_t x_t + sigma_t F; a
+            smaller value hands x_t to D only at lower noise (EDM's image default is 0.5).
         snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t. A value > 1 weighs
             each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)): low
             noise levels, where the uniform x_0 loss barely charges the network for not
@@ -129,6 +134,7 @@ class PlannerConfig:
     cross_residual: bool = False
     ego_weight: float = 1.0
     x0_skip: bool = False
+    skip_sigma_data: float = 1.0
     snr_weight_cap: float = 0.0
     steps: int = 10
     order: int = 2
@@ -166,6 +172,8 @@ class PlannerConfig:
             raise ConfigError("temperature", self.temperature, "a float > 0")
         if not (self.snr_weight_cap == 0 or self.snr_weight_cap > 1):
             raise ConfigError("snr_weight_cap", self.snr_weight_cap, "0 (off) or a float > 1")
+        if not self.skip_sigma_data > 0:
+            raise ConfigError("skip_sigma_data", self.skip_sigma_data, "a float > 0")
         if any(s <= 0 for s in self.norm_std):
             raise ConfigError("norm_std", self.norm_std, "four floats > 0")
         # validates names and weights (a clear error for an unknown energy)
@@ -398,16 +406,18 @@ def denoise(
     schedule: VPLinear,
 ) -> Float[Array, "B A T1 4"]:
     """The normalised x_0 estimate D(x_t, t) from the encoder output ``enc``. ``x0_skip``:
-    alpha_t x_t + sigma_t F, which is :func:`jaxlab.diffusion.precond.edm_coefficients`' c_skip /
-    c_out (sigma_data = 1, sigma = sigma_t / alpha_t) applied to x_t / alpha_t."""
+    :func:`jaxlab.diffusion.precond.edm_coefficients`' c_skip / c_out (sigma_data =
+    ``skip_sigma_data``, sigma = sigma_t / alpha_t) applied to x_t / alpha_t; for sigma_data 1,
+    alpha_t x_t + sigma_t F."""
     out = make_net(cfg).apply(params, x, t, enc, scene, method=DiffusionPlannerNet.decode)
     if not cfg.x0_skip:
         return out
     tb = jnp.broadcast_to(t, x.shape[:1])
-    alpha, sigma = (
-        expand_to(v.astype(x.dtype), x) for v in (schedule.alpha(tb), schedule.sigma(tb))
-    )
-    return alpha * x + sigma * out
+    alpha, sigma = (v.astype(x.dtype) for v in (schedule.alpha(tb), schedule.sigma(tb)))
+    if cfg.skip_sigma_data == 1.0:
+        return expand_to(alpha, x) * x + expand_to(sigma, x) * out
+    c_skip, c_out, _, _ = edm_coefficients(sigma / alpha, cfg.skip_sigma_data)
+    return expand_to(c_skip / alpha, x) * x + expand_to(c_out, x) * out
 
 
 def init_planner(key: PRNGKeyArray, cfg: PlannerConfig, scene: Mapping[str, Array]):

@@ -146,6 +146,18 @@ def test_x0_skip_adds_the_alpha_x_t_path(setup):
     np.testing.assert_allclose(np.asarray(got), np.asarray(a * noise + s * plain), atol=1e-6)
     # at t = 1e-3 the estimate is x_t up to 1 - alpha and sigma * F
     assert float(jnp.max(jnp.abs(got[0] - noise[0]))) < 0.1 * float(jnp.max(jnp.abs(plain[0])))
+    # a smaller sigma_data: EDM's c_skip x_t / alpha + c_out F at sigma = sigma_t / alpha_t, which
+    # hands x_t over at lower noise (at t = 1, c_skip = 0.25 / (sigma^2 + 0.25) is ~1e-5)
+    half = CFG.__class__(**{**skip.__dict__, "skip_sigma_data": 0.5})
+    got = np.asarray(pl.denoise(params, noise, t, enc, scene, half, sched), np.float64)
+    a, s = np.asarray(a, np.float64), np.asarray(s, np.float64)
+    se = s / a
+    c_skip, c_out = 0.25 / (se**2 + 0.25), se * 0.5 / np.sqrt(se**2 + 0.25)
+    want = c_skip * np.asarray(noise) / a + c_out * np.asarray(plain)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert c_skip[-1].max() < 1e-4 and c_skip[0].min() > 0.99
+    with pytest.raises(ConfigError, match="skip_sigma_data"):
+        CFG.__class__(**{**CFG.__dict__, "skip_sigma_data": 0.0})
 
 
 def test_x0_loss_ignores_invalid_neighbours(setup):
