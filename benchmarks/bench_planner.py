@@ -24,8 +24,9 @@ Sections (``--only a,b``):
   The ``*_paired`` lines take the scene as the unit (a scene's samples share its cues, so the
   count tests above overstate their evidence): Hotelling's T^2 on per-scene (planner shares -
   logged one-hot) tests calibration to the expert, on (planner shares - 1/3) the marginal against
-  the world's uniform route draw; stated threshold p >= 0.01. Use ``--temperature 1.0`` (the preset's 0.5,
-  the original's lowered start, concentrates samples towards the middle mode by design).
+  the world's uniform route draw; stated threshold p >= 0.01. Use ``--temperature 1.0`` (the
+  preset's 0.5, the original's lowered start, concentrates samples towards the middle mode by
+  design).
   ``--neighbour-windows 0,1,2,...`` adds ``neighbour_modes_window`` lines: neighbour 0's shares
   and the paired tests at those samples of each rollout (0.1 s apart; its route is hidden until
   about sample 4, then the per-scene agreement with the logged mode climbs to 1), with the
