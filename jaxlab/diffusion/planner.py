@@ -94,6 +94,10 @@ class PlannerConfig:
             c_out F with :func:`jaxlab.diffusion.precond.edm_coefficients` at sigma_t / alpha_t.
             1.0 (unit-variance data, the normalisation's marginal) is alpha_t x_t + sigma_t F; a
             smaller value hands x_t to D only at lower noise (EDM's image default is 0.5).
+            Measured at 0.5 (the same modes run, 6000 and 12000 steps, 1024 held-out scenes):
+            neighbour 0 straight 22.7 % and 21.0 %, the ego 28.7 % and 28.6 % against the
+            expert's 38.3 %, turns blurred (in-between shapes 0.30 vs 0.04). Less skewed than
+            1.0, still the wrong way; default 1.0.
         snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t. A value > 1 weighs
             each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)): low
             noise levels, where the uniform x_0 loss barely charges the network for not
