@@ -411,15 +411,13 @@ def denoise(
 ) -> Float[Array, "B A T1 4"]:
     """The normalised x_0 estimate D(x_t, t) from the encoder output ``enc``. ``x0_skip``:
     :func:`jaxlab.diffusion.precond.edm_coefficients`' c_skip / c_out (sigma_data =
-    ``skip_sigma_data``, sigma = sigma_t / alpha_t) applied to x_t / alpha_t; for sigma_data 1,
-    alpha_t x_t + sigma_t F."""
+    ``skip_sigma_data``, sigma = sigma_t / alpha_t) applied to x_t / alpha_t; for sigma_data 1
+    that is alpha_t x_t + sigma_t F (alpha_t^2 + sigma_t^2 = 1)."""
     out = make_net(cfg).apply(params, x, t, enc, scene, method=DiffusionPlannerNet.decode)
     if not cfg.x0_skip:
         return out
     tb = jnp.broadcast_to(t, x.shape[:1])
     alpha, sigma = (v.astype(x.dtype) for v in (schedule.alpha(tb), schedule.sigma(tb)))
-    if cfg.skip_sigma_data == 1.0:
-        return expand_to(alpha, x) * x + expand_to(sigma, x) * out
     c_skip, c_out, _, _ = edm_coefficients(sigma / alpha, cfg.skip_sigma_data)
     return expand_to(c_skip / alpha, x) * x + expand_to(c_out, x) * out
 
