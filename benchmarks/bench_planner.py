@@ -315,7 +315,8 @@ def modes(
         m = dataclasses.replace(m, steps=solver_steps)
     emit(what="modes_run", run_dir=str(run_dir), step=step, ego_weight=m.ego_weight, width=m.width,
          decoder_depth=m.decoder_depth, cross_residual=m.cross_residual, x0_skip=m.x0_skip,
-         skip_sigma_data=m.skip_sigma_data, horizon=m.horizon, train_scenes=cfg.n_scenes,
+         skip_sigma_data=m.skip_sigma_data, skip_edm_weight=m.skip_edm_weight, horizon=m.horizon,
+         train_scenes=cfg.n_scenes,
          total_steps=cfg.loop.total_steps,
          lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
          temperature=m.temperature, solver_steps=m.steps, split=split, params=which)  # fmt: skip

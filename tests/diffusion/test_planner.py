@@ -160,6 +160,36 @@ def test_x0_skip_adds_the_alpha_x_t_path(setup):
         CFG.__class__(**{**CFG.__dict__, "skip_sigma_data": 0.0})
 
 
+def test_skip_edm_weight_is_one_over_c_out_squared(setup, monkeypatch):
+    """skip_edm_weight: the x_0 errors of the skip path weighed by EDM's 1 / c_out^2, so that
+    lambda (D - x_0)^2 = (F - F_target)^2 at every noise level (F's error weighed uniformly)."""
+    scene, params, _, _ = setup
+    sched = VPLinear()
+    t = jnp.array([1e-3, 0.05, 0.3, 1.0])
+    se = np.asarray(sched.sigma(t), np.float64) / np.asarray(sched.alpha(t), np.float64)
+    want = (se**2 + 0.25) / (se * 0.5) ** 2
+    np.testing.assert_allclose(pl.skip_loss_weight(sched, 0.5, t), want, rtol=1e-4)
+    # sigma_data 1 under a VP schedule: 1 / sigma_t^2 (the eps loss's weight plus one)
+    np.testing.assert_allclose(
+        pl.skip_loss_weight(sched, 1.0, t), 1.0 / np.asarray(sched.sigma(t)) ** 2, rtol=1e-4
+    )
+    fut = jax.random.normal(jax.random.PRNGKey(4), (B, 4, CFG.horizon, 4))
+    skip = CFG.__class__(**{**CFG.__dict__, "x0_skip": True, "skip_sigma_data": 0.5})
+    edm = CFG.__class__(**{**skip.__dict__, "skip_edm_weight": True})
+
+    def loss(c):
+        return float(pl.planner_loss(params, jax.random.PRNGKey(5), scene, fut, c)[0])
+
+    weighted = loss(edm)
+    assert weighted > 1.5 * loss(skip)  # lambda >= 1 / sigma_data^2 = 4 everywhere
+    monkeypatch.setattr(pl, "skip_loss_weight", lambda s, sd, t: jnp.ones_like(t))
+    np.testing.assert_allclose(loss(edm), loss(skip), rtol=1e-6)  # the flag goes through it
+    with pytest.raises(ConfigError, match="skip_edm_weight"):
+        CFG.__class__(**{**CFG.__dict__, "skip_edm_weight": True})
+    with pytest.raises(ConfigError, match="snr_weight_cap"):
+        CFG.__class__(**{**edm.__dict__, "snr_weight_cap": 5.0})
+
+
 def test_x0_loss_ignores_invalid_neighbours(setup):
     """Neighbour 3 is invalid: its future gets zero gradient (even when NaN), and replacing its
     history and future leaves the loss unchanged."""
