@@ -20,7 +20,10 @@ Sections (``--only a,b``):
   DPM-Solver++ steps (shares that hold are the model's, not the solver's); ``--modes-split train``
   takes training rollouts instead of held-out ones (a per-scene agreement with the hidden logged
   mode above 1/3 there, and not on held-out scenes, is memorisation); ``--modes-params raw``
-  samples with the optimiser's iterate at ``--step`` instead of its EMA (the recipe's model).
+  samples with the optimiser's iterate at ``--step`` instead of its EMA (the recipe's model);
+  ``--modes-sampler ancestral`` samples with the reverse SDE's ancestral steps instead of
+  DPM-Solver++ (with ``--solver-steps``: they resample noise at every step, so a model's errors
+  at low noise weigh more).
   The ``*_paired`` lines take the scene as the unit (a scene's samples share its cues, so the
   count tests above overstate their evidence): Hotelling's T^2 on per-scene (planner shares -
   logged one-hot) tests calibration to the expert, on (planner shares - 1/3) the marginal against
@@ -294,6 +297,7 @@ def modes(
     step=None,
     windows=(),
     which="ema",
+    sampler="dpm_solver++",
 ):
     """Route modes at the intersection (a run with ``scene_type=1 route_visible=false``): the
     ego's, on the first sample of each held-out rollout at 6 m or less before the junction
@@ -319,7 +323,8 @@ def modes(
          train_scenes=cfg.n_scenes,
          total_steps=cfg.loop.total_steps,
          lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
-         temperature=m.temperature, solver_steps=m.steps, split=split, params=which)  # fmt: skip
+         temperature=m.temperature, solver_steps=m.steps, split=split, params=which,
+         sampler=sampler)  # fmt: skip
     held = rp.expert_data(cfg, split)
     if split == "train":
         held = {k: v[: n_scenes * cfg.log_steps] for k, v in held.items()}
@@ -328,7 +333,9 @@ def modes(
     k_ego = np.argmax(ego_s >= 34.0, axis=1)
     ego_idx = np.arange(n_roll) * cfg.log_steps + k_ego
     nb_idx = np.arange(n_roll) * cfg.log_steps
-    sample = jax.jit(lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=()))
+    sample = jax.jit(
+        lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=(), sampler=sampler)
+    )
     for what, idx, agent in (("route_modes", ego_idx, 0), ("neighbour_modes", nb_idx, 1)):
         sc = {k: np.repeat(np.asarray(held[k])[idx], samples_per_scene, 0) for k in pl.SCENE_KEYS}
         cur = np.asarray(held["current"])[idx, agent]
@@ -562,6 +569,12 @@ def main():
         help="modes: the run's EMA parameters (default) or the optimiser's raw iterate",
     )
     ap.add_argument(
+        "--modes-sampler",
+        default="dpm_solver++",
+        choices=("dpm_solver++", "ancestral"),
+        help="modes: DPM-Solver++ (the planner's) or ancestral SDE steps on the same time steps",
+    )
+    ap.add_argument(
         "--neighbour-windows", default="", help="modes: neighbour 0 at these samples, e.g. 0,2,4"
     )
     ap.add_argument(
@@ -605,6 +618,7 @@ def main():
             args.step,
             tuple(int(v) for v in args.neighbour_windows.split(",") if v),
             args.modes_params,
+            args.modes_sampler,
         )
 
 

@@ -558,6 +558,7 @@ def sample_trajectories(
     schedule: VPLinear | None = None,
     include_current: bool = False,
     x0_fn: Callable | None = None,
+    sampler: str = "dpm_solver++",
 ) -> Float[Array, "B A T 4"]:
     """Sample joint futures (B, A, T, 4) in the ego frame (de-normalised, current state excluded
     unless ``include_current``: then (B, A, 1 + T, 4)).
@@ -566,7 +567,13 @@ def sample_trajectories(
     may be None), the current
     state pinned after every DPM-Solver++ step, a final data prediction at t_min. ``steps`` and
     ``guidance`` default to the config's; ``x0_fn`` as in :func:`planner_eps_fn`.
+    ``sampler="ancestral"`` replaces DPM-Solver++ by :func:`samplers.ancestral` on the same time
+    steps (the reverse SDE, its noise drawn from ``key``, which it then needs; a diagnostic).
     """
+    if sampler not in ("dpm_solver++", "ancestral"):
+        raise ConfigError("sampler", sampler, "'dpm_solver++' or 'ancestral'")
+    if sampler == "ancestral" and key is None:
+        raise ConfigError("key", None, "a PRNG key (the ancestral sampler draws noise)")
     check_scene(cfg, scene)
     schedule = VPLinear() if schedule is None else schedule
     steps = cfg.steps if steps is None else steps
@@ -584,7 +591,11 @@ def sample_trajectories(
     ts = get_time_steps(schedule, steps, "logsnr")
     spec = samplers.SamplerSpec(name="dpm_solver++", order=cfg.order)
     x_T = pin(cfg.temperature * noise, None)
-    x = samplers.sample(spec, eps_fn, x_T, ts, schedule=schedule, correct_fn=pin)
+    if sampler == "ancestral":
+        k = jax.random.fold_in(key, 1)
+        x = samplers.ancestral(eps_fn, x_T, ts, k, schedule=schedule, correct_fn=pin)
+    else:
+        x = samplers.sample(spec, eps_fn, x_T, ts, schedule=schedule, correct_fn=pin)
     # denoise_to_zero: one more data prediction at t_min, then pin
     t_end = jnp.full((b,), ts[-1])
     x0 = pin(data_from_noise(eps_fn(x, t_end), x, t_end, schedule), None)

@@ -1,4 +1,5 @@
-"""Probability-flow ODE samplers on an explicit array of time steps, each one ``lax.scan``.
+"""Probability-flow ODE samplers on an explicit array of time steps, each one ``lax.scan``, and
+one stochastic sampler, :func:`ancestral` (the reverse SDE's DDPM steps; it also takes a key).
 
 Every sampler has the signature ``sampler(eps_fn, x, timesteps, *, schedule, ...) -> x_end`` where
 
@@ -39,7 +40,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.diffusion.model_wrapper import (  # noqa: F401  (re-exported: the sampler-facing API)
     GUIDANCE_TYPES,
@@ -538,6 +539,56 @@ def uni_pc(
         body, (x, hist), (a[:-1], bp[:-1], bc[:-1], c_new[:-1], t2[1:-1], timesteps[1:-1])
     )
     return _correct(correct_fn, a[-1] * x + jnp.tensordot(bp[-1], hist, axes=1), timesteps[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# ancestral (stochastic) sampling
+# ----------------------------------------------------------------------------------------------
+
+
+def ancestral(
+    eps_fn: EpsFn,
+    x: Float[Array, "batch ..."],
+    timesteps: Float[Array, " n1"],
+    key: PRNGKeyArray,
+    *,
+    schedule: Schedule,
+    eval_timesteps: Float[Array, " n1"] | None = None,
+    remat: bool = False,
+    correct_fn: Callable | None = None,
+) -> Float[Array, "batch ..."]:
+    """Ancestral sampling of the reverse SDE: each step draws from the forward process's posterior
+    q(x_{i+1} | x_i, x_0) at the model's data prediction (DDPM, Ho et al. 2020, with its posterior
+    variance; SDE-DPM-Solver++1 of Lu et al. 2022b), n NFE and n normal draws from ``key``.
+
+    x_{i+1} = (sigma_{i+1} / sigma_i) e^{-h_i} x_i + alpha_{i+1} (1 - e^{-2 h_i}) x0(x_i, t'_i)
+              + sigma_{i+1} sqrt(1 - e^{-2 h_i}) z_i,   h_i = lambda_{i+1} - lambda_i.
+
+    Not part of :func:`sample` (the probability-flow ODE samplers take no key). Unlike those, it
+    resamples noise at every step, so errors of the model that the ODE would carry along are
+    re-weighed by the model at every level: a diagnostic for where a model's errors lie as much as
+    a sampler.
+    """
+    _check_inputs(x, timesteps, eval_timesteps)
+    t2 = timesteps if eval_timesteps is None else eval_timesteps
+    h = schedule.lambda_t(timesteps[1:]) - schedule.lambda_t(timesteps[:-1])
+    sig = schedule.sigma(timesteps)
+    a = sig[1:] / sig[:-1] * jnp.exp(-h)
+    b = schedule.alpha(timesteps[1:]) * -jnp.expm1(-2.0 * h)
+    c = sig[1:] * jnp.sqrt(-jnp.expm1(-2.0 * h))
+    data = _data_fn(eps_fn, schedule)
+    keys = jax.random.split(key, a.shape[0])
+
+    def body(x, inp):
+        a_i, b_i, c_i, t_ev, t_next, k = inp
+        z = jax.random.normal(k, x.shape, x.dtype)
+        x = a_i.astype(x.dtype) * x + b_i.astype(x.dtype) * data(x, t_ev) + c_i.astype(x.dtype) * z
+        return _correct(correct_fn, x, t_next), None
+
+    if remat:
+        body = jax.checkpoint(body)
+    x, _ = jax.lax.scan(body, x, (a, b, c, t2[:-1], timesteps[1:], keys))
+    return x
 
 
 # ----------------------------------------------------------------------------------------------

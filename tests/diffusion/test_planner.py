@@ -114,6 +114,16 @@ def test_current_state_is_pinned_bit_exactly_at_every_step(setup):
     out = sample(noise, (), 10)
     np.testing.assert_array_equal(np.asarray(out[:, :, 0]), np.asarray(scene["current"]))
     assert out.shape == (B, 4, 7, 4) and bool(jnp.all(jnp.isfinite(out)))
+    # the ancestral sampler pins it too, and its noise comes from the key
+    anc = jax.jit(
+        lambda k: pl.sample_trajectories(
+            params, k, scene, CFG, guidance=(), include_current=True, sampler="ancestral"
+        )
+    )
+    a1, a2 = anc(jax.random.PRNGKey(3)), anc(jax.random.PRNGKey(4))
+    for a in (a1, a2):
+        np.testing.assert_array_equal(np.asarray(a[:, :, 0]), np.asarray(scene["current"]))
+    assert float(jnp.abs(a1 - a2).max()) > 0 and bool(jnp.all(jnp.isfinite(a1)))
 
 
 def test_x0_fn_hook_replaces_the_data_prediction(setup):
@@ -252,7 +262,7 @@ def test_collision_energy_steers_only_the_ego_position(setup):
 
 
 def test_bad_input_names_the_field(setup):
-    scene, params, _, _ = setup
+    scene, params, _, noise = setup
     too_many = dict(scene, neighbours=jnp.zeros((B, 5, 3, 8)))
     with pytest.raises(ConfigError, match="scene.neighbours"):
         pl.sample_trajectories(params, jax.random.PRNGKey(0), too_many, CFG)
@@ -266,5 +276,9 @@ def test_bad_input_names_the_field(setup):
         pl.PlannerConfig(guidance=(("collision", -1.0),))
     with pytest.raises(ConfigError, match="snr_weight_cap"):
         pl.PlannerConfig(snr_weight_cap=0.5)
+    with pytest.raises(ConfigError, match="sampler"):
+        pl.sample_trajectories(params, jax.random.PRNGKey(0), scene, CFG, sampler="sde")
+    with pytest.raises(ConfigError, match="key"):
+        pl.sample_trajectories(params, None, scene, CFG, noise=noise, sampler="ancestral")
     with pytest.raises(ConfigError, match="future"):
         pl.check_finite("future", np.array([0.0, np.nan]))
