@@ -66,6 +66,10 @@ class PlannerRecipeConfig:
         steps): cosine ends at a lower loss but leans neighbour 0's samples further to straight
         (40.8 % vs about 38 % at a constant rate, ``benchmarks/results/planner_cpu.jsonl``), so it
         is not the default.
+    decay_fraction: with ``constant``, the last ``decay_fraction`` of ``loop.total_steps`` takes
+        the rate linearly to 0 (warm-up, stable, decay: Hagele et al. 2024). 0 (the default)
+        never decays. A float, so that a resumed run can be given a decay tail
+        (``--allow-change decay_fraction`` with ``loop.total_steps`` raised).
     eval_scenes, eval_steps: closed-loop evaluation size.
     gif_scenes: scenes of the closed-loop GIF ``finalize`` writes (0: none).
     """
@@ -81,6 +85,7 @@ class PlannerRecipeConfig:
     lr: float = 5e-4
     warmup_steps: int = 100
     lr_schedule: Literal["constant", "cosine"] = "constant"
+    decay_fraction: float = 0.0
     weight_decay: float = 1e-4
     ema_decay: float = 0.999
     eval_scenes: int = 32
@@ -100,6 +105,12 @@ class PlannerRecipeConfig:
             raise ConfigError("lr", self.lr, "a float > 0")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ConfigError("lr_schedule", self.lr_schedule, "'constant' or 'cosine'")
+        if not 0.0 <= self.decay_fraction < 1.0:
+            raise ConfigError("decay_fraction", self.decay_fraction, "a float in [0, 1)")
+        if self.decay_fraction and self.lr_schedule != "constant":
+            raise ConfigError(
+                "decay_fraction", self.decay_fraction, "0 unless lr_schedule is 'constant'"
+            )
 
 
 @flax.struct.dataclass
@@ -213,12 +224,19 @@ def scene_of(batch: dict) -> dict:
 
 
 def lr_unit(cfg: PlannerRecipeConfig) -> optax.Schedule:
-    """The learning-rate multiplier per step (warm-up, then constant or cosine to 0)."""
+    """The learning-rate multiplier per step (warm-up, then constant or cosine to 0; a constant
+    rate's last ``decay_fraction`` of the steps decays linearly to 0)."""
     warmup = max(cfg.warmup_steps, 1)
     if cfg.lr_schedule == "cosine":
         total = max(cfg.loop.total_steps, warmup + 1)
         return optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, total, end_value=0.0)
-    return optax.linear_schedule(0.0, 1.0, warmup)
+    up = optax.linear_schedule(0.0, 1.0, warmup)
+    if not cfg.decay_fraction:
+        return up
+    decay = max(int(round(cfg.decay_fraction * cfg.loop.total_steps)), 1)
+    start = max(cfg.loop.total_steps - decay, warmup)
+    down = optax.linear_schedule(1.0, 0.0, cfg.loop.total_steps - start)
+    return optax.join_schedules([up, down], [start])
 
 
 def _optimizer(cfg: PlannerRecipeConfig, lr):

@@ -67,3 +67,12 @@ def test_lr_schedule_warms_up_then_holds_or_decays_to_zero():
     assert float(cos(110)) == 0.0 and float(cos(35)) > float(cos(85)) > 0.0
     with pytest.raises(ConfigError, match="lr_schedule"):
         dataclasses.replace(base, lr_schedule="linear")
+    # a decay tail: constant to step 60, then linear to zero at total_steps (110)
+    wsd = planner_recipe.lr_unit(dataclasses.replace(base, decay_fraction=50 / 110))
+    np.testing.assert_allclose(
+        [float(wsd(v)) for v in (5, 10, 40, 60, 85, 110)], [0.5, 1.0, 1.0, 1.0, 0.5, 0.0], atol=1e-6
+    )
+    with pytest.raises(ConfigError, match="decay_fraction"):
+        dataclasses.replace(base, decay_fraction=1.0)
+    with pytest.raises(ConfigError, match="decay_fraction"):
+        dataclasses.replace(base, lr_schedule="cosine", decay_fraction=0.1)
