@@ -11,9 +11,9 @@ the batch is an input of the train step, split over the mesh's data axes (parame
 never a constant of the compiled program. Training: the ego state perturbation of the original
 (:mod:`jaxlab.diffusion.planner_augment`: half the samples re-planned from a perturbed current
 state, so the planner learns to recover from its own closed-loop drift), the x_0 loss with
-neighbour validity masks, AdamW with a linear warm-up then a constant rate or (``lr_schedule:
-cosine``) a cosine decay to zero at ``loop.total_steps``, both scaled by the traced ``lr``; EMA of
-the weights used for sampling.
+neighbour validity masks, AdamW with a linear warm-up then a constant rate (with an optional
+linear decay tail, ``decay_fraction``) or (``lr_schedule: cosine``) a cosine decay to zero at
+``loop.total_steps``, all scaled by the traced ``lr``; EMA of the weights used for sampling.
 
 Evaluation: open-loop ADE/FDE of the sampled ego plans against held-out expert logs and the
 closed-loop score (:mod:`jaxlab.envs.driving_eval`) of the guided planner on ``eval_scenes``
