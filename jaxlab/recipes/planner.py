@@ -235,7 +235,7 @@ def lr_unit(cfg: PlannerRecipeConfig) -> optax.Schedule:
         return up
     decay = max(int(round(cfg.decay_fraction * cfg.loop.total_steps)), 1)
     start = max(cfg.loop.total_steps - decay, warmup)
-    down = optax.linear_schedule(1.0, 0.0, cfg.loop.total_steps - start)
+    down = optax.linear_schedule(1.0, 0.0, max(cfg.loop.total_steps - start, 1))
     return optax.join_schedules([up, down], [start])
 
 
