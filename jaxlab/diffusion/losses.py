@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.diffusion.model_wrapper import expand_to
+from jaxlab.diffusion.precond import edm_loss_weight
 from jaxlab.diffusion.schedules import Schedule
 
 
@@ -63,7 +64,7 @@ def edm_loss(
     ks, ke = jax.random.split(key)
     sigma = jnp.exp(p_mean + p_std * jax.random.normal(ks, x0.shape[:1]))
     eps = jax.random.normal(ke, x0.shape, x0.dtype)
-    weight = (sigma**2 + sigma_data**2) / (sigma * sigma_data) ** 2
+    weight = edm_loss_weight(sigma, sigma_data)
     err = (denoiser(x0 + expand_to(sigma, x0) * eps, sigma) - x0) ** 2
     return jnp.mean(expand_to(weight, x0) * err)
 

@@ -50,7 +50,7 @@ from jaxlab.diffusion.guidance import windowed_guidance
 from jaxlab.diffusion.losses import capped_snr_weight, x0_errors
 from jaxlab.diffusion.model_wrapper import data_from_noise, expand_to, model_wrapper
 from jaxlab.diffusion.planner_energies import make_energy
-from jaxlab.diffusion.precond import edm_coefficients
+from jaxlab.diffusion.precond import edm_coefficients, edm_loss_weight
 from jaxlab.diffusion.schedules import VPLinear, get_time_steps
 from jaxlab.diffusion.time_embedding import sinusoidal_embedding
 from jaxlab.nn import MLP, MultiHeadAttention
@@ -440,10 +440,9 @@ def denoise(
 def skip_loss_weight(
     schedule: VPLinear, sigma_data: float, t: Float[Array, " B"]
 ) -> Float[Array, " B"]:
-    """EDM's loss weight 1 / c_out^2 = (sigma^2 + sigma_data^2) / (sigma sigma_data)^2 at
-    sigma = sigma_t / alpha_t, for the x_0 errors of the ``x0_skip`` path."""
-    _, c_out, _, _ = edm_coefficients(schedule.sigma(t) / schedule.alpha(t), sigma_data)
-    return 1.0 / c_out**2
+    """:func:`jaxlab.diffusion.precond.edm_loss_weight` at sigma = sigma_t / alpha_t, for the
+    x_0 errors of the ``x0_skip`` path."""
+    return edm_loss_weight(schedule.sigma(t) / schedule.alpha(t), sigma_data)
 
 
 def init_planner(key: PRNGKeyArray, cfg: PlannerConfig, scene: Mapping[str, Array]):

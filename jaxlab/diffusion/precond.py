@@ -27,6 +27,14 @@ def edm_coefficients(sigma: Float[Array, " batch"], sigma_data: float = 0.5):
     )
 
 
+def edm_loss_weight(
+    sigma: Float[Array, " batch"], sigma_data: float = 0.5
+) -> Float[Array, " batch"]:
+    """EDM's loss weight lambda(sigma) = 1 / c_out^2 = (sigma^2 + sigma_data^2) / (sigma sigma_data)^2
+    (Karras et al. 2022, eq. 8): it weighs the raw network's own error uniformly over sigma."""
+    return (sigma**2 + sigma_data**2) / (sigma * sigma_data) ** 2
+
+
 def edm_denoise(
     net: Callable[[Float[Array, "batch ..."], Float[Array, " batch"]], Float[Array, "batch ..."]],
     x: Float[Array, "batch ..."],
