@@ -68,7 +68,7 @@ from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
 from jaxlab.diffusion.schedules import VPLinear
 from jaxlab.envs import driving_eval as de
-from jaxlab.envs.driving import make_driving, to_frame
+from jaxlab.envs.driving import make_driving, project, to_frame
 from jaxlab.recipes import planner as rp
 
 
@@ -390,6 +390,153 @@ def modes(
                                           for s in sel])  # fmt: skip
 
 
+def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=None):
+    """How much of the ego's route the scene shows at the modes test's measurement point, and
+    where the model's ego samples lean. The held-out rollouts of ``modes`` are rolled out again
+    with the ego's route forced to left, straight and right (same reset keys, the ego's start
+    state kept; the forced logged route reproduces the log). Routes are drawn 1/3 each, so the
+    exact route posterior is uniform over the routes whose rollout shows the same scene tokens
+    there. Lines: ``ego_posterior_sets``: how many routes a scene leaves open at token
+    tolerances 1e-4 .. 0.1, and the quantiles over scenes of the smallest token difference to
+    another route (all tokens; the ego token's speed, acceleration and yaw rate: a neighbour
+    ahead leads the ego only if it keeps to the ego's route, so the ego's speed shows the route);
+    ``ego_posterior_model``: the model's shares (the modes test's key and samples) and its
+    per-scene agreement with the logged mode, for scenes whose nearest other route differs in the
+    ego token by less / more than 0.1 (a faint cue / a plain one), each with the paired test
+    against the logged one-hot. The ego's speed also depends on its hidden driving style (desired
+    speed, headway), so the same speed can come from another route with another style: the
+    posterior given the tokens is not the forced-route one, which holds the style fixed."""
+    cfg, params = _params(run_dir, step)
+    m = dataclasses.replace(cfg.model, temperature=1.0)
+    if solver_steps is not None:
+        m = dataclasses.replace(m, steps=solver_steps)
+    cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)
+    held = rp.expert_data(cfg, "valid")  # the modes test's held-out rollouts
+    env, eparams = make_driving(
+        auto_reset=False,
+        scene_type=cfg.scene_type,
+        route_visible=cfg.route_visible,
+        n_neighbours=m.n_neighbours,
+        horizon=m.horizon,
+        history=m.history,
+    )
+    n_roll = held["future"].shape[0] // cfg.log_steps
+
+    def force(route):
+        def edit(st):
+            s0, _ = project(st.lanes[route], st.lane_len[route], st.ego[:2])
+            return st.replace(route=jnp.int32(route), route_mode=jnp.int32(route), start_s=s0)
+
+        return edit
+
+    key = jax.random.PRNGKey(cfg.seed + 10_000)  # rp.expert_data's held-out key
+    logs = [
+        jax.device_get(jax.jit(lambda k, r=r: de.expert_logs(
+            k, env, eparams, n_scenes=n_roll, steps=cfg.log_steps, edit_reset=force(r)))(key))
+        for r in range(3)
+    ]  # fmt: skip
+    ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
+    idx = np.arange(n_roll) * cfg.log_steps + np.argmax(ego_s >= 34.0, axis=1)
+    logged = np.asarray(held["route_mode"])[idx]
+    rows = np.arange(n_roll)
+    own = np.stack([logs[r]["future"][idx] for r in range(3)], 1)[rows, logged]
+    reproduced = bool(np.allclose(own, np.asarray(held["future"])[idx], atol=1e-5))
+
+    def token_diff(keys):  # (S, 3): max |token difference| of each forced route to the log
+        return np.stack(
+            [
+                np.max(
+                    [
+                        np.abs(
+                            np.asarray(logs[r][k][idx], np.float32)
+                            - np.asarray(held[k][idx], np.float32)
+                        )
+                        .reshape(n_roll, -1)
+                        .max(1)
+                        for k in keys
+                    ],
+                    0,
+                )
+                for r in range(3)
+            ],
+            1,
+        )
+
+    diff = token_diff(pl.SCENE_KEYS)
+    other = np.where(np.eye(3, dtype=bool)[logged], np.inf, diff).min(1)
+    mine = np.eye(3, dtype=bool)[logged]
+    ego_diff = np.stack(
+        [np.abs(logs[r]["ego"][idx] - np.asarray(held["ego"])[idx]) for r in range(3)], 1
+    )  # (S, 3 routes, speed / acceleration / yaw rate)
+    ego_other = np.where(mine[..., None], np.inf, ego_diff).min(1)  # (S, 3)
+    cue = ego_other.max(1)
+    q = [0.1, 0.25, 0.5, 0.75, 0.9]
+    emit(what="ego_posterior_sets", run_dir=str(run_dir), step=step, scenes=n_roll,
+         forced_own_route_reproduces_log=reproduced,
+         tolerances=[1e-4, 1e-3, 1e-2, 1e-1],
+         open_routes_mean=[float(np.mean((diff <= tol).sum(1))) for tol in (1e-4, 1e-3, 1e-2, 0.1)],
+         quantiles=q, nearest_other_route_token_diff_q=np.quantile(other, q).round(4).tolist(),
+         nearest_other_route_ego_speed_acc_yaw_diff_q=np.quantile(ego_other, q, axis=0)
+         .T.round(4).tolist(),
+         logged_shares=(np.bincount(logged, minlength=3) / n_roll).round(4).tolist())  # fmt: skip
+    sc = {k: np.repeat(np.asarray(held[k])[idx], samples_per_scene, 0) for k in pl.SCENE_KEYS}
+    model = jax.jit(lambda k, p, sc: pl.sample_trajectories(p, k, sc, m, guidance=()))
+    traj = np.asarray(model(jax.random.PRNGKey(5), params, sc))  # the modes test's key
+    cur = np.asarray(held["current"])[idx, 0]
+    h0 = np.repeat(np.arctan2(cur[:, 3], cur[:, 2]), samples_per_scene)
+    pm = _modes_of(_turn(traj[:, 0], h0)).reshape(n_roll, samples_per_scene)
+    share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
+    d = share - np.eye(3)[logged]
+    out = {}
+    for name, sel in (
+        ("all", rows >= 0),
+        ("faint", cue < 0.1),
+        ("plain", cue >= 0.1),
+    ):
+        _, p = _hotelling(d[sel]) if sel.sum() > 3 else (None, None)
+        out[name] = dict(scenes=int(sel.sum()), shares=share[sel].mean(0).round(4).tolist(),
+                         logged_shares=(np.bincount(logged[sel], minlength=3) / max(sel.sum(), 1))
+                         .round(4).tolist(),
+                         agree_with_logged_mode=round(float(np.mean(pm[sel] == logged[sel, None])), 4),
+                         p_vs_logged=p)  # fmt: skip
+    emit(what="ego_posterior_model", samples_per_scene=samples_per_scene, solver_steps=m.steps,
+         ego_cue_cut=0.1, **out)  # fmt: skip
+
+
+def _floor_test(oracle_jit, model_modes, h0, drawn, ok, n_scenes, reps, keys, m):
+    """The modes test (``modes``: heading rule, the scene as the unit, Hotelling p >= 0.01) taken
+    by a perfect model under the same sampler: neighbour 0's row of the x_0 estimate optimal
+    throughout, ``reps`` samples per scene, one ``posterior_floor_test`` line per noise key
+    (``keys`` of them). Its p against 1/3 is what the shipped sampler itself scores; ``p_vs_floor``
+    tests the model's per-scene shares against the perfect model's on the same scenes (paired,
+    the model's with key 3 against the optimal estimate's with each key)."""
+    hs = np.repeat(h0, reps)
+    model_share = np.stack([np.mean(model_modes[ok] == j, 1) for j in range(3)], 1)
+    rows = []
+    for i in range(keys):
+        yo = pl.denormalize(m, oracle_jit(jax.random.PRNGKey(100 + i), jnp.array([-1.0, 2.0])))
+        pm = _modes_of(_turn(np.asarray(yo[:, 1, 1:]), hs)).reshape(n_scenes, reps)[ok]
+        share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
+        _, p_u = _hotelling(share - 1.0 / 3.0)
+        _, p_l = _hotelling(share - np.eye(3)[drawn[ok]])
+        _, p_f = _hotelling(model_share - share)
+        rows.append((p_u, p_l, p_f))
+        emit(what="posterior_floor_test", key=100 + i, scenes=int(ok.sum()),
+             samples_per_scene=reps, shares=share.mean(0).round(4).tolist(),
+             model_shares=model_share.mean(0).round(4).tolist(), p_vs_known=p_u,
+             p_vs_logged=p_l, model_p_vs_floor=p_f, threshold=0.01)  # fmt: skip
+    if rows:
+        r = np.asarray(rows)
+        _, p_model = _hotelling(model_share - 1.0 / 3.0)
+        emit(what="posterior_floor_summary", keys=keys, scenes=int(ok.sum()),
+             samples_per_scene=reps, solver_steps=m.steps,
+             optimal_fails_vs_known=float(np.mean(r[:, 0] < 0.01)),
+             optimal_median_p_vs_known=float(np.median(r[:, 0])),
+             optimal_fails_vs_logged=float(np.mean(r[:, 1] < 0.01)),
+             model_p_vs_known=p_model, model_fails_vs_floor=float(np.mean(r[:, 2] < 0.01)),
+             model_median_p_vs_floor=float(np.median(r[:, 2])))  # fmt: skip
+
+
 def posterior(
     run_dir,
     n_scenes,
@@ -397,6 +544,7 @@ def posterior(
     step=None,
     t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
     solver_steps=None,
+    floor_keys=0,
 ):
     """The denoiser against the optimal one at the hidden-route intersection (a run with
     ``scene_type=1 route_visible=false``). Each held-out scene is rolled out three times with
@@ -429,6 +577,7 @@ def posterior(
 
     def forced(key, lane):
         _, st = env.reset(key, eparams)
+        drawn = st.nb_lane[0]  # the route the scene drew for neighbour 0 (lanes 0-2: L, S, R)
         st = st.replace(nb_lane=st.nb_lane.at[0].set(lane))
         obs = env.get_obs(st, eparams)
 
@@ -440,11 +589,12 @@ def posterior(
         xy = to_frame(ag[..., :2], st.ego[:2], st.ego[2])
         h = ag[..., 2] - st.ego[2]
         fut = jnp.concatenate([xy, jnp.cos(h)[..., None], jnp.sin(h)[..., None]], -1)
-        return {k: obs[k] for k in pl.SCENE_KEYS}, jnp.swapaxes(fut, 0, 1)  # (A, T, 4)
+        return {k: obs[k] for k in pl.SCENE_KEYS}, jnp.swapaxes(fut, 0, 1), drawn  # (A, T, 4)
 
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 20_000), n_scenes)
     lanes = jnp.arange(3)
-    scenes, futs = jax.jit(jax.vmap(jax.vmap(forced, (None, 0)), (0, None)))(keys, lanes)
+    scenes, futs, drawn = jax.jit(jax.vmap(jax.vmap(forced, (None, 0)), (0, None)))(keys, lanes)
+    drawn = np.asarray(drawn[:, 0])
     same_scene = all(
         bool(jnp.all(v[:, :1] == v)) for v in scenes.values()
     )  # route hidden: the tokens must not tell the forced routes apart
@@ -545,6 +695,7 @@ def posterior(
          heading_rule_counts=np.bincount(heading[ok].ravel(), minlength=3).tolist(),
          optimal_denoiser_nearest_counts=oracle_counts,
          forced_routes_heading_rule_agrees=float(np.mean(futs_turn[ok] == np.arange(3))))  # fmt: skip
+    _floor_test(oracle_jit, heading, h0, drawn, ok, n_scenes, reps, floor_keys, m)
     # where in t the model's estimate skews the shares: the optimal one above / below a cut
     for cut in (0.1, 0.2, 0.3, 0.5):
         emit(what="posterior_bands", cut=cut, optimal_above_cut=shares((cut, 2.0)),
@@ -572,6 +723,12 @@ def main():
     ap.add_argument("--modes-split", default="valid", help="modes: 'valid' or 'train' rollouts")
     ap.add_argument(
         "--solver-steps", type=int, default=None, help="modes, posterior: DPM-Solver++ steps"
+    )
+    ap.add_argument(
+        "--floor-keys",
+        type=int,
+        default=0,
+        help="posterior: noise keys for the modes test taken by the optimal estimate (the floor)",
     )
     ap.add_argument(
         "--modes-params",
@@ -618,6 +775,15 @@ def main():
         )
     if "posterior" in only:
         posterior(
+            args.modes_run_dir,
+            args.modes_scenes,
+            args.samples_per_scene,
+            args.step,
+            solver_steps=args.solver_steps,
+            floor_keys=args.floor_keys,
+        )
+    if "ego_posterior" in only:
+        ego_posterior(
             args.modes_run_dir,
             args.modes_scenes,
             args.samples_per_scene,

@@ -45,6 +45,7 @@ from jaxlab.envs.driving import (
     CAR_WIDTH,
     SCENE_TYPES,
     DrivingParams,
+    DrivingState,
     DrivingWorld,
     project,
     sat_separation,
@@ -67,6 +68,7 @@ def expert_logs(
     *,
     n_scenes: int,
     steps: int,
+    edit_reset: Callable[[DrivingState], DrivingState] | None = None,
 ) -> dict[str, Array]:
     """Planner training samples from expert rollouts: ``n_scenes * steps`` samples.
 
@@ -74,13 +76,17 @@ def expert_logs(
     (S, 1 + N, T, 4) in the ego frame, ``scene_type`` (S,), and for measuring modes the ego's arc
     length on its route ``ego_s`` (S,), its route's index ``route_mode`` (S,) and the
     neighbours' lanes ``nb_lane`` (S, N) (at the intersection 0 left, 1 straight, 2 right).
+    ``edit_reset`` changes each scene's state after its reset, before the first observation (a
+    forced route, say: the same scenes rolled out under another choice).
     """
     horizon = env.static.horizon
     params = params.replace(max_steps=steps + horizon + 1)
     keys = jax.random.split(key, n_scenes)
 
     def one(k):
-        obs, st = env.reset(k, params)
+        _, st = env.reset(k, params)
+        if edit_reset is not None:
+            st = edit_reset(st)
 
         def body(s, _):
             plan = env.expert_plan(s, params)
