@@ -42,7 +42,13 @@ Sections (``--only a,b``):
   (its three possible futures exactly); the denoiser's error against the optimal x_0 estimate
   along left->straight and straight->right per t, and the sampler's shares with the model's
   denoiser vs with neighbour 0's row replaced by the optimal one (tells a skew of the model from
-  one of the sampler).
+  one of the sampler). ``--floor-keys K``: the modes test taken by that perfect model under the
+  same sampler, K noise keys (with ``--samples-per-scene 2``: 8 samples per scene, as ``modes``),
+  against a third, against the scene's drawn route, and the model against it scene by scene.
+- ``ego_posterior`` (same kind of run): the held-out rollouts of ``modes`` rolled out again with
+  the ego's route forced to each mode: how far the scene tokens at the ego's measurement point
+  tell the routes apart (the ego's speed shows whether a neighbour ahead keeps to its route), and
+  the model's ego shares in scenes with a faint and with a plain cue.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
