@@ -551,6 +551,7 @@ def posterior(
     t_grid=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
     solver_steps=None,
     floor_keys=0,
+    bands=True,
 ):
     """The denoiser against the optimal one at the hidden-route intersection (a run with
     ``scene_type=1 route_visible=false``). Each held-out scene is rolled out three times with
@@ -702,6 +703,8 @@ def posterior(
          optimal_denoiser_nearest_counts=oracle_counts,
          forced_routes_heading_rule_agrees=float(np.mean(futs_turn[ok] == np.arange(3))))  # fmt: skip
     _floor_test(oracle_jit, heading, h0, drawn, ok, n_scenes, reps, floor_keys, m)
+    if not bands:
+        return
     # where in t the model's estimate skews the shares: the optimal one above / below a cut
     for cut in (0.1, 0.2, 0.3, 0.5):
         emit(what="posterior_bands", cut=cut, optimal_above_cut=shares((cut, 2.0)),
@@ -735,6 +738,11 @@ def main():
         type=int,
         default=0,
         help="posterior: noise keys for the modes test taken by the optimal estimate (the floor)",
+    )
+    ap.add_argument(
+        "--no-posterior-bands",
+        action="store_true",
+        help="posterior: stop after the samples and the floor test (no bands, no t grid)",
     )
     ap.add_argument(
         "--modes-params",
@@ -787,6 +795,7 @@ def main():
             args.step,
             solver_steps=args.solver_steps,
             floor_keys=args.floor_keys,
+            bands=not args.no_posterior_bands,
         )
     if "ego_posterior" in only:
         ego_posterior(
