@@ -409,7 +409,8 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     ``ego_posterior_model``: the model's shares (the modes test's key and samples) and its
     per-scene agreement with the logged mode, for scenes whose nearest other route differs in the
     ego token by less / more than 0.1 (a faint cue / a plain one), each with the paired test
-    against the logged one-hot. The ego's speed also depends on its hidden driving style (desired
+    against the one-hot of the logged future's mode (the heading rule of ``modes``; ``routes``
+    are the routes drawn, which a slow turner's 1.6 s future may not show yet). The ego's speed also depends on its hidden driving style (desired
     speed, headway), so the same speed can come from another route with another style: the
     posterior given the tokens is not the forced-route one, which holds the style fixed."""
     cfg, params = _params(run_dir, step)
@@ -484,7 +485,7 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
          quantiles=q, nearest_other_route_token_diff_q=np.quantile(other, q).round(4).tolist(),
          nearest_other_route_ego_speed_acc_yaw_diff_q=np.quantile(ego_other, q, axis=0)
          .T.round(4).tolist(),
-         logged_shares=(np.bincount(logged, minlength=3) / n_roll).round(4).tolist())  # fmt: skip
+         routes=(np.bincount(logged, minlength=3) / n_roll).round(4).tolist())  # fmt: skip
     sc = {k: np.repeat(np.asarray(held[k])[idx], samples_per_scene, 0) for k in pl.SCENE_KEYS}
     model = jax.jit(lambda k, p, sc: pl.sample_trajectories(p, k, sc, m, guidance=()))
     traj = np.asarray(model(jax.random.PRNGKey(5), params, sc))  # the modes test's key
@@ -492,7 +493,10 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     h0 = np.repeat(np.arctan2(cur[:, 3], cur[:, 2]), samples_per_scene)
     pm = _modes_of(_turn(traj[:, 0], h0)).reshape(n_roll, samples_per_scene)
     share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
-    d = share - np.eye(3)[logged]
+    # the logged future's mode by the same heading rule, as in ``modes`` (a slow turner's logged
+    # future may not have turned 0.15 rad within the horizon: it reads straight, as its samples do)
+    seen = _modes_of(_turn(np.asarray(held["future"])[idx, 0], np.arctan2(cur[:, 3], cur[:, 2])))
+    d = share - np.eye(3)[seen]
     out = {}
     for name, sel in (
         ("all", rows >= 0),
@@ -501,9 +505,11 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     ):
         _, p = _hotelling(d[sel]) if sel.sum() > 3 else (None, None)
         out[name] = dict(scenes=int(sel.sum()), shares=share[sel].mean(0).round(4).tolist(),
-                         logged_shares=(np.bincount(logged[sel], minlength=3) / max(sel.sum(), 1))
+                         logged_shares=(np.bincount(seen[sel], minlength=3) / max(sel.sum(), 1))
                          .round(4).tolist(),
-                         agree_with_logged_mode=round(float(np.mean(pm[sel] == logged[sel, None])), 4),
+                         routes=(np.bincount(logged[sel], minlength=3) / max(sel.sum(), 1))
+                         .round(4).tolist(),
+                         agree_with_logged_mode=round(float(np.mean(pm[sel] == seen[sel, None])), 4),
                          p_vs_logged=p)  # fmt: skip
     emit(what="ego_posterior_model", samples_per_scene=samples_per_scene, solver_steps=m.steps,
          ego_cue_cut=0.1, **out)  # fmt: skip
