@@ -410,7 +410,9 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     per-scene agreement with the logged mode, for scenes whose nearest other route differs in the
     ego token by less / more than 0.1 (a faint cue / a plain one), each with the paired test
     against the one-hot of the logged future's mode (the heading rule of ``modes``; ``routes``
-    are the routes drawn, which a slow turner's 1.6 s future may not show yet). The ego's speed also depends on its hidden driving style (desired
+    are the routes drawn, which a slow turner's 1.6 s future may not show yet); the same for
+    scenes with and without the car parked by the right turn (it leads the ego on the right
+    route only). The ego's speed also depends on its hidden driving style (desired
     speed, headway), so the same speed can come from another route with another style: the
     posterior given the tokens is not the forced-route one, which holds the style fixed."""
     cfg, params = _params(run_dir, step)
@@ -497,11 +499,14 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     # future may not have turned 0.15 rad within the horizon: it reads straight, as its samples do)
     seen = _modes_of(_turn(np.asarray(held["future"])[idx, 0], np.arctan2(cur[:, 3], cur[:, 2])))
     d = share - np.eye(3)[seen]
+    parked = np.asarray(held["static_valid"])[idx].any(1)  # the car parked by the right turn
     out = {}
     for name, sel in (
         ("all", rows >= 0),
         ("faint", cue < 0.1),
         ("plain", cue >= 0.1),
+        ("parked_car", parked),
+        ("no_parked_car", ~parked),
     ):
         _, p = _hotelling(d[sel]) if sel.sum() > 3 else (None, None)
         out[name] = dict(scenes=int(sel.sum()), shares=share[sel].mean(0).round(4).tolist(),
