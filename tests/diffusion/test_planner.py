@@ -6,6 +6,8 @@ convergence is not a property of it)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -282,3 +284,65 @@ def test_bad_input_names_the_field(setup):
         pl.sample_trajectories(params, None, scene, CFG, noise=noise, sampler="ancestral")
     with pytest.raises(ConfigError, match="future"):
         pl.check_finite("future", np.array([0.0, np.nan]))
+
+
+def test_observation_normalisation_is_wired_into_the_encoder_and_keeps_padding_zero(setup):
+    """``obs_norm``: the net on a raw scene equals the net without it on the scene normalised by
+    hand (same parameters), padded entries stay zero, and the identity when off."""
+    scene, params, _, noise = setup
+    kw = dict(
+        ego_obs_mean=(5.0, -0.5, 0.1),
+        ego_obs_std=(2.0, 0.5, 0.25),
+        agent_obs_mean=tuple(0.1 * i for i in range(8)),
+        agent_obs_std=tuple(1.0 + 0.5 * i for i in range(8)),
+        static_obs_mean=(1.0,) * 6,
+        static_obs_std=(3.0,) * 6,
+        lane_obs_mean=(2.0, -1.0, 0.5, 0.0),
+        lane_obs_std=(4.0, 2.0, 0.5, 0.5),
+    )
+    on = dataclasses.replace(CFG, obs_norm=True, **kw)
+    assert pl.normalize_scene(CFG, scene)["ego"] is scene["ego"]
+    sn = pl.normalize_scene(on, scene)
+    np.testing.assert_allclose(
+        sn["ego"],
+        (np.asarray(scene["ego"]) - np.array(kw["ego_obs_mean"])) / np.array(kw["ego_obs_std"]),
+        rtol=1e-6,
+    )
+    lane = (np.asarray(scene["route"]) - np.array(kw["lane_obs_mean"])) / np.array(
+        kw["lane_obs_std"]
+    )
+    np.testing.assert_allclose(sn["route"], lane, rtol=1e-6)
+    assert np.all(np.asarray(sn["neighbours"])[:, 2] == 0.0)  # the invalid neighbour
+    v = np.asarray(sn["neighbours"])[:, :2]
+    raw = (np.asarray(scene["neighbours"])[:, :2] - np.array(kw["agent_obs_mean"])) / np.array(
+        kw["agent_obs_std"]
+    )
+    np.testing.assert_allclose(v, raw, rtol=1e-5, atol=1e-6)
+    x, t = noise, jnp.full((B,), 0.3)
+    net_on, net_off = pl.make_net(on), pl.make_net(CFG)
+    np.testing.assert_allclose(
+        net_on.apply(params, x, t, scene), net_off.apply(params, x, t, sn), rtol=1e-5, atol=1e-6
+    )
+    assert not np.allclose(net_on.apply(params, x, t, scene), net_off.apply(params, x, t, scene))
+    with pytest.raises(ConfigError, match="ego_obs_std"):
+        pl.PlannerConfig(ego_obs_std=(1.0, 0.0, 1.0))
+    with pytest.raises(ConfigError, match="agent_obs_mean"):
+        pl.PlannerConfig(agent_obs_mean=(0.0,) * 4)
+
+
+def test_observation_normalisation_defaults_are_the_fit_of_expert_logs():
+    """The ``*_obs_mean/std`` defaults are ``fit_observation_normalization`` of expert logs of the
+    driving world (64 scenes x 30 steps, all scene types), to their stated digits."""
+    from jaxlab.envs import driving_eval as de
+    from jaxlab.envs.driving import make_driving
+
+    env, params = make_driving(auto_reset=False)
+    logs = jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=64, steps=30))(
+        jax.random.PRNGKey(0)
+    )
+    fit = pl.fit_observation_normalization(jax.device_get(logs))
+    d = pl.PlannerConfig()
+    for kind in pl.OBS_FEATURES:
+        mean, std = fit[kind]
+        np.testing.assert_allclose(mean, getattr(d, f"{kind}_obs_mean"), rtol=0.01, atol=0.002)
+        np.testing.assert_allclose(std, getattr(d, f"{kind}_obs_std"), rtol=0.01, atol=0.002)
