@@ -332,15 +332,14 @@ def modes(
          train_scenes=cfg.n_scenes,
          total_steps=cfg.loop.total_steps,
          lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
-         obs_norm=m.obs_norm, temperature=m.temperature, solver_steps=m.steps, split=split, params=which,
+         obs_norm=m.obs_norm, temperature=m.temperature, solver_steps=m.steps, split=split,
+         params=which,
          sampler=sampler)  # fmt: skip
     held = rp.expert_data(cfg, split)
     if split == "train":
         held = {k: v[: n_scenes * cfg.log_steps] for k, v in held.items()}
     n_roll = held["future"].shape[0] // cfg.log_steps
-    ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
-    k_ego = np.argmax(ego_s >= 34.0, axis=1)
-    ego_idx = np.arange(n_roll) * cfg.log_steps + k_ego
+    ego_idx = _measurement_point(held, cfg.log_steps)
     nb_idx = np.arange(n_roll) * cfg.log_steps
     sample = jax.jit(
         lambda key, p, s: pl.sample_trajectories(p, key, s, m, guidance=(), sampler=sampler)
@@ -443,8 +442,7 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
             k, env, eparams, n_scenes=n_roll, steps=cfg.log_steps, edit_reset=force(r)))(key))
         for r in range(3)
     ]  # fmt: skip
-    ego_s = np.asarray(held["ego_s"]).reshape(n_roll, cfg.log_steps)
-    idx = np.arange(n_roll) * cfg.log_steps + np.argmax(ego_s >= 34.0, axis=1)
+    idx = _measurement_point(held, cfg.log_steps)
     logged = np.asarray(held["route_mode"])[idx]
     rows = np.arange(n_roll)
     own = np.stack([logs[r]["future"][idx] for r in range(3)], 1)[rows, logged]
@@ -536,13 +534,12 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     _ego_probe(cfg, held, idx, seen, groups, share)
 
 
-def _measurement_rows(logs, log_steps):
-    """Each rollout's first step 6 m before the junction (the modes test's measurement point)
-    and the ego's logged mode there by the heading rule."""
+def _measurement_point(logs, log_steps):
+    """Each rollout's row at its first step 6 m before the junction (the ego's arc length 34 m):
+    where the modes test reads the ego's route."""
     n = logs["future"].shape[0] // log_steps
     ego_s = np.asarray(logs["ego_s"]).reshape(n, log_steps)
-    idx = np.arange(n) * log_steps + np.argmax(ego_s >= 34.0, axis=1)
-    return idx, _modes_of(_turn(np.asarray(logs["future"])[idx, 0]))
+    return np.arange(n) * log_steps + np.argmax(ego_s >= 34.0, axis=1)
 
 
 def _probe_features(logs, idx):
@@ -562,8 +559,8 @@ def _ego_probe(cfg, held, idx, seen, groups, model_share, chunks=8, steps=3000, 
     """A reference for the ego's route posterior, as the exact denoiser is for neighbour 0's: a
     classifier (MLP, AdamW, weight decay, the step of least held-back log loss kept) from the
     scene tokens at the measurement point to the logged mode, trained on ``chunks`` x 4096
-    rollouts of the run's world (80 %; 20 % held back to pick the step). Its probabilities on the modes test's
-    scenes take the same test against the logged modes as the planner's sample shares
+    rollouts of the run's world (80 %; 20 % held back to pick the step). Its probabilities on
+    the modes test's scenes take the same test against the logged modes as the planner's sample shares
     (``ego_posterior_probe``), and the planner's shares are tested against its probabilities
     scene by scene (``model_p_vs_probe``). Where it passes and the planner fails, the tokens hold
     what the test asks and the planner reads it wrongly. The ``faint`` / ``plain`` split is made
@@ -579,9 +576,9 @@ def _ego_probe(cfg, held, idx, seen, groups, model_share, chunks=8, steps=3000, 
     xs, ys = [], []
     for i in range(chunks):  # training rollouts of the run's world (other keys than its own)
         logs = jax.device_get(gen(jax.random.PRNGKey(cfg.seed + 20_000 + i)))
-        tidx, ty = _measurement_rows(logs, cfg.log_steps)
+        tidx = _measurement_point(logs, cfg.log_steps)
         xs.append(_probe_features(logs, tidx))
-        ys.append(ty)
+        ys.append(_modes_of(_turn(np.asarray(logs["future"])[tidx, 0])))  # the heading rule
     x, ty = np.concatenate(xs), np.concatenate(ys)
     mu, sd = x.mean(0), np.maximum(x.std(0), 1e-3)
     x = (x - mu) / sd
