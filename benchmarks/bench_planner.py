@@ -331,8 +331,10 @@ def modes(
          skip_sigma_data=m.skip_sigma_data, skip_edm_weight=m.skip_edm_weight, horizon=m.horizon,
          train_scenes=cfg.n_scenes,
          total_steps=cfg.loop.total_steps,
-         lr_schedule=cfg.lr_schedule, snr_weight_cap=m.snr_weight_cap, norm_std=m.norm_std,
-         obs_norm=m.obs_norm, temperature=m.temperature, solver_steps=m.steps, split=split,
+         lr_schedule=cfg.lr_schedule, decay_fraction=cfg.decay_fraction,
+         static_scene_weight=cfg.static_scene_weight, snr_weight_cap=m.snr_weight_cap,
+         norm_std=m.norm_std, obs_norm=m.obs_norm, temperature=m.temperature, solver_steps=m.steps,
+         split=split,
          params=which,
          sampler=sampler)  # fmt: skip
     held = rp.expert_data(cfg, split)
@@ -490,13 +492,13 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     model = jax.jit(lambda k, p, sc: pl.sample_trajectories(p, k, sc, m, guidance=()))
     traj = np.asarray(model(jax.random.PRNGKey(5), params, sc))  # the modes test's key
     cur = np.asarray(held["current"])[idx, 0]
-    h0 = np.repeat(np.arctan2(cur[:, 3], cur[:, 2]), samples_per_scene)
-    turn = _turn(traj[:, 0], h0).reshape(n_roll, samples_per_scene)
+    head = np.arctan2(cur[:, 3], cur[:, 2])
+    turn = _turn(traj[:, 0], np.repeat(head, samples_per_scene)).reshape(n_roll, samples_per_scene)
     pm = _modes_of(turn)
     share = np.stack([np.mean(pm == j, 1) for j in range(3)], 1)
     # the logged future's mode by the same heading rule, as in ``modes`` (a slow turner's logged
     # future may not have turned 0.15 rad within the horizon: it reads straight, as its samples do)
-    seen_turn = _turn(np.asarray(held["future"])[idx, 0], np.arctan2(cur[:, 3], cur[:, 2]))
+    seen_turn = _turn(np.asarray(held["future"])[idx, 0], head)
     seen = _modes_of(seen_turn)
     d = share - np.eye(3)[seen]
     parked = np.asarray(held["static_valid"])[idx].any(1)  # the car parked by the right turn

@@ -141,9 +141,10 @@ class PlannerConfig:
             route at an intersection. Measured on the hidden-route intersection run (4096
             scenes, capped SNR): the ego's x_0 loss 14-25 % lower (means over 3000-step
             windows to 21000), its samples agree with the logged mode at 18000 steps as often
-            as without it at 42000 (0.521 / 0.520); resumed to 36000 steps the ego passes its
-            modes test at the last two checkpoints (p 0.024 / 0.026; ``docs/planner_modes.md``).
-            Default off: every figure recorded before it was measured without it.
+            as without it at 42000 (0.521 / 0.520); but over the full 42000-step schedule its
+            samples lean straight as much as without it and fail the modes test at all three
+            tail checkpoints (p 0.0019-0.0072; ``docs/planner_modes.md``). Default off: it does
+            not make the ego pass, and every figure recorded was measured without it.
         ego_obs_mean, ego_obs_std: of the ego token (speed, acceleration, yaw rate);
             agent_obs_*: of the neighbours' history tokens (x, y, cos, sin, vx, vy, length,
             width); static_obs_*: of the parked cars (x, y, cos, sin, length, width);
@@ -545,10 +546,19 @@ def planner_loss(
     future: Float[Array, "B A T 4"],
     cfg: PlannerConfig,
     schedule: VPLinear | None = None,
+    scene_weight: Float[Array, " n"] | None = None,
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
     """The x_0 loss of the module docstring. ``future``: ground-truth future states (ego frame)
-    with invalid neighbours' rows arbitrary (masked by ``scene["neighbour_valid"]``)."""
+    with invalid neighbours' rows arbitrary (masked by ``scene["neighbour_valid"]``).
+
+    ``scene_weight`` (B,), if given, weighs each scene's errors (importance weights over the
+    training scenes, >= 0): the ego's term is the weighted mean of the scenes' ego errors, the
+    neighbours' the weighted mean over valid neighbours. The optimum of the loss at a fixed scene
+    (the conditional distribution of the futures given the scene) is unchanged; the weights move
+    the network's capacity and the gradient's noise between kinds of scenes."""
     check_scene(cfg, scene)
+    if scene_weight is not None and tuple(scene_weight.shape) != (future.shape[0],):
+        raise ConfigError("scene_weight", tuple(scene_weight.shape), f"({future.shape[0]},)")
     if future.shape[1:] != (cfg.n_agents, cfg.horizon, 4):
         raise ConfigError(
             "future",
@@ -578,9 +588,17 @@ def planner_loss(
         key, denoiser, x0, schedule, correct_fn=pin_current(cur_n), time_weight=time_weight
     )
     per_step = jnp.sum(err, -1)[:, :, 1:]  # (B, A, T); index 0 is pinned
-    ego = jnp.mean(per_step[:, 0])
     w_nb = jnp.broadcast_to(nb_valid[:, :, None], per_step[:, 1:].shape)
-    nb = jnp.sum(jnp.where(w_nb, per_step[:, 1:], 0.0)) / jnp.maximum(jnp.sum(w_nb), 1)
+    if scene_weight is None:
+        ego = jnp.mean(per_step[:, 0])
+        nb = jnp.sum(jnp.where(w_nb, per_step[:, 1:], 0.0)) / jnp.maximum(jnp.sum(w_nb), 1)
+    else:
+        w = scene_weight.astype(per_step.dtype)
+        ego = jnp.sum(w * jnp.mean(per_step[:, 0], -1)) / jnp.maximum(jnp.sum(w), 1e-12)
+        wb = jnp.broadcast_to(w[:, None, None], w_nb.shape)
+        nb = jnp.sum(jnp.where(w_nb, wb * per_step[:, 1:], 0.0)) / jnp.maximum(
+            jnp.sum(jnp.where(w_nb, wb, 0.0)), 1e-12
+        )
     loss = nb + cfg.ego_weight * ego
     return loss, {"loss": loss, "ego_loss": ego, "neighbour_loss": nb}
 

@@ -70,6 +70,10 @@ class PlannerRecipeConfig:
         the rate linearly to 0 (warm-up, stable, decay: Hagele et al. 2024). 0 (the default)
         never decays. A float, so that a resumed run can be given a decay tail
         (``--allow-change decay_fraction`` with ``loop.total_steps`` raised).
+    static_scene_weight: the loss weight of a training scene with a static obstacle (a parked
+        car: any ``static_valid``) relative to one without (``planner_loss``'s ``scene_weight``);
+        1 (the default) weighs all scenes alike. A float, so that a resumed run can change it
+        (``--allow-change static_scene_weight``).
     eval_scenes, eval_steps: closed-loop evaluation size.
     gif_scenes: scenes of the closed-loop GIF ``finalize`` writes (0: none).
     """
@@ -88,6 +92,7 @@ class PlannerRecipeConfig:
     decay_fraction: float = 0.0
     weight_decay: float = 1e-4
     ema_decay: float = 0.999
+    static_scene_weight: float = 1.0
     eval_scenes: int = 32
     eval_steps: int = 50
     gif_scenes: int = 2
@@ -103,6 +108,8 @@ class PlannerRecipeConfig:
             raise ConfigError("scene_type", self.scene_type, "-1, 0, 1 or 2")
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a float > 0")
+        if not self.static_scene_weight > 0:
+            raise ConfigError("static_scene_weight", self.static_scene_weight, "a float > 0")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ConfigError("lr_schedule", self.lr_schedule, "'constant' or 'cosine'")
         if not 0.0 <= self.decay_fraction < 1.0:
@@ -239,6 +246,15 @@ def lr_unit(cfg: PlannerRecipeConfig) -> optax.Schedule:
     return optax.join_schedules([up, down], [start])
 
 
+def scene_weights(cfg: PlannerRecipeConfig, scene: dict) -> jax.Array | None:
+    """The training scenes' loss weights (``static_scene_weight`` where a static obstacle is
+    present, 1 elsewhere), or None when all weigh alike."""
+    if cfg.static_scene_weight == 1.0:
+        return None
+    parked = jnp.any(scene["static_valid"], -1)
+    return jnp.where(parked, cfg.static_scene_weight, 1.0).astype(jnp.float32)
+
+
 def _optimizer(cfg: PlannerRecipeConfig, lr):
     unit = lr_unit(cfg)
     return optax.chain(
@@ -286,7 +302,7 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         opt = _optimizer(cfg, state.hparams["lr"])
         scene, future = perturb_ego_state(ka, scene_of(b), b["future"], cfg.augment, dt=m.dt)
         (loss, aux), grads = jax.value_and_grad(pl.planner_loss, has_aux=True)(
-            state.params, kl, scene, future, m
+            state.params, kl, scene, future, m, scene_weight=scene_weights(cfg, scene)
         )
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)

@@ -220,6 +220,35 @@ def test_x0_loss_ignores_invalid_neighbours(setup):
     np.testing.assert_allclose(l1, l0, rtol=1e-6)
 
 
+def test_scene_weights_weigh_each_scene_s_errors(setup):
+    """With the same key (the same noise per scene), weights all one give the unweighted loss;
+    the weighted ego term is the weighted mean of the scenes' ego terms (one-hot weights), the
+    neighbours' term weighs each scene by weight x its valid neighbours."""
+    scene, params, _, _ = setup
+    scene = dict(
+        scene, neighbour_valid=jnp.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], bool)
+    )
+    fut = jax.random.normal(jax.random.PRNGKey(4), (B, 4, CFG.horizon, 4))
+    ws = jnp.concatenate([jnp.eye(B), jnp.array([[3.0, 1.0, 0.5, 2.0], [1.0, 1.0, 1.0, 1.0]])])
+
+    @jax.jit
+    def parts(w):
+        aux = pl.planner_loss(params, jax.random.PRNGKey(5), scene, fut, CFG, scene_weight=w)[1]
+        return jnp.stack([aux["ego_loss"], aux["neighbour_loss"]])
+
+    out = np.asarray(jax.vmap(parts)(ws), np.float64)
+    plain = pl.planner_loss(params, jax.random.PRNGKey(5), scene, fut, CFG)[1]
+    np.testing.assert_allclose(out[-1], [plain["ego_loss"], plain["neighbour_loss"]], rtol=1e-5)
+    one, w = out[:B], np.array([3.0, 1.0, 0.5, 2.0])
+    n = np.array([2.0, 1.0, 3.0, 0.0])
+    assert len(set(np.round(one[:, 0], 5))) == B  # the scenes' terms differ
+    np.testing.assert_allclose(out[B, 0], np.sum(w * one[:, 0]) / np.sum(w), rtol=1e-5)
+    np.testing.assert_allclose(out[B, 1], np.sum(w * n * one[:, 1]) / np.sum(w * n), rtol=1e-5)
+    assert out[3, 1] == 0.0  # a scene without valid neighbours: no neighbour term, no NaN
+    with pytest.raises(ConfigError, match="scene_weight"):
+        pl.planner_loss(params, jax.random.PRNGKey(5), scene, fut, CFG, scene_weight=jnp.ones(3))
+
+
 def test_guidance_weight_zero_bit_equal_and_collision_guidance_lowers_the_energy(setup):
     """Weight 0: the unguided program, bit-equal samples. Inside the window the guided noise
     prediction moves the x_0-estimate down the collision energy: x0_g = x0 - (sigma^2 / alpha) w

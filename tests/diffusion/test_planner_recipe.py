@@ -76,3 +76,13 @@ def test_lr_schedule_warms_up_then_holds_or_decays_to_zero():
         dataclasses.replace(base, decay_fraction=1.0)
     with pytest.raises(ConfigError, match="decay_fraction"):
         dataclasses.replace(base, lr_schedule="cosine", decay_fraction=0.1)
+
+
+def test_static_scene_weight_weighs_scenes_with_a_parked_car():
+    base = planner_recipe.RECIPE.config("tiny")
+    scene = {"static_valid": np.array([[False, False], [True, False], [False, True]])}
+    assert planner_recipe.scene_weights(base, scene) is None  # 1: the unweighted loss
+    w = planner_recipe.scene_weights(dataclasses.replace(base, static_scene_weight=3.0), scene)
+    np.testing.assert_array_equal(w, [1.0, 3.0, 3.0])
+    with pytest.raises(ConfigError, match="static_scene_weight"):
+        dataclasses.replace(base, static_scene_weight=0.0)
