@@ -52,6 +52,11 @@ Sections (``--only a,b``):
   logged route, so not a calibration test) and with and without the car parked by the right
   turn; and a classifier trained on the same tokens as a reference for the ego's route
   posterior (``ego_posterior_probe``), the model tested against it scene by scene.
+  ``--floor-keys K``: a second classifier, to the route drawn (``ego_posterior_probe_route``),
+  weighs the three forced-route futures of each scene, and the ego's row of the x_0 estimate
+  replaced by their optimal mixture gives the modes test of a model that reads the tokens as the
+  classifier does, under the same sampler, K noise keys (``ego_floor_*``): against the logged
+  modes, and the model against it scene by scene.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py --only speed,quality,modes --run-dir R1
 --modes-run-dir R2 --window 0.0005,0.1 --variants 'collision:20' --scenes 256 --seed 12``. Train
@@ -400,7 +405,7 @@ def modes(
                                           for s in sel])  # fmt: skip
 
 
-def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=None):
+def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=None, floor_keys=0):
     """How much of the ego's route the scene shows at the modes test's measurement point, and
     where the model's ego samples lean. The held-out rollouts of ``modes`` are rolled out again
     with the ego's route forced to left, straight and right (same reset keys, the ego's start
@@ -421,7 +426,9 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     the model's and the logged heading change given the drawn route: sharp or blurred turns).
     The ego's speed also depends on its hidden driving style (desired speed, headway), so the
     same speed can come from another route with another style: the posterior given the tokens
-    is not the forced-route one, which holds the style fixed; ``_ego_probe`` estimates it."""
+    is not the forced-route one, which holds the style fixed; ``_ego_probe`` estimates it.
+    ``floor_keys`` K > 0: ``_ego_floor``, the modes test taken by a model with the route probe's
+    posterior under the same sampler, K noise keys."""
     cfg, params = _params(run_dir, step)
     m = dataclasses.replace(cfg.model, temperature=1.0)
     if solver_steps is not None:
@@ -533,7 +540,13 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
          ego_cue_cut=0.1, **out)  # fmt: skip
     groups = {"all": rows >= 0, "faint": cue < 0.1, "plain": cue >= 0.1, "parked_car": parked,
               "no_parked_car": ~parked}  # fmt: skip
-    _ego_probe(cfg, held, idx, seen, groups, share)
+    probe_rows = _probe_rows(cfg)
+    _ego_probe(cfg, held, idx, seen, groups, share, probe_rows)
+    if floor_keys:
+        prior = _ego_probe(cfg, held, idx, logged, groups, share, probe_rows, target="route")
+        futures = np.stack([np.asarray(logs[r]["future"])[idx, 0] for r in range(3)], 1)
+        fair = {k: groups[k] for k in ("all", "parked_car", "no_parked_car")}
+        _ego_floor(params, m, sc, futures, prior, logged, seen, head, pm, fair, floor_keys)
 
 
 def _measurement_point(logs, log_steps):
@@ -557,12 +570,30 @@ def _probe_features(logs, idx):
     return np.concatenate(parts, 1).astype(np.float32)
 
 
-def _ego_probe(cfg, held, idx, seen, groups, model_share, chunks=8, steps=3000, every=100):
+def _probe_rows(cfg, chunks=8):
+    """The probes' training rows: the scene tokens at the measurement point of ``chunks`` x 4096
+    rollouts of the run's world (other keys than its own), with the logged future's mode (the
+    heading rule) and the route drawn."""
+    env, eparams = rp.world(cfg)
+    gen = jax.jit(lambda k: de.expert_logs(k, env, eparams, n_scenes=4096, steps=cfg.log_steps))
+    xs, modes, routes = [], [], []
+    for i in range(chunks):
+        logs = jax.device_get(gen(jax.random.PRNGKey(cfg.seed + 20_000 + i)))
+        tidx = _measurement_point(logs, cfg.log_steps)
+        xs.append(_probe_features(logs, tidx))
+        modes.append(_modes_of(_turn(np.asarray(logs["future"])[tidx, 0])))
+        routes.append(np.asarray(logs["route_mode"])[tidx])
+    return np.concatenate(xs), np.concatenate(modes), np.concatenate(routes)
+
+
+def _ego_probe(cfg, held, idx, seen, groups, model_share, rows, target="mode", steps=3000,
+               every=100):  # fmt: skip
     """A reference for the ego's route posterior, as the exact denoiser is for neighbour 0's: a
     classifier (MLP, AdamW, weight decay, the step of least held-back log loss kept) from the
-    scene tokens at the measurement point to the logged mode, trained on ``chunks`` x 4096
-    rollouts of the run's world (80 %; 20 % held back to pick the step). Its probabilities on
-    the modes test's scenes take the same test against the logged modes as the planner's sample shares
+    scene tokens at the measurement point to the logged mode (``target="route"``: to the route
+    drawn, then tested against ``seen`` = the drawn routes), trained on ``rows`` (``_probe_rows``:
+    80 %; 20 % held back to pick the step). Returns its probabilities on the held-out scenes.
+    They take the same test against the logged modes as the planner's sample shares
     (``ego_posterior_probe``), and the planner's shares are tested against its probabilities
     scene by scene (``model_p_vs_probe``). Where it passes and the planner fails, the tokens hold
     what the test asks and the planner reads it wrongly. The ``faint`` / ``plain`` split is made
@@ -573,15 +604,7 @@ def _ego_probe(cfg, held, idx, seen, groups, model_share, chunks=8, steps=3000, 
 
     from jaxlab.nn import MLP
 
-    env, eparams = rp.world(cfg)
-    gen = jax.jit(lambda k: de.expert_logs(k, env, eparams, n_scenes=4096, steps=cfg.log_steps))
-    xs, ys = [], []
-    for i in range(chunks):  # training rollouts of the run's world (other keys than its own)
-        logs = jax.device_get(gen(jax.random.PRNGKey(cfg.seed + 20_000 + i)))
-        tidx = _measurement_point(logs, cfg.log_steps)
-        xs.append(_probe_features(logs, tidx))
-        ys.append(_modes_of(_turn(np.asarray(logs["future"])[tidx, 0])))  # the heading rule
-    x, ty = np.concatenate(xs), np.concatenate(ys)
+    x, ty = rows[0], rows[1 if target == "mode" else 2]
     mu, sd = x.mean(0), np.maximum(x.std(0), 1e-3)
     x = (x - mu) / sd
     n_fit = int(0.8 * len(x))
@@ -618,10 +641,93 @@ def _ego_probe(cfg, held, idx, seen, groups, model_share, chunks=8, steps=3000, 
                          agree_with_logged_mode=round(float(np.mean(prob[sel, seen[sel]])), 4),
                          log_loss=round(float(-np.mean(np.log(prob[sel, seen[sel]]))), 4),
                          p_vs_logged=p, model_shares=model_share[sel].mean(0).round(4).tolist(),
-                         model_p_vs_probe=_hotelling(model_share[sel] - prob[sel])[1])  # fmt: skip
-    emit(what="ego_posterior_probe", train_rows=n_fit, held_back_rows=len(x) - n_fit,
-         best_step=best[2], held_back_log_loss=round(best[0], 4),
+                         # a route probe's probabilities are not heading-rule modes: no test
+                         model_p_vs_probe=_hotelling(model_share[sel] - prob[sel])[1]
+                         if target == "mode" else None)  # fmt: skip
+    emit(what="ego_posterior_probe" + ("" if target == "mode" else "_route"), train_rows=n_fit,
+         held_back_rows=len(x) - n_fit, best_step=best[2], held_back_log_loss=round(best[0], 4),
          train_modes=(np.bincount(ty, minlength=3) / len(ty)).round(4).tolist(), **out)  # fmt: skip
+    return prob
+
+
+def mixture_x0(x, futures, log_prior, alpha, sigma):
+    """The optimal x_0 estimate of one agent's row, x_t = alpha x_0 + sigma eps, when its x_0 is
+    one of K futures m_k with prior pi_k: sum_k w_k m_k with w = softmax(log pi_k - |x_t -
+    alpha m_k|^2 / 2 sigma^2). ``x`` (B, D), ``futures`` (B, K, D), ``log_prior`` (B, K),
+    ``alpha`` and ``sigma`` (B,)."""
+    d2 = jnp.sum((x[:, None] - alpha[:, None, None] * futures) ** 2, -1)
+    w = jax.nn.softmax(log_prior - d2 / (2 * sigma[:, None] ** 2), -1)
+    return jnp.einsum("bk,bkd->bd", w, futures)
+
+
+def _ego_floor(params, m, sc, futures, prior, logged, seen, head, model_modes, groups, keys):
+    """A floor for the ego as the exact denoiser is for neighbour 0 (``_floor_test``): the model's
+    sampler (``m.steps`` DPM-Solver++ steps) on the modes test's scenes and samples (``sc``), with the ego's row of the
+    x_0 estimate replaced at every t by the optimal one of a model whose ego future is one of
+    the three forced-route futures (``futures`` (S, 3, T, 4): the scene's driving style held)
+    with the route probe's posterior ``prior`` (S, 3) as their weights. ``ego_floor_check``: with
+    the logged route's one-hot as the prior every sample must read the logged future's mode.
+    One ``ego_floor_test`` line per noise key: the floor's shares and its test against the
+    logged modes (heading rule, the scene as the unit, Hotelling p >= 0.01), and the model's
+    shares (``model_modes`` (S, R), key 5) against the floor's scene by scene (paired), for the
+    scenes of each of ``groups``; ``ego_floor_summary`` counts the keys that fail. The check line's
+    ``exact`` is the floor without a sampler: the prior summed over the routes whose forced future
+    reads each mode (what an exact solver would draw), so the floor's excess over it is the
+    sampler's."""
+    n, reps = model_modes.shape
+    sched = VPLinear()
+    mk = jnp.repeat(pl.normalize(m, jnp.asarray(futures)).reshape(n, 3, -1), reps, 0)
+    hs = np.repeat(head, reps)
+
+    @jax.jit
+    def run(key, sc, mk, log_prior):
+        def swap(x0_hat, x, t):
+            best = mixture_x0(x[:, 0, 1:].reshape(x.shape[0], -1), mk, log_prior,
+                              sched.alpha(t), sched.sigma(t))  # fmt: skip
+            return x0_hat.at[:, 0, 1:].set(best.reshape(x0_hat[:, 0, 1:].shape))
+
+        return pl.sample_trajectories(params, key, sc, m, guidance=(), x0_fn=swap)[:, 0]
+
+    def modes_of(key, log_prior):
+        traj = np.asarray(run(key, sc, mk, jnp.repeat(jnp.asarray(log_prior), reps, 0)))
+        return _modes_of(_turn(traj, hs)).reshape(n, reps)
+
+    onehot = modes_of(jax.random.PRNGKey(99), np.where(np.eye(3)[logged] > 0, 0.0, -1e9))
+    # the floor without a sampler: the prior pushed through the forced futures' modes
+    exact = np.einsum("sr,srj->sj", prior, np.eye(3)[_modes_of(_turn(futures, head[:, None]))])
+    emit(what="ego_floor_check", scenes=n, samples_per_scene=reps,
+         onehot_prior_agrees_with_logged_mode=round(float(np.mean(onehot == seen[:, None])), 4),
+         exact={g: dict(shares=exact[sel].mean(0).round(4).tolist(),
+                        p_vs_logged=_hotelling(exact[sel] - np.eye(3)[seen[sel]])[1])
+                for g, sel in groups.items()})  # fmt: skip
+    model_share = np.stack([np.mean(model_modes == j, 1) for j in range(3)], 1)
+    log_prior = np.log(np.maximum(prior, 1e-12))
+    res = {g: [] for g in groups}
+    for i in range(keys):
+        fm = modes_of(jax.random.PRNGKey(100 + i), log_prior)
+        share = np.stack([np.mean(fm == j, 1) for j in range(3)], 1)
+        out = {}
+        for g, sel in groups.items():
+            _, p_l = _hotelling(share[sel] - np.eye(3)[seen[sel]])
+            _, p_f = _hotelling(model_share[sel] - share[sel])
+            res[g].append((p_l, p_f))
+            out[g] = dict(scenes=int(sel.sum()), shares=share[sel].mean(0).round(4).tolist(),
+                          model_shares=model_share[sel].mean(0).round(4).tolist(),
+                          p_vs_logged=p_l, model_p_vs_floor=p_f)  # fmt: skip
+        emit(what="ego_floor_test", key=100 + i, samples_per_scene=reps, solver_steps=m.steps,
+             threshold=0.01, **out)  # fmt: skip
+    if keys:
+        out = {}
+        for g, r in res.items():
+            r = np.asarray(r)
+            out[g] = dict(floor_fails_vs_logged=float(np.mean(r[:, 0] < 0.01)),
+                          floor_median_p_vs_logged=float(np.median(r[:, 0])),
+                          floor_p_vs_logged_range=[float(r[:, 0].min()), float(r[:, 0].max())],
+                          model_fails_vs_floor=float(np.mean(r[:, 1] < 0.01)),
+                          model_median_p_vs_floor=float(np.median(r[:, 1])),
+                          model_p_vs_floor_range=[float(r[:, 1].min()), float(r[:, 1].max())])  # fmt: skip
+        emit(what="ego_floor_summary", keys=keys, samples_per_scene=reps, solver_steps=m.steps,
+             **out)  # fmt: skip
 
 
 def _floor_test(oracle_jit, model_modes, h0, drawn, ok, n_scenes, reps, keys, m):
@@ -919,6 +1025,7 @@ def main():
             args.samples_per_scene,
             args.step,
             solver_steps=args.solver_steps,
+            floor_keys=args.floor_keys,
         )
     if "modes" in only:
         modes(
