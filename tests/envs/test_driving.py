@@ -109,22 +109,28 @@ def test_render_and_bad_input(expert_run):
 
 
 def test_expert_logs_edit_reset_rolls_the_same_scenes_out_under_a_forced_route():
-    """``expert_logs(edit_reset=...)``: an edit that keeps each scene's state reproduces the log
+    """``expert_logs(edit_reset=...)``: an edit that keeps each scene's route reproduces the log
     bit for bit; forcing the ego's route to left / right records that route and turns the logged
-    future that way (the same scenes, another choice)."""
+    future that way (the same scenes, another choice). One compiled rollout serves every route
+    (``route`` traced; -1 keeps the scene's own), one more the unedited log."""
     from jaxlab.envs.driving_eval import expert_logs
 
     env, params = make_driving(auto_reset=False, scene_type=1)
     key = jax.random.PRNGKey(4)
 
     def force(route):
-        return lambda st: st.replace(route=jnp.int32(route), route_mode=jnp.int32(route))
+        def edit(st):
+            r = jnp.where(route >= 0, route, st.route).astype(st.route.dtype)
+            m = jnp.where(route >= 0, route, st.route_mode).astype(st.route_mode.dtype)
+            return st.replace(route=r, route_mode=m)
+
+        return edit
 
     run = jax.jit(
         lambda k, r: expert_logs(k, env, params, n_scenes=4, steps=20, edit_reset=force(r))
     )
-    plain = expert_logs(key, env, params, n_scenes=4, steps=20)
-    kept = expert_logs(key, env, params, n_scenes=4, steps=20, edit_reset=lambda st: st)
+    plain = jax.jit(lambda k: expert_logs(k, env, params, n_scenes=4, steps=20))(key)
+    kept = run(key, -1)
     for k in plain:
         np.testing.assert_array_equal(np.asarray(kept[k]), np.asarray(plain[k]), err_msg=k)
     turns = []
