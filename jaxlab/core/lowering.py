@@ -32,7 +32,7 @@ def lower_step(
     the loop. ``parts`` (the recipe's parts built for ``cfg`` and ``mesh``) and ``state``
     (:func:`jaxlab.core.run.abstract_state` of them) are made here when None; a caller that
     has them saves the build and the trace of ``init``."""
-    parts = recipe.build(cfg, mesh) if parts is None else parts
+    parts = recipe.parts(cfg, mesh) if parts is None else parts
     if state is None:
         state = run_lib.abstract_state(parts, jax.random.PRNGKey(cfg.seed))
     state_sh = jax.tree.map(lambda x: getattr(x, "sharding", None), state)

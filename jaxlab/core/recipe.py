@@ -15,25 +15,29 @@ rest of a run's life through them:
 Writing a new recipe (no change in ``core``, ``cli.py`` or other recipes)::
 
     @dataclasses.dataclass(frozen=True)
-    class MyConfig:            # frozen, typed; validated in __post_init__ with ConfigError
+    class MyConfig:            # frozen, typed; nests the family's configs, never copies fields
         seed: int = 0
-        lr: float = 1e-3       # traced: read from state.hparams inside train_step
+        model: MyModelConfig = MyModelConfig()     # the family's config, validated there
+        optim: OptimConfig = OptimConfig(lr=1e-3)  # jaxlab.core.optim; traced lr, weight decay
         mesh: MeshConfig = MeshConfig()
         loop: LoopConfig = LoopConfig()
 
     def build(cfg: MyConfig, mesh: Mesh) -> Parts:
         def init(key):         # -> a flax.struct state with a field ``hparams``
             ...
-            return MyState(params, opt_state, hparams=hparams_of(RECIPE, cfg))
+            return MyState(params, opt_state, hparams=optim.hparams(cfg.optim))
         def train_step(state, batch):
-            opt = make_opt(state.hparams["lr"])   # a traced value, never a Python constant
+            opt = optim.from_hparams(cfg.optim, cfg.loop.total_steps, state.hparams)
             ...
-        return Parts(init=init, train_step=train_step, abstract_batch=..., ...)
+        return Parts(init=init, train_step=train_step, abstract_batch=...)
 
-    RECIPE = register(Recipe("my-method", MyConfig, build, traced=("lr",), presets_dir=...))
+    RECIPE = register(Recipe("my-method", MyConfig, build, traced=optim.traced_keys()))
 
-and one line in ``jaxlab/recipes/__init__.py``'s ``NAMES`` (a recipe defined elsewhere, e.g. in a
-test, is passed to the core functions directly).
+with its presets in ``presets/my-method/*.yaml`` beside the module that defines ``build``, and one
+entry point in pyproject.toml's ``[project.entry-points."jaxlab.recipes"]`` table
+(``my-method = "jaxlab.recipes.my_method"``), which is how ``core`` finds a recipe by name without
+importing the recipes package. A recipe defined elsewhere (a test, a user's script) is registered
+by :func:`register` when its module is imported, or passed to the core functions directly.
 
 Recipes never import other recipes or the CLI: what two recipes share lives in their family.
 """
@@ -42,6 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -68,7 +74,8 @@ class Parts:
         ``sharding`` places it on the mesh (``None``: no data). The loop shards host batches with
         these shardings, and ``lower`` compiles against it.
       state_sharding: ``abstract_state -> shardings`` (same tree), so the state is created,
-        restored and lowered on this mesh (``None``: default placement).
+        restored and lowered on this mesh (``None``: :func:`state_sharding_of`'s default, leaves
+        boxed with logical axis names placed by the mesh rules and the rest replicated).
       data: ``() -> iterator`` of host-local numpy batches (a grain ``DatasetIterator``, so its
         position is checkpointed); required when ``abstract_batch`` is given.
       evaluate: host-side ``state -> dict`` of scalars (may jit inside).
@@ -96,7 +103,8 @@ class Recipe:
         ``mesh: MeshConfig`` field places it on a mesh, else it runs on one device).
       build: ``(cfg, mesh) -> Parts``.
       description: one line for ``jaxlab list``.
-      presets_dir: folder of ``<preset>.yaml`` files; ``default_preset`` is used when none is named.
+      presets_dir: folder of ``<preset>.yaml`` files (default: ``presets/<name>`` beside the module
+        that defines ``build``); ``default_preset`` is used when none is named.
       traced: dotted config keys of float hyper-parameters that are traced values in the state
         (``state.hparams``), so ``jaxlab sweep`` vmaps over them in one compiled program and a
         resume may change them when allowed.
@@ -119,6 +127,21 @@ class Recipe:
     finetune: Callable[[Any, Any], Any] | None = None
     eval_main: Callable[[Any, Path, list[str]], int] | None = None
     hooks: Callable[[Any, Path], Any] | None = None
+
+    def __post_init__(self):
+        if self.presets_dir is None:
+            module = sys.modules.get(getattr(self.build, "__module__", ""), None)
+            where = getattr(module, "__file__", None)
+            if where is not None:
+                object.__setattr__(self, "presets_dir", Path(where).parent / "presets" / self.name)
+
+    def parts(self, cfg: Any, mesh: jax.sharding.Mesh) -> Parts:
+        """``build(cfg, mesh)`` with the interface's defaults filled in: a state sharding from
+        :func:`state_sharding_of` when the recipe gives none."""
+        parts = self.build(cfg, mesh)
+        if parts.state_sharding is None:
+            parts = dataclasses.replace(parts, state_sharding=state_sharding_of(parts, mesh))
+        return parts
 
     def presets(self) -> list[str]:
         if self.presets_dir is None or not Path(self.presets_dir).is_dir():
@@ -181,6 +204,19 @@ def with_hparams(state: Any, hparams: Mapping[str, Any]) -> Any:
     return state.replace(hparams=new)
 
 
+def state_sharding_of(parts: Parts, mesh: jax.sharding.Mesh) -> Callable[[Any], Any]:
+    """``parts.state_sharding``, or the default: :func:`jaxlab.core.sharding.state_shardings` on
+    ``mesh`` (logical-axis rules for boxed leaves, replicated otherwise)."""
+    if parts.state_sharding is not None:
+        return parts.state_sharding
+    from jaxlab.core.sharding import state_shardings
+
+    return lambda abstract: state_shardings(abstract, mesh)
+
+
+#: the entry-point group through which installed packages name their recipe modules
+ENTRY_POINT_GROUP = "jaxlab.recipes"
+
 _REGISTRY: dict[str, Recipe] = {}
 
 
@@ -193,25 +229,34 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-def names() -> list[str]:
-    """All recipe names."""
-    from jaxlab import recipes
+def _entry_points() -> dict[str, str]:
+    """Recipe name -> module, from the installed packages' ``jaxlab.recipes`` entry points."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
-    return sorted(recipes.NAMES)
+
+def names() -> list[str]:
+    """The installed recipes' names (entry points; a recipe registered only in this process, e.g.
+    by a test, is reached with :func:`get` but not listed)."""
+    return sorted(_entry_points())
 
 
 def get(name: str) -> Recipe:
-    """The recipe called ``name``; an unknown name is a ConfigError with the closest name."""
-    from jaxlab import recipes
-
-    if name in _REGISTRY and name not in recipes.NAMES:
+    """The recipe called ``name`` (importing its module on first use); an unknown name is a
+    ConfigError with the closest name."""
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    if name not in recipes.NAMES:
+    modules = _entry_points()
+    if name not in modules:
+        known = names()
         raise config_lib.ConfigError(
             "recipe",
             name,
-            "one of: " + ", ".join(sorted(recipes.NAMES)),
-            config_lib.suggest(name, recipes.NAMES),
+            "one of: " + ", ".join(known),
+            config_lib.suggest(name, known),
         )
-    importlib.import_module(f"jaxlab.recipes.{recipes.NAMES[name]}")
+    importlib.import_module(modules[name].split(":")[0])
+    if name not in _REGISTRY:
+        raise config_lib.ConfigError(
+            "recipe", name, f"a recipe registered by its module {modules[name]}"
+        )
     return _REGISTRY[name]

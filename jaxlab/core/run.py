@@ -53,7 +53,7 @@ def mesh_for(cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
 def build(recipe: Recipe, cfg: Any, devices: Sequence[jax.Device] | None = None) -> Parts:
     """``recipe.build(cfg, mesh_for(cfg, devices))``."""
     mesh = mesh_for(cfg, devices)
-    return recipe.build(cfg, mesh)
+    return recipe.parts(cfg, mesh)
 
 
 def abstract_state(parts: Parts, key: jax.Array) -> Any:

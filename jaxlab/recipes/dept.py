@@ -200,7 +200,6 @@ RECIPE = register(
         build=build,
         description="DEPT: decoupled-embedding pre-training over heterogeneous sources "
         "(GLOB/TRIM/SPEC, Nesterov outer optimizer)",
-        presets_dir=Path(__file__).parent / "presets" / "dept",
         traced=("dept.inner_lr", "dept.outer_lr"),
     )
 )

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import state_shardings
 from jaxlab.diffusion import training
 from jaxlab.diffusion.config import DiffusionConfig
 from jaxlab.diffusion.images import save_image_grid, save_scatter
@@ -62,7 +61,6 @@ def build(cfg: DiffusionConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=training.make_init(model),
         train_step=training.make_train_step(model, sample_data, mesh),
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(cfg.batch_size, "ex"),
@@ -75,7 +73,6 @@ RECIPE = register(
         config_cls=DiffusionConfig,
         build=build,
         description="diffusion model (MLP on a 2-D ring, U-Net/DiT on 8x8 digits), EMA, any sampler",
-        presets_dir=Path(__file__).parent / "presets" / "diffusion",
         traced=training.TRACED,
     )
 )

@@ -42,7 +42,7 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.lm import distill, pcfg
 from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp
@@ -262,7 +262,6 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=init,
         train_step=train_step,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(spec.batch, "sample"),
@@ -478,7 +477,6 @@ def build_pcfg(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=init,
         train_step=train_step,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(spec.batch, "sentence"),
@@ -593,7 +591,6 @@ RECIPE = register(
         build=build,
         description="progressive distillation on sparse parity or a PCFG masked LM: teacher "
         "trajectory, probes, progressive / 2-shot / one-shot / label students",
-        presets_dir=Path(__file__).parent / "presets" / "distill",
         default_preset="cpu",
         traced=("teacher_lr",),
     )

@@ -26,7 +26,7 @@ from jaxlab import media
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.rl.world_models.affordance import AffordancePredictor
 from jaxlab.rl.world_models.dreamer import (
     DreamerConfig,
@@ -177,7 +177,6 @@ def build(cfg: DreamerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=parts.init,
         train_step=train_step,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=host_evaluate,
         finalize=finalize,
         units_per_step=(cfg.num_envs, "env-step"),
@@ -190,7 +189,6 @@ RECIPE = register(
         config_cls=DreamerRecipeConfig,
         build=build,
         description="DreamerV3-style world-model agent on the egocentric open world (easy)",
-        presets_dir=Path(__file__).parent / "presets" / "dreamer",
     )
 )
 LS_RECIPE = register(
@@ -199,6 +197,5 @@ LS_RECIPE = register(
         config_cls=LSImagineRecipeConfig,
         build=build,
         description="LS-Imagine: long short-term imagination with affordance-guided jumps",
-        presets_dir=Path(__file__).parent / "presets" / "ls-imagine",
     )
 )

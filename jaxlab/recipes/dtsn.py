@@ -27,7 +27,7 @@ import jax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.rl.search import render, training
 from jaxlab.rl.search.training import LearnerConfig
 
@@ -87,7 +87,6 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=lambda key: training.init(key, learner),
         train_step=lambda state, batch: training.train_step(state, learner, spread),
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(learner.batch_size, "transition"),
@@ -100,7 +99,6 @@ RECIPE = register(
         config_cls=DtsnConfig,
         build=build,
         description="D-TSN: learning to search from demonstrations (grid mazes, Game of 24)",
-        presets_dir=Path(__file__).parent / "presets" / "dtsn",
         default_preset="cpu",
     )
 )

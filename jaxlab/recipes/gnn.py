@@ -162,7 +162,6 @@ RECIPE = register(
         config_cls=GnnConfig,
         build=build,
         description="GCN/GPRGNN node classification on cSBM/karate with DIGL or JDR rewiring",
-        presets_dir=Path(__file__).parent / "presets" / "gnn",
         traced=TRACED,
     )
 )

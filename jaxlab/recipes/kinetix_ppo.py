@@ -278,7 +278,6 @@ RECIPE = register(
         config_cls=KinetixPPOConfig,
         build=build,
         description="Kinetix general agent: PPO + entity transformer, SFL/PLR curricula, fine-tuning",
-        presets_dir=Path(__file__).parent / "presets" / "kinetix-ppo",
         default_preset="cpu-single",
         traced=ppo_lib.TRACED,
         finetune=finetune,

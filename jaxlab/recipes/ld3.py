@@ -295,7 +295,6 @@ RECIPE = register(
         config_cls=LD3Config,
         build=build,
         description="LD3: learn few-NFE solver time steps by distilling a many-NFE teacher",
-        presets_dir=Path(__file__).parent / "presets" / "ld3",
         traced=TRACED,
     )
 )

@@ -9,14 +9,13 @@ corpus' unigram entropy.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import jax
 import numpy as np
 
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import training
 from jaxlab.lm.data import (
     ByteLMDataConfig,
@@ -63,7 +62,6 @@ def build(cfg: LmTinyConfig, mesh: jax.sharding.Mesh) -> Parts:
         init=training.make_init(model, cfg.optim, total, cfg.data.seq_len),
         train_step=training.make_train_step(model, cfg.optim, total),
         abstract_batch=batch,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
         evaluate=evaluate,
         units_per_step=(cfg.data.batch_size * cfg.data.seq_len, "tok"),
@@ -76,7 +74,6 @@ RECIPE = register(
         config_cls=LmTinyConfig,
         build=build,
         description="dense byte-level decoder LM on the shipped corpus (the core's end-to-end test)",
-        presets_dir=Path(__file__).parent / "presets" / "lm-tiny",
         traced=training.TRACED,
     )
 )

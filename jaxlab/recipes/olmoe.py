@@ -40,7 +40,7 @@ from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import Hook, LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import moe as moe_lib
 from jaxlab.lm import training
 from jaxlab.lm.data import (
@@ -282,7 +282,6 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
         init=init_fn(cfg),
         train_step=train_step_fn(cfg, mesh),
         abstract_batch=batch,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
         evaluate=evaluate,
         finalize=finalize,
@@ -481,7 +480,6 @@ RECIPE = register(
         config_cls=OlmoeConfig,
         build=build,
         description="OLMoE-style MoE decoder LM (dropless top-k, LB + router z-loss, expert parallel)",
-        presets_dir=Path(__file__).parent / "presets" / "olmoe",
         eval_main=eval_main,
         hooks=lambda cfg, run_dir: (early_checkpoint_hook(cfg, run_dir),),
         traced=training.TRACED,

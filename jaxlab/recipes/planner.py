@@ -42,7 +42,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.run import batch_spec
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.diffusion import planner as pl
 from jaxlab.diffusion.planner_augment import StatePerturbation, perturb_ego_state
 from jaxlab.envs import driving_eval as de
@@ -327,7 +327,6 @@ def build(cfg: PlannerRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
         init=init,
         train_step=train_step,
         abstract_batch=abstract_batch(cfg, mesh),
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         data=lambda: train_iterator(
             cfg, shard_index=jax.process_index(), shard_count=jax.process_count()
         ),
@@ -485,7 +484,6 @@ RECIPE = register(
         config_cls=PlannerRecipeConfig,
         build=build,
         description="Diffusion Planner: joint prediction + planning in the driving world, guidance",
-        presets_dir=Path(__file__).parent / "presets" / "planner",
         traced=TRACED,
         eval_main=eval_main,
     )

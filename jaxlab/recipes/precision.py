@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,7 +25,7 @@ import numpy as np
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import training
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig
@@ -152,7 +151,6 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
         init=training.make_init(model, cfg.optim, total, cfg.data.seq_len),
         train_step=training.make_train_step(model, cfg.optim, total),
         abstract_batch=batch,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
         evaluate=evaluate,
         units_per_step=(tokens_per_step, "tok"),
@@ -165,7 +163,6 @@ RECIPE = register(
         config_cls=PrecisionConfig,
         build=build,
         description="LM trained at given weight/activation/KV precision, then PTQ (RTN, GPTQ)",
-        presets_dir=Path(__file__).parent / "presets" / "precision",
         traced=training.TRACED,
     )
 )

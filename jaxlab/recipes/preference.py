@@ -275,7 +275,6 @@ RECIPE = register(
         config_cls=PreferenceConfig,
         build=build,
         description="preference fine-tuning of a diffusion model: DSPO, Diffusion-DPO or SFT",
-        presets_dir=Path(__file__).parent / "presets" / "preference",
         traced=TRACED,
     )
 )

@@ -11,7 +11,6 @@ over ``eval_episodes`` episodes. The default env is ``point-mass-2d`` reaching a
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import jax
 
@@ -19,7 +18,7 @@ from jaxlab import envs
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.rl.sac import SACConfig, check_config, make_evaluate, make_parts
 
 
@@ -94,7 +93,6 @@ def build(cfg: SacRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=parts.init,
         train_step=train_step,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=host_evaluate,
         units_per_step=(cfg.num_envs, "env-step"),
     )
@@ -106,6 +104,5 @@ RECIPE = register(
         config_cls=SacRecipeConfig,
         build=build,
         description="soft actor-critic on a continuous-action env (point-mass-2d goal reaching)",
-        presets_dir=Path(__file__).parent / "presets" / "sac",
     )
 )

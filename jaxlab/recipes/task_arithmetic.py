@@ -30,7 +30,7 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
-from jaxlab.core.sharding import MeshConfig, constrain_leading, state_shardings
+from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.lm import task_arithmetic as ta
 
 RELATIONS = tuple(ta.RELATIONS)
@@ -177,7 +177,6 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
     return Parts(
         init=init,
         train_step=train_step,
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(2 * len(RELATIONS) * ex.batch, "sample"),
@@ -220,7 +219,6 @@ RECIPE = register(
         build=build,
         description="task vectors (add / negate, rank-1, pruned) on the one-layer transformer of "
         "the task-vector theory, for irrelevant, aligned and contradictory tasks",
-        presets_dir=Path(__file__).parent / "presets" / "task-arithmetic",
         default_preset="cpu",
         traced=("experiment.lr",),
     )

@@ -46,7 +46,7 @@ SLOW: set[tuple[str, str]] = {
 def preset_cases() -> list:
     """(recipe, preset) pairs from the preset folders (no recipe import at collection time)."""
     cases = []
-    for name in sorted(recipes.NAMES):
+    for name in recipe_lib.names():
         for path in sorted((PRESETS_ROOT / name).glob("*.yaml")):
             marks = [pytest.mark.slow] if (name, path.stem) in SLOW else []
             cases.append(pytest.param(name, path.stem, id=f"{name}:{path.stem}", marks=marks))
@@ -65,9 +65,9 @@ def one_device(cfg):
 
 def test_cases_cover_every_preset_of_every_recipe():
     found = {(c.values[0], c.values[1]) for c in CASES}
-    want = {(name, p) for name in recipes.NAMES for p in recipe_lib.get(name).presets()}
+    want = {(name, p) for name in recipe_lib.names() for p in recipe_lib.get(name).presets()}
     assert found == want
-    assert {name for name, _ in found} == set(recipes.NAMES)  # every recipe has presets
+    assert {name for name, _ in found} == set(recipe_lib.names())  # every recipe has presets
     assert set(NEEDS_RUN) <= found and SLOW <= found
 
 

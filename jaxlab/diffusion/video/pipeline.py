@@ -26,7 +26,7 @@ import optax
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts
-from jaxlab.core.sharding import MeshConfig, state_shardings
+from jaxlab.core.sharding import MeshConfig
 from jaxlab.diffusion.samplers import SAMPLER_NAMES, SamplerSpec
 from jaxlab.diffusion.schedules import make_schedule
 from jaxlab.diffusion.video import evaluation as E
@@ -230,7 +230,6 @@ def build(cfg: AvatarConfig, mesh: jax.sharding.Mesh) -> Parts:
         train_step=training.make_train_step(
             net, cfg.task, schedule, weights, opt, cfg.batch_size, cfg.ema_decay, mesh
         ),
-        state_sharding=lambda abstract: state_shardings(abstract, mesh),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(cfg.batch_size * cfg.net.clip_len, "frames"),
