@@ -17,6 +17,7 @@ and standard deviation over seeds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -87,6 +88,59 @@ def _stack(trees: Sequence[Any]) -> Any:
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
 
 
+def _multi_step(train_step: Any, state: Any, batches: Any, n: int) -> Any:
+    """``n`` steps of ``train_step`` vmapped over the points (the sweep's one program)."""
+    step = jax.vmap(train_step)
+    if batches is None:
+        return jax.lax.scan(lambda s, _: step(s, None), state, None, length=n)
+    return jax.lax.scan(step, state, batches)
+
+
+def _init_points(recipe: Recipe, cfg: Any, parts: Any, points: list[tuple[dict[str, Any], int]]):
+    """The vmapped ``init`` of every point and its inputs: ``(fn, keys [P, 2], hparams {k: [P]})``."""
+    defaults = recipe_lib.hparams_of(recipe, cfg)
+    keys = jnp.stack([jax.random.PRNGKey(seed) for _, seed in points])
+    hps = {
+        k: jnp.asarray([float(vals.get(k, defaults[k])) for vals, _ in points], jnp.float32)
+        for k in recipe.traced
+    }
+
+    def init_point(key: jax.Array, hp: dict[str, jax.Array]) -> Any:
+        return recipe_lib.with_hparams(parts.init(key), hp)
+
+    return jax.vmap(init_point), keys, hps
+
+
+def lower_program(
+    recipe: Recipe, cfg: Any, axes: Mapping[str, Sequence[float]], seeds: Sequence[int]
+) -> jax.stages.Lowered:
+    """The sweep's one program (one step, vmapped over every traced value x seed) lowered from
+    abstract values without running or compiling it: what ``jaxlab sweep`` would compile.
+
+    Raises:
+      ConfigError: a key of ``axes`` that is not one of the recipe's traced hyper-parameters.
+    """
+    for key in axes:
+        if key not in recipe.traced:
+            raise ConfigError(key, None, "one of the traced keys " + ", ".join(recipe.traced))
+    parts = run_lib.build(recipe, cfg, jax.devices()[:1])
+    points = [
+        (dict(zip(axes, tv, strict=True)), seed)
+        for tv in itertools.product(*axes.values())
+        for seed in seeds
+    ]
+    init, keys, hps = _init_points(recipe, cfg, parts, points)
+    states = jax.eval_shape(init, keys, hps)
+    batches = None
+    if parts.abstract_batch is not None:
+        batches = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((1, len(points), *x.shape), x.dtype),
+            parts.abstract_batch,
+        )
+    multi = functools.partial(_multi_step, parts.train_step)
+    return jax.jit(lambda s, b: multi(s, b, 1)).lower(states, batches)
+
+
 def _run_group(
     recipe: Recipe,
     cfg: Any,
@@ -97,18 +151,8 @@ def _run_group(
     """One vmapped program for ``points`` (traced values, seed) sharing the static config."""
     devices = jax.devices()[:1]
     parts = run_lib.build(recipe, cfg, devices)
-    hp_keys = list(recipe.traced)
-    defaults = recipe_lib.hparams_of(recipe, cfg)
-    keys = jnp.stack([jax.random.PRNGKey(seed) for _, seed in points])
-    hps = {
-        k: jnp.asarray([float(vals.get(k, defaults[k])) for vals, _ in points], jnp.float32)
-        for k in hp_keys
-    }
-
-    def init_point(key: jax.Array, hp: dict[str, jax.Array]) -> Any:
-        return recipe_lib.with_hparams(parts.init(key), hp)
-
-    states = jax.jit(jax.vmap(init_point))(keys, hps)
+    init, keys, hps = _init_points(recipe, cfg, parts, points)
+    states = jax.jit(init)(keys, hps)
     if recipe.finetune is not None:  # a fresh start from another run, as the loop does
         tuned = [
             recipe.finetune(
@@ -125,12 +169,7 @@ def _run_group(
         for s in seeds:
             iters[s] = run_lib.build(recipe, config_lib.replace(cfg, seed=s), devices).data()
 
-    def multi(state: Any, batches: Any, n: int) -> Any:
-        step = jax.vmap(parts.train_step)
-        if batches is None:
-            return jax.lax.scan(lambda s, _: step(s, None), state, None, length=n)
-        return jax.lax.scan(step, state, batches)
-
+    multi = functools.partial(_multi_step, parts.train_step)
     compiled: dict[int, Any] = {}
     loop = cfg.loop
     step, last = 0, {}
@@ -212,8 +251,12 @@ def sweep(
     out_dir = Path(out_dir)
     for key, values in axes.items():
         recipe_lib.config_value(base, key)
+        if key == "seed":
+            raise ConfigError(key, list(values), "seeds given with --seeds N, not as a swept key")
         if not values:
             raise ConfigError(key, list(values), "at least one value")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(key, list(values), "each value once")
         for v in values:
             config_lib.replace(base, **{key: v})
     seed_list = [base.seed + i for i in range(seeds)] if isinstance(seeds, int) else list(seeds)
@@ -224,6 +267,13 @@ def sweep(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(
             "--out", str(out_dir), "a new or empty directory (nothing is overwritten)"
+        )
+    for key in static:
+        print(
+            f"sweep: {key} is not a traced hyper-parameter of {recipe.name} (traced: "
+            f"{', '.join(recipe.traced) or 'none'}); each of its values runs as its own program, "
+            "one after another",
+            file=log,
         )
     rows, compiles, states = [], 0, []
     for static_vals in itertools.product(*static.values()) if static else [()]:
