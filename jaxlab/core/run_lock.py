@@ -69,10 +69,16 @@ class RunLock:
             except OSError:
                 holder = self._read(fd)
                 os.close(fd)
+                started = holder.get("started")
+                since = (
+                    time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(started))
+                    if isinstance(started, (int, float))
+                    else ""
+                )
                 raise RunLockedError(
                     f"run directory {self.path.parent} is in use by another run "
-                    f"(pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, lock file "
-                    f"{self.path})",
+                    f"(pid {holder.get('pid', '?')} on host {holder.get('host', '?')}{since}, "
+                    f"lock file {self.path})",
                     "wait for that run to finish, stop it, or pass --run-dir NEW_DIR",
                 ) from None
             # The file may have been removed by the previous holder between our open and flock.

@@ -33,6 +33,7 @@ import numpy as np
 from jaxlab.core import config as config_lib
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib
+from jaxlab.core import run_lock
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.core.recipe import Recipe
@@ -264,10 +265,27 @@ def sweep(
         raise ConfigError("--seeds", seeds, "at least one seed")
     traced = {k: v for k, v in axes.items() if k in recipe.traced}
     static = {k: v for k, v in axes.items() if k not in recipe.traced}
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ConfigError(
-            "--out", str(out_dir), "a new or empty directory (nothing is overwritten)"
-        )
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError("--run-dir", str(out_dir), "a directory (this path is a file)")
+    with run_lock.RunLock(out_dir):  # one sweep per folder; a second is refused by pid
+        if any(p.name != run_lock.LOCK_NAME for p in out_dir.iterdir()):
+            raise ConfigError(
+                "--run-dir", str(out_dir), "a new or empty directory (nothing is overwritten)"
+            )
+        return _sweep_groups(recipe, base, axes, seed_list, traced, static, out_dir, log)
+
+
+def _sweep_groups(
+    recipe: Recipe,
+    base: Any,
+    axes: Mapping[str, Sequence[Any]],
+    seed_list: list[int],
+    traced: Mapping[str, Sequence[Any]],
+    static: Mapping[str, Sequence[Any]],
+    out_dir: Path,
+    log: Any,
+) -> SweepResult:
+    """Every group of static values in turn, each one vmapped program; then the summary files."""
     for key in static:
         print(
             f"sweep: {key} is not a traced hyper-parameter of {recipe.name} (traced: "

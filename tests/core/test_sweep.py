@@ -72,3 +72,72 @@ def test_format_table_prints_mean_plus_minus_std_eval_metrics_first():
         "nan",
     ]
     assert sweep.format_table([], ["lr"]) == "(no points)\n"
+
+
+# --- the sweep's own checks: one sweep per folder, nothing run or overwritten on bad input ---
+
+
+def _toy():
+    from tests.core.toy_recipe import TOY
+
+    return TOY, TOY.config(overrides=["loop.total_steps=2", "loop.steps_per_call=2"])
+
+
+def test_a_second_sweep_on_a_folder_in_use_is_refused_with_the_holders_pid(tmp_path):
+    import os
+
+    from jaxlab.core.run_lock import RunLock, RunLockedError
+
+    toy, cfg = _toy()
+    out = tmp_path / "sweep"
+    with RunLock(out):  # the first sweep, running
+        with pytest.raises(RunLockedError) as e:
+            sweep.sweep(toy, cfg, {"lr": [0.1, 0.2]}, seeds=1, out_dir=out)
+    assert f"pid {os.getpid()}" in str(e.value) and " since " in str(e.value)
+    assert not any(out.iterdir()) if out.exists() else True  # the refused sweep wrote nothing
+    result = sweep.sweep(toy, cfg, {"lr": [0.1, 0.2]}, seeds=2, out_dir=out)  # the lock is free
+    assert len(result.rows) == 4 and result.compiles == 1
+    assert not (out / ".lock").exists()
+    from jaxlab.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="new or empty directory"):  # finished: kept intact
+        sweep.sweep(toy, cfg, {"lr": [0.1]}, seeds=1, out_dir=out)
+    assert (out / "sweep.jsonl").read_text().count("\n") == 4
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [
+        ({"lr": [0.1, 0.1]}, "each value once"),
+        ({"seed": [0, 1]}, "--seeds"),
+        ({"lr": []}, "at least one value"),
+    ],
+    ids=["repeated-value", "seed-as-key", "no-values"],
+)
+def test_bad_axes_are_refused_before_anything_is_written(tmp_path, axes, message):
+    from jaxlab.core.config import ConfigError
+
+    toy, cfg = _toy()
+    with pytest.raises(ConfigError, match=message):
+        sweep.sweep(toy, cfg, axes, seeds=1, out_dir=tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_file_as_the_sweep_folder_is_refused(tmp_path):
+    from jaxlab.core.config import ConfigError
+
+    toy, cfg = _toy()
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="this path is a file"):
+        sweep.sweep(toy, cfg, {"lr": [0.1]}, seeds=1, out_dir=tmp_path / "f")
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_static_key_is_announced_as_a_sequence_of_programs(tmp_path):
+    import io
+
+    toy, cfg = _toy()
+    log = io.StringIO()
+    result = sweep.sweep(toy, cfg, {"dim": [2, 3]}, seeds=1, out_dir=tmp_path / "s", log=log)
+    assert "dim is not a traced hyper-parameter of toy (traced: lr)" in log.getvalue()
+    assert result.compiles == 2
