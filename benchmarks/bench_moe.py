@@ -48,6 +48,9 @@ import numpy as np
 from jaxlab.benchmarks.harness import compile_timed, device, emit, wall_cpu
 
 from jaxlab.lm import moe
+from jaxlab.lm.moe.experts import _swiglu_grouped
+from jaxlab.lm.moe.router import _token_entropy, _z_loss_from_lse
+from jaxlab.lm.moe.sorting import _inverse_permutation, _sort_rows, _unsort_combine
 from jaxlab.lm.routing_stats import routing_stats
 from jaxlab.nn.mlp import SwiGLU
 
@@ -184,8 +187,8 @@ def run_breakdown(args) -> None:
                 r = moe.route(x @ router, top_k=k)
                 aux = (
                     moe.load_balancing_loss(r.probs, r.experts),
-                    moe._z_loss_from_lse(r.lse),
-                    routing_stats(r.probs, r.experts, token_entropy=moe._token_entropy(r)),
+                    _z_loss_from_lse(r.lse),
+                    routing_stats(r.probs, r.experts, token_entropy=_token_entropy(r)),
                 )
                 return (r.weights, r.experts), aux
 
@@ -208,18 +211,18 @@ def run_breakdown(args) -> None:
             def permute(x, experts, k=k, e=e):
                 flat = experts.reshape(-1)
                 order = moe.sort_by_expert(flat, e)
-                slots = moe._inverse_permutation(order).reshape(-1, k)
-                xs = moe._sort_rows(x, order // k, slots)
+                slots = _inverse_permutation(order).reshape(-1, k)
+                xs = _sort_rows(x, order // k, slots)
                 return xs, jnp.bincount(flat, length=e), order, slots
 
             xs, gs, order, slots = jax.jit(permute)(x, experts)
             ys = jnp.ones((n, d), jnp.float32)
 
             def experts_fn(xs, gs, ew):
-                return moe._swiglu_grouped(xs, ew, gs, impl="tiled", tile_size=args.tile)
+                return _swiglu_grouped(xs, ew, gs, impl="tiled", tile_size=args.tile)
 
             def unpermute(ys, weights, order, slots):
-                return moe._unsort_combine(ys, weights, order, slots)
+                return _unsort_combine(ys, weights, order, slots)
 
             def full(x, router, ew, cfg=cfg):
                 return moe.moe_ffn(x, router, ew, config=cfg)

@@ -16,6 +16,11 @@ from jaxlab.core.config import ConfigError, from_dict, load_yaml_text
 from jaxlab.core.sharding import MeshConfig, make_mesh
 from jaxlab.lm import moe
 from jaxlab.lm.model import OLMOE_1B_7B, Decoder, DecoderConfig, next_token_loss
+from jaxlab.lm.moe.experts import _swiglu_grouped
+from jaxlab.lm.moe.kernels import _tiled_swiglu
+from jaxlab.lm.moe.router import _token_entropy, _z_loss_from_lse
+from jaxlab.lm.moe.sorting import _inverse_permutation, _sort_rows, _unsort_combine
+from jaxlab.lm.moe.tiling import _group_tile_loop
 from jaxlab.lm.routing_stats import routing_stats, summarize
 
 B, S, D, FF, E, K = 8, 4, 16, 8, 8, 2
@@ -144,7 +149,7 @@ def test_group_tile_loop_covers_each_grouped_row_exactly_once(rows, tile):
 
     init = (jnp.zeros(rows, jnp.int32), jnp.full(rows, -1, jnp.int32))
     (visits, owner), per_group = jax.jit(
-        lambda gs: moe._group_tile_loop(gs, rows, levels, init, tile_fn, jnp.zeros((), jnp.int32))
+        lambda gs: _group_tile_loop(gs, rows, levels, init, tile_fn, jnp.zeros((), jnp.int32))
     )(gs)
     want_owner = np.full(rows, -1)
     want_owner[: sum(sizes)] = np.repeat(np.arange(len(sizes)), sizes)
@@ -215,8 +220,8 @@ def test_fused_tiled_swiglu_matches_masked_reference(sizes, levels):
 
     def fused(xs, ew):
         if levels is not None:  # a big-tile ladder as tile_levels builds for large groups
-            return moe._tiled_swiglu(xs, ew.w1, ew.w3, ew.w2, jnp.asarray(sizes), levels)
-        return moe._swiglu_grouped(xs, ew, jnp.asarray(sizes), impl="tiled", tile_size=8)
+            return _tiled_swiglu(xs, ew.w1, ew.w3, ew.w2, jnp.asarray(sizes), levels)
+        return _swiglu_grouped(xs, ew, jnp.asarray(sizes), impl="tiled", tile_size=8)
 
     def masked(xs, ew):
         h = jax.nn.silu(jnp.einsum("md,gdf->gmf", xs, ew.w1))
@@ -254,7 +259,7 @@ def test_fused_tiled_swiglu_with_big_rounded_tiles():
     levels = ((512, 128, 8), (512, 128, 32))
 
     def fused(xs, w):
-        return moe._tiled_swiglu(xs, *w, jnp.asarray(sizes), levels)
+        return _tiled_swiglu(xs, *w, jnp.asarray(sizes), levels)
 
     def masked(xs, w):
         h = jax.nn.silu(jnp.einsum("md,gdf->gmf", xs, w[0])) * jnp.einsum("md,gdf->gmf", xs, w[1])
@@ -278,14 +283,14 @@ def test_sort_and_unsort_custom_gradients_match_autodiff():
     w = jax.random.uniform(jax.random.key(3), (T, K))
     cot = jax.random.normal(jax.random.key(4), (T, D))
     order = jnp.argsort(experts.reshape(-1), stable=True).astype(jnp.int32)
-    slots = moe._inverse_permutation(order).reshape(T, K)
+    slots = _inverse_permutation(order).reshape(T, K)
     np.testing.assert_array_equal(
         np.asarray(order)[np.asarray(slots)].reshape(-1), np.arange(T * K)
     )
 
     def custom(x, w):
-        xs = moe._sort_rows(x, order // K, slots)
-        return moe._unsort_combine(jnp.tanh(xs), w, order, slots)
+        xs = _sort_rows(x, order // K, slots)
+        return _unsort_combine(jnp.tanh(xs), w, order, slots)
 
     def plain(x, w):
         xs = x[order // K]
@@ -427,13 +432,13 @@ def test_route_top_k_and_renormalisation():
     np.testing.assert_allclose(np.asarray(rb.probs), jax.nn.softmax(big, -1), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(np.asarray(rb.lse), jax.nn.logsumexp(big, -1), rtol=1e-6)
     want_h = jnp.sum(jax.scipy.special.entr(jax.nn.softmax(big, -1)), -1)
-    np.testing.assert_allclose(np.asarray(moe._token_entropy(rb)), want_h, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(_token_entropy(rb)), want_h, rtol=1e-4, atol=1e-5)
 
     def z_grad(f):
         return jax.jit(jax.grad(f))(logits)
 
     np.testing.assert_allclose(
-        z_grad(lambda z: moe._z_loss_from_lse(moe.route(z, top_k=2).lse)),
+        z_grad(lambda z: _z_loss_from_lse(moe.route(z, top_k=2).lse)),
         z_grad(moe.router_z_loss),
         rtol=1e-5,
         atol=1e-8,
