@@ -223,7 +223,7 @@ def sweep(
     static = {k: v for k, v in axes.items() if k not in recipe.traced}
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(
-            "--out", str(out_dir), "a new or empty directory (nothing is overwritten)"
+            "--run-dir", str(out_dir), "a new or empty directory (nothing is overwritten)"
         )
     rows, compiles, states = [], 0, []
     for static_vals in itertools.product(*static.values()) if static else [()]:
