@@ -21,8 +21,8 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit
-from jaxlab.benchmarks.harness import emit_rate as _emit
+from benchmarks.harness import emit
+from benchmarks.harness import emit_rate as _emit
 
 from jaxlab.causal.cdis import cdis_core, interventional_fci_baseline
 from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI, make_test

@@ -12,7 +12,7 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import device, emit
+from benchmarks.harness import device, emit
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib

@@ -29,7 +29,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, timed
+from benchmarks.harness import emit, timed
 
 from jaxlab.decoding import generate, potentials, sampling, smc, speculative, tabulated
 from jaxlab.decoding.interface import CausalLM

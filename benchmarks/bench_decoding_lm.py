@@ -40,7 +40,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, timed
+from benchmarks.harness import emit, timed
 
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop

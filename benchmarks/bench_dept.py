@@ -20,7 +20,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit
+from benchmarks.harness import emit
 
 from jaxlab.lm import dept as D
 from jaxlab.lm import sources as S

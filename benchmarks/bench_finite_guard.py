@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from jaxlab.benchmarks import bench_core
-from jaxlab.benchmarks.harness import emit
+from benchmarks import bench_core
+from benchmarks.harness import emit
 
 from jaxlab.core import config as C
 from jaxlab.core import finite

@@ -29,8 +29,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
-from jaxlab.benchmarks.harness import run_peer as run_peer_script
+from benchmarks.harness import REPO, emit, peer_available, steady_rate
+from benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import envs
 from jaxlab.core.compile import compiler_options, jit
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             emit(ratio)
     if args.generator:
-        gen = "jaxlab.benchmarks.bench_kinetix_generator"
+        gen = "benchmarks.bench_kinetix_generator"
         subprocess.run([sys.executable, "-m", gen], check=False)
     return 0
 

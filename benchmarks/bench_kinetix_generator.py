@@ -22,7 +22,7 @@ import os
 import time
 
 import jax
-from jaxlab.benchmarks.harness import emit, peer_available, run_peer
+from benchmarks.harness import emit, peer_available, run_peer
 
 from jaxlab.envs.kinetix import StaticEnvParams
 from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels

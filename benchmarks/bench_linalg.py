@@ -14,7 +14,7 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import compile_timed, emit, wall_cpu
+from benchmarks.harness import compile_timed, emit, wall_cpu
 
 from jaxlab.core import linalg
 

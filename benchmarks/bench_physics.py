@@ -33,8 +33,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
-from jaxlab.benchmarks.harness import run_peer as run_peer_script
+from benchmarks.harness import REPO, emit, peer_available, steady_rate
+from benchmarks.harness import run_peer as run_peer_script
 
 from jaxlab import physics as px
 from jaxlab.core.compile import compiler_options, jit

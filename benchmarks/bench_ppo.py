@@ -56,7 +56,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import dot_flops, gemm_peak, peer_env
+from benchmarks.harness import dot_flops, gemm_peak, peer_env
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib

@@ -23,7 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, steady_rate
+from benchmarks.harness import emit, steady_rate
 
 from jaxlab.lm import training
 from jaxlab.lm.model import Decoder, DecoderConfig

@@ -26,7 +26,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from side_by_side import steady_rate
+from benchmarks.harness import steady_rate
 
 from jaxlab.rl.search import dtsn, models, training
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import steady_rate
+from benchmarks.harness import steady_rate
 
 from jaxlab import media
 from jaxlab.rl.skills import csf, metra

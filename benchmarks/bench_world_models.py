@@ -29,8 +29,8 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit as _emit
-from jaxlab.benchmarks.harness import steady_rate
+from benchmarks.harness import emit as _emit
+from benchmarks.harness import steady_rate
 
 from jaxlab import envs
 from jaxlab.rl.world_models.dreamer import DreamerConfig, make_evaluate, make_parts

@@ -35,7 +35,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit
+from benchmarks.harness import emit
 
 from jaxlab.lm import distill, pcfg
 from jaxlab.lm import pcfg_distill as pd

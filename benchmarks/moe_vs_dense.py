@@ -27,7 +27,7 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit
+from benchmarks.harness import emit
 
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib

@@ -1,7 +1,7 @@
 """Replay the reference fixtures of the original Jax2D with jaxlab's engine.
 
 Shared by ``tests/physics/test_fidelity.py`` and ``benchmarks/physics_fidelity_report.py``
-(``jaxlab.benchmarks.physics_fidelity``).
+(``benchmarks.physics_fidelity``).
 Every level of one size class has the same static capacities, so the levels of a size are
 stacked along a leading axis and rolled out with one ``vmap``-ed ``lax.scan`` (one compilation
 per size class and horizon).
@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.physics_fixtures import fixture_paths, load_fixture
+from benchmarks.physics_fixtures import fixture_paths, load_fixture
 
 from jaxlab import physics as px
 from jaxlab.core.compile import jit

@@ -23,8 +23,8 @@ import sys
 import time
 
 import numpy as np
-from jaxlab.benchmarks.harness import emit
-from jaxlab.benchmarks.physics_fidelity import HORIZONS_S, SizeBatch, deviations, max_up_to
+from benchmarks.harness import emit
+from benchmarks.physics_fidelity import HORIZONS_S, SizeBatch, deviations, max_up_to
 
 
 def _num(x: float) -> float | None:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxlab.benchmarks.harness import emit
+from benchmarks.harness import emit
 
 from jaxlab.lm import task_vectors as tv
 from jaxlab.lm.data import document_split, load_corpus

@@ -196,16 +196,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def checkout_root() -> Path | None:
+    """The source checkout this ``jaxlab`` was imported from (``benchmarks/`` beside ``jaxlab/``),
+    or None for an installed copy: benchmarks are not shipped in the package."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "benchmarks" / "harness.py").is_file() else None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    import pkgutil
-
-    from jaxlab import benchmarks
-
-    areas = sorted(
-        m.name[len("bench_") :]
-        for m in pkgutil.iter_modules(benchmarks.__path__)
-        if m.name.startswith("bench_")
-    )
+    root = checkout_root()
+    if root is None:
+        raise UserError(
+            "benchmarks run from a source checkout, and this jaxlab is an installed copy",
+            "from a clone of the repository, run `python -m benchmarks.bench_AREA` at its root "
+            "(or `jaxlab bench AREA` with the clone installed: pip install -e .)",
+        )
+    areas = sorted(p.stem[len("bench_") :] for p in (root / "benchmarks").glob("bench_*.py"))
     if args.area not in areas:
         from jaxlab.core.config import suggest
 
@@ -213,7 +219,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
             suggest(args.area, areas) or "pick one of the areas listed",
         )
-    module = f"jaxlab.benchmarks.bench_{args.area}"
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = f"benchmarks.bench_{args.area}"
     sys.argv = [module, *args.extra]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
@@ -281,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "bench",
-        help="run the benchmark jaxlab.benchmarks.bench_AREA (benchmarks/ in a checkout; JSON lines)",
+        help="run the benchmark benchmarks/bench_AREA.py of a source checkout (JSON lines)",
     )
     s.add_argument("area")
     s.add_argument("extra", nargs=argparse.REMAINDER)

@@ -2,7 +2,7 @@
 its size when a scene's samples are correlated, and it detects a skew of the planner's shares."""
 
 import numpy as np
-from jaxlab.benchmarks.bench_planner import _hotelling
+from benchmarks.bench_planner import _hotelling
 from scipy.stats import chisquare
 
 
@@ -38,7 +38,7 @@ def test_mixture_x0_is_the_posterior_mean_of_a_weighted_finite_mixture():
     """``mixture_x0`` (the ego floor's optimal x_0 estimate) against Bayes' rule done by hand:
     p(k | x_t) ~ pi_k N(x_t; alpha m_k, sigma^2 I); one-hot priors pick their future whatever x_t
     is, and with the noise small the nearest future wins over its prior."""
-    from jaxlab.benchmarks.bench_planner import mixture_x0
+    from benchmarks.bench_planner import mixture_x0
 
     rng = np.random.default_rng(0)
     b, k, d = 5, 3, 6

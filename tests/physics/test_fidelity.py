@@ -20,14 +20,14 @@ import functools
 
 import numpy as np
 import pytest
-from jaxlab.benchmarks.physics_fidelity import (
+from benchmarks.physics_fidelity import (
     ACT_STEPS,
     ZERO_STEPS,
     SizeBatch,
     deviations,
     max_up_to,
 )
-from jaxlab.benchmarks.physics_fixtures import fixture_paths
+from benchmarks.physics_fixtures import fixture_paths
 
 STEP1_TOL = 1e-5  # measured max over all 74 levels and both variants: 2.4e-7
 # horizon (s): (bound on the median level, bound on every level)

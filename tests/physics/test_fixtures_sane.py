@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from jaxlab.benchmarks.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
+from benchmarks.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
 
 PATHS = fixture_paths()
 IDS = [p.stem for p in PATHS]
