@@ -21,9 +21,9 @@ import time
 
 import jax
 import numpy as np
+
 from benchmarks.harness import emit
 from benchmarks.harness import emit_rate as _emit
-
 from jaxlab.causal.cdis import cdis_core, interventional_fci_baseline
 from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI, make_test
 from jaxlab.causal.graphs import ARROW, TAIL, random_dag_er, selection_graph, twin_graph

@@ -29,8 +29,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import emit, timed
 
+from benchmarks.harness import emit, timed
 from jaxlab.decoding import generate, potentials, sampling, smc, speculative, tabulated
 from jaxlab.decoding.interface import CausalLM
 

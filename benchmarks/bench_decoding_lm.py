@@ -40,8 +40,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import emit, timed
 
+from benchmarks.harness import emit, timed
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib

@@ -20,8 +20,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import dept as D
 from jaxlab.lm import sources as S
 from jaxlab.lm.model import DecoderConfig

@@ -22,9 +22,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from benchmarks.harness import compile_timed, wall_cpu
 from benchmarks.harness import emit_rate as _emit
-
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 

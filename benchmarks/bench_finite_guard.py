@@ -13,7 +13,6 @@ import statistics
 
 from benchmarks import bench_core
 from benchmarks.harness import emit
-
 from jaxlab.core import config as C
 from jaxlab.core import finite
 from jaxlab.core import recipe as recipe_lib

@@ -22,8 +22,8 @@ import os
 import time
 
 import jax
-from benchmarks.harness import emit, peer_available, run_peer
 
+from benchmarks.harness import emit, peer_available, run_peer
 from jaxlab.envs.kinetix import StaticEnvParams
 from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels
 from jaxlab.envs.kinetix.noop_filter import _sample_filtered

@@ -14,8 +14,8 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-from benchmarks.harness import compile_timed, emit, wall_cpu
 
+from benchmarks.harness import compile_timed, emit, wall_cpu
 from jaxlab.core import linalg
 
 OPS = {

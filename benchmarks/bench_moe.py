@@ -45,8 +45,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import compile_timed, device, emit, wall_cpu
 
+from benchmarks.harness import compile_timed, device, emit, wall_cpu
 from jaxlab.lm import moe
 from jaxlab.lm.routing_stats import routing_stats
 from jaxlab.nn.mlp import SwiGLU

@@ -15,9 +15,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from benchmarks.harness import emit_rate as _emit
 from benchmarks.harness import timed_mean
-
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 

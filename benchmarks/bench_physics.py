@@ -33,9 +33,9 @@ import time
 
 import jax
 import jax.numpy as jnp
+
 from benchmarks.harness import REPO, emit, peer_available, steady_rate
 from benchmarks.harness import run_peer as run_peer_script
-
 from jaxlab import physics as px
 from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.levels import load_level

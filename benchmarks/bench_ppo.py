@@ -56,8 +56,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import dot_flops, gemm_peak, peer_env
 
+from benchmarks.harness import dot_flops, gemm_peak, peer_env
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core.compile import compiler_options, jit

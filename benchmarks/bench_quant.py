@@ -23,8 +23,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import emit, steady_rate
 
+from benchmarks.harness import emit, steady_rate
 from jaxlab.lm import training
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.quant import gptq_matrix, gptq_quantize, quantize_dequantize

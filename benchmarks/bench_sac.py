@@ -20,9 +20,9 @@ import os
 import time
 
 import jax
+
 from benchmarks.harness import emit as _emit
 from benchmarks.harness import steady_rate
-
 from jaxlab.rl.sac import SACConfig, make_parts
 
 

@@ -26,8 +26,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-from benchmarks.harness import steady_rate
 
+from benchmarks.harness import steady_rate
 from jaxlab.rl.search import dtsn, models, training
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from benchmarks.harness import steady_rate
 
+from benchmarks.harness import steady_rate
 from jaxlab import media
 from jaxlab.rl.skills import csf, metra
 from jaxlab.rl.skills.evaluate import (

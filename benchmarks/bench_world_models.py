@@ -29,9 +29,9 @@ import time
 
 import jax
 import numpy as np
+
 from benchmarks.harness import emit as _emit
 from benchmarks.harness import steady_rate
-
 from jaxlab import envs
 from jaxlab.rl.world_models.dreamer import DreamerConfig, make_evaluate, make_parts
 from jaxlab.rl.world_models.ls_imagine import LSConfig

@@ -35,8 +35,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import distill, pcfg
 from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp

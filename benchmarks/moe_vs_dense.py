@@ -27,8 +27,8 @@ import time
 
 import jax
 import numpy as np
-from benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib

@@ -21,8 +21,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from benchmarks.physics_fixtures import fixture_paths, load_fixture
 
+from benchmarks.physics_fixtures import fixture_paths, load_fixture
 from jaxlab import physics as px
 from jaxlab.core.compile import jit
 from jaxlab.physics.state import empty_manifolds

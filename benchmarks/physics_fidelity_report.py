@@ -23,6 +23,7 @@ import sys
 import time
 
 import numpy as np
+
 from benchmarks.harness import emit
 from benchmarks.physics_fidelity import HORIZONS_S, SizeBatch, deviations, max_up_to
 

@@ -78,7 +78,6 @@ GRIDS = {
 
 def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dict]:
     from benchmarks.harness import emit
-
     from jaxlab.core import config as config_lib
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.sweep import sweep

@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import task_vectors as tv
 from jaxlab.lm.data import document_split, load_corpus
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+
 from benchmarks.harness import dot_flops
 
 

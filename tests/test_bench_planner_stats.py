@@ -2,8 +2,9 @@
 its size when a scene's samples are correlated, and it detects a skew of the planner's shares."""
 
 import numpy as np
-from benchmarks.bench_planner import _hotelling
 from scipy.stats import chisquare
+
+from benchmarks.bench_planner import _hotelling
 
 
 def _scenes(rng, n, samples, skew=0.0):

@@ -72,7 +72,6 @@ def test_engine_under_jaxlab_options_matches_xla_defaults():
     """20 steps of the L-capacity angry-birds scene (the solver's multi-batch path), 8 scenes with
     perturbed velocities: positions agree with the default compile to 1e-4 m."""
     from benchmarks.bench_physics import load_scene
-
     from jaxlab import physics as px
 
     sim, params, sp = load_scene("l")

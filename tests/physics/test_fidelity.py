@@ -20,6 +20,7 @@ import functools
 
 import numpy as np
 import pytest
+
 from benchmarks.physics_fidelity import (
     ACT_STEPS,
     ZERO_STEPS,

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+
 from benchmarks.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
 
 PATHS = fixture_paths()
