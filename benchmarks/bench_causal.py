@@ -11,7 +11,7 @@
   single-target soft intervention each), and in oracle mode (d-separation in the twin graphs).
 
 Timings on a shared 2-core CPU are noisy. Usage:
-``python benchmarks/bench_causal.py [--only ci|cdis|accuracy|fci] [--quick]``.
+``python -m benchmarks.bench_causal [--only ci|cdis|accuracy|fci] [--quick]``.
 """
 
 from __future__ import annotations

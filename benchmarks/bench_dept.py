@@ -8,7 +8,7 @@
 * ``plasticity``: a trained body (DEPT-GLOB vs data parallel) continued on a held-out language
   with fresh embeddings (its own BPE vocabulary); training loss after a few steps.
 
-    PYTHONPATH=. python benchmarks/bench_dept.py [--quick] [--seeds 3] [--rounds 40]
+    python -m benchmarks.bench_dept [--quick] [--seeds 3] [--rounds 40]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 ``compile_s`` is ahead-of-time compile time; ``time_s`` the best of ``--repeats`` calls.
 Timings on a shared 2-core machine are noisy (``cpu_s`` is the process CPU time of the timed call).
 
-Usage: ``python benchmarks/bench_distill.py [--quick] [--repeats 2] [--only student]``.
+Usage: ``python -m benchmarks.bench_distill [--quick] [--repeats 2] [--only student]``.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ Generator lines come from ``benchmarks/bench_kinetix_generator.py`` when ``--gen
 
 Usage::
 
-    python benchmarks/bench_kinetix.py                                # S,M,L x flat,entity x 1,256,4096
-    python benchmarks/bench_kinetix.py --sizes s --obs pixels,padded --n 256
-    python benchmarks/bench_kinetix.py --no-peer --action multi_discrete
+    python -m benchmarks.bench_kinetix                                # S,M,L x flat,entity x 1,256,4096
+    python -m benchmarks.bench_kinetix --sizes s --obs pixels,padded --n 256
+    python -m benchmarks.bench_kinetix --no-peer --action multi_discrete
 """
 
 from __future__ import annotations

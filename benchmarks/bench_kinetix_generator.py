@@ -11,8 +11,8 @@ Measures, per size (S, M, L):
 
 Usage::
 
-    python benchmarks/bench_kinetix_generator.py                    # S, M, L, both measurements
-    python benchmarks/bench_kinetix_generator.py --sizes s --no-filter --seconds 2
+    python -m benchmarks.bench_kinetix_generator                    # S, M, L, both measurements
+    python -m benchmarks.bench_kinetix_generator --sizes s --no-filter --seconds 2
 """
 
 from __future__ import annotations

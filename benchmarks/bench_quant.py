@@ -11,8 +11,8 @@ Measured:
 
 Timings on a shared 2-core CPU are noisy. Prints one JSON line per measurement::
 
-    python benchmarks/bench_quant.py                 # d_model 128, 2 layers, batch 16 x 128
-    python benchmarks/bench_quant.py --d-model 256 --layers 4 --seconds 5
+    python -m benchmarks.bench_quant                 # d_model 128, 2 layers, batch 16 x 128
+    python -m benchmarks.bench_quant --d-model 256 --layers 4 --seconds 5
 """
 
 from __future__ import annotations

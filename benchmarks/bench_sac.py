@@ -9,7 +9,7 @@ policy forward, env step, buffer add only) and gradient steps alone (``update``:
 part, from a filled buffer). Networks are 256x256 MLPs (SAC's usual size; the CSF original uses
 1024). ``rate_cpu`` is per CPU-second of this process, meaningful on a loaded shared machine.
 
-Usage: ``python benchmarks/bench_sac.py [--envs 1,256] [--chunk 64] [--seconds 3]``.
+Usage: ``python -m benchmarks.bench_sac [--envs 1,256] [--chunk 64] [--seconds 3]``.
 """
 
 from __future__ import annotations

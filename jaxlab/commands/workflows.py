@@ -43,7 +43,7 @@ def load_text_lm(recipe_name: str, run_dir: str | Path) -> TextLM:
     if not (run_dir / "config.yaml").exists():
         raise UserError(
             f"--lm-run-dir {run_dir}: no run there (missing config.yaml)",
-            f"train first, e.g. python benchmarks/bench_workflows.py --parts lm --train-lm {run_dir}",
+            f"train first, e.g. python -m benchmarks.bench_workflows --parts lm --train-lm {run_dir}",
         )
     if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"--lm-recipe {r.name}: not a decoder language model")
