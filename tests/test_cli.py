@@ -72,3 +72,16 @@ def test_bench_runs_the_checkout_module(capsys, monkeypatch):
     code, _, _ = run(capsys, "bench", "core", "--quick")
     assert code == 0 and ran["module"] == "benchmarks.bench_core"
     assert ran["run_name"] == "__main__" and cli.sys.argv[1:] == ["--quick"]
+
+
+@pytest.mark.parametrize("flag", ["--run-dir", "--out"])
+def test_sweep_writes_to_run_dir_and_accepts_the_old_spelling(flag):
+    args = cli.build_parser().parse_args(["sweep", "lm-tiny", flag, "runs/s"])
+    assert args.run_dir == "runs/s"
+
+
+def test_sweep_help_names_run_dir_only(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--help"])
+    out = capsys.readouterr().out
+    assert "--run-dir" in out and "--out" not in out
