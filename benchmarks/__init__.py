@@ -1,2 +1,3 @@
-"""jaxlab's benchmarks, shipped as ``jaxlab.benchmarks`` (run one with ``jaxlab bench AREA`` or
-``python benchmarks/bench_AREA.py`` from a checkout); ``harness`` holds the shared helpers."""
+"""jaxlab's throughput and latency benchmarks, run from a source checkout (``jaxlab bench AREA``
+or ``python -m benchmarks.bench_AREA`` at the checkout root); ``harness`` holds the shared helpers.
+Research studies live in ``experiments/``."""

@@ -3,8 +3,8 @@
 #
 #   bash benchmarks/accelerator.sh [--out DIR] [--smoke] [--no-peer] [--only STEP,STEP]
 #
-# Steps (each a `python -m jaxlab.benchmarks.<module>` with its own time limit; the limits add
-# up to 460 s, so a slow step is cut off rather than the whole run overrunning):
+# Steps (each a `python -m benchmarks.<module>` from the checkout, with its own time limit; the
+# limits add up to 460 s, so a slow step is cut off rather than the whole run overrunning):
 #   physics   engine steps/s, S/M/L levels, 4k/16k/64k parallel scenes     (bench_physics)
 #   env       Kinetix env steps/s (flat obs), S/M/L, 4k/16k/64k envs        (bench_kinetix)
 #   ppo       PPO env-steps/s, MLP and transformer, M level, 2048 envs      (bench_ppo --train)
@@ -39,15 +39,13 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 
-# a source checkout (benchmarks/ next to jaxlab/) runs its own tree; an install runs the package
-if [ -d "$HERE/../jaxlab" ]; then
-  export PYTHONPATH="$(cd "$HERE/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# the checkout root (benchmarks/ next to jaxlab/) is importable: its benchmarks and its jaxlab
+export PYTHONPATH="$(cd "$HERE/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$SMOKE" = 1 ]; then
   export JAX_PLATFORMS=cpu
 fi
-if ! "$PY" -c "import jaxlab.benchmarks.harness" 2>"$OUT/import.err"; then
-  echo "accelerator.sh: cannot import jaxlab.benchmarks with $PY (see $OUT/import.err)" >&2
+if ! "$PY" -c "import benchmarks.harness" 2>"$OUT/import.err"; then
+  echo "accelerator.sh: cannot import benchmarks.harness with $PY (see $OUT/import.err)" >&2
   exit 1
 fi
 
@@ -78,7 +76,7 @@ step() {  # step NAME LIMIT_S MODULE ARGS...
   if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then return; fi
   local t0=$SECONDS
   echo "[accelerator] $name: $module $* (limit ${limit}s)" >&2
-  timeout "$limit" "$PY" -m "jaxlab.benchmarks.$module" "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.err"
+  timeout "$limit" "$PY" -m "benchmarks.$module" "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.err"
   local rc=$?
   note step="$name" module="$module" rc="$rc" wall_s="$((SECONDS - t0))" \
     lines="$(grep -c '^{' "$OUT/$name.jsonl" || true)" args="$*"

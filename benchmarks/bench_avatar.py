@@ -9,20 +9,20 @@ For each recipe at a preset size (``--preset cpu`` by default, ``tiny`` with ``-
   call on a tripled batch for the audio/reference guidance) for the preset's evaluation batch:
   compile seconds, generated frames/s, peak bytes.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_avatar.py [--quick] [--only loopy,cyberhost]``.
+Run: ``python -m benchmarks.bench_avatar [--quick] [--only loopy,cyberhost]``.
 Timings on a shared machine are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import harness
 from jaxlab.core import run as run_lib
 from jaxlab.diffusion.schedules import make_schedule
 from jaxlab.diffusion.video.denoiser import VideoDenoiser
@@ -30,13 +30,11 @@ from jaxlab.diffusion.video.rollout import generate_clip
 from jaxlab.diffusion.video.tasks import make_batch
 from jaxlab.recipes import cyberhost, loopy
 
-DEVICE = jax.devices()[0].device_kind
-
 
 def emit(what, size, compile_s=None, time_s=None, rate=None, unit=None, **extra):
-    row = dict(what=what, size=size, device=DEVICE, compile_s=compile_s, time_s=time_s)
-    row.update(rate=rate, unit=unit, **extra)
-    print(json.dumps(row), flush=True)
+    """:func:`benchmarks.harness.emit` of the house row (fields left out are ``null``)."""
+    row = dict(what=what, size=size, compile_s=compile_s, time_s=time_s, rate=rate, unit=unit)
+    return harness.emit(row, **extra)
 
 
 def compiled_and_timed(fn, *args, repeats=3):

@@ -11,7 +11,7 @@
   single-target soft intervention each), and in oracle mode (d-separation in the twin graphs).
 
 Timings on a shared 2-core CPU are noisy. Usage:
-``python benchmarks/bench_causal.py [--only ci|cdis|accuracy|fci] [--quick]``.
+``python -m benchmarks.bench_causal [--only ci|cdis|accuracy|fci] [--quick]``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit
-from jaxlab.benchmarks.harness import emit_rate as _emit
 
+from benchmarks.harness import emit
+from benchmarks.harness import emit_rate as _emit
 from jaxlab.causal.cdis import cdis_core, interventional_fci_baseline
 from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI, make_test
 from jaxlab.causal.graphs import ARROW, TAIL, random_dag_er, selection_graph, twin_graph

@@ -1,7 +1,7 @@
 """lm-tiny training throughput on this machine: compile time, steps/s and tokens/s, with K = 1
 (one host dispatch per step) and K > 1 steps fused into one call by the loop's ``lax.scan``.
 
-Prints one JSON line per measurement. Usage: ``python benchmarks/bench_core.py [--steps N] [--quick]``
+Prints one JSON line per measurement. Usage: ``python -m benchmarks.bench_core [--steps N] [--quick]``
 (``--quick``: the tiny preset only, K in {1, 4}, 8 steps: a check that it runs, in well under a minute).
 """
 
@@ -12,8 +12,8 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import device, emit
 
+from benchmarks.harness import device, emit
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib

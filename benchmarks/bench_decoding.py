@@ -18,7 +18,7 @@ Prints one JSON line per measurement:
 * ``smc``: particle-steps and tokens per second of SMC (regex condition + semantic critic) over
   the number of particles.
 
-Usage: ``python benchmarks/bench_decoding.py [--quick]``.
+Usage: ``python -m benchmarks.bench_decoding [--quick]``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, timed
 
+from benchmarks.harness import emit, timed
 from jaxlab.decoding import generate, potentials, sampling, smc, speculative, tabulated
 from jaxlab.decoding.interface import CausalLM
 

@@ -24,7 +24,7 @@ so a second invocation only restores them). Then:
   ``-log pi(next byte)`` in bits/byte and the expected rejection rate ``E TV(q, pi)`` (the
   deferral cost; ``lossy`` has no closed-form ``pi`` and reports null there).
 
-Usage: ``nice -n 5 python benchmarks/bench_decoding_lm.py [--quick] [--run-root DIR]``.
+Usage: ``nice -n 5 python -m benchmarks.bench_decoding_lm [--quick] [--run-root DIR]``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, timed
 
+from benchmarks.harness import emit, timed
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib

@@ -8,7 +8,7 @@
 * ``plasticity``: a trained body (DEPT-GLOB vs data parallel) continued on a held-out language
   with fresh embeddings (its own BPE vocabulary); training loss after a few steps.
 
-    PYTHONPATH=. python benchmarks/bench_dept.py [--quick] [--seeds 3] [--rounds 40]
+    python -m benchmarks.bench_dept [--quick] [--seeds 3] [--rounds 40]
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import dept as D
 from jaxlab.lm import sources as S
 from jaxlab.lm.model import DecoderConfig

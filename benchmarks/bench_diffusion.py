@@ -13,7 +13,7 @@ Sections (``--only a,b``; default all but ``digits``):
 - ``digits``: train the ``diffusion`` digits preset (U-Net), write its sample grid to
   ``runs/bench-digits/samples.png``, then LD3 for that model (4 NFE DPM-Solver++).
 
-Run: ``python benchmarks/bench_diffusion.py [--only samplers,ld3] [--quick]``. ``--quick`` (a few
+Run: ``python -m benchmarks.bench_diffusion [--only samplers,ld3] [--quick]``. ``--quick`` (a few
 minutes on 2 CPU cores) keeps NFE 4 and 16 for the sampler throughput, LD3 with DPM-Solver++(2M) at
 4 and 6 NFE and iPNDM at 4 NFE, and the preference comparison on the exact-mixture model only
 (SFT, Diffusion-DPO beta 10, DSPO beta 1 and 0.3).
@@ -22,7 +22,6 @@ minutes on 2 CPU cores) keeps NFE 4 and 16 for the sampler throughput, LD3 with 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks import harness
 from jaxlab.diffusion import ld3
 from jaxlab.diffusion import preference as pref
 from jaxlab.diffusion import samplers as sm
@@ -38,13 +38,11 @@ from jaxlab.diffusion import schedules as sc
 from jaxlab.diffusion.gmm import GaussianMixture, gmm_eps_fn, ring_mixture
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
 
-DEVICE = jax.devices()[0].device_kind
-
 
 def emit(what, size, compile_s=None, time_s=None, rate=None, unit=None, **extra):
-    row = dict(what=what, size=size, device=DEVICE, compile_s=compile_s, time_s=time_s)
-    row.update(rate=rate, unit=unit, **extra)
-    print(json.dumps(row), flush=True)
+    """:func:`benchmarks.harness.emit` of the house row (fields left out are ``null``)."""
+    row = dict(what=what, size=size, compile_s=compile_s, time_s=time_s, rate=rate, unit=unit)
+    return harness.emit(row, **extra)
 
 
 def timed(fn, *args, repeats=3):

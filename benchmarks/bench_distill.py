@@ -11,7 +11,7 @@
 ``compile_s`` is ahead-of-time compile time; ``time_s`` the best of ``--repeats`` calls.
 Timings on a shared 2-core machine are noisy (``cpu_s`` is the process CPU time of the timed call).
 
-Usage: ``python benchmarks/bench_distill.py [--quick] [--repeats 2] [--only student]``.
+Usage: ``python -m benchmarks.bench_distill [--quick] [--repeats 2] [--only student]``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import compile_timed, wall_cpu
-from jaxlab.benchmarks.harness import emit_rate as _emit
 
+from benchmarks.harness import compile_timed, wall_cpu
+from benchmarks.harness import emit_rate as _emit
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 

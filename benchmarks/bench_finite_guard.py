@@ -3,7 +3,7 @@ with the per-step all-finite flag over the train state (what the loop runs) and 
 measured interleaved (on, off, on, off, ...) so machine load affects both alike.
 
 Prints one JSON line per measurement and a summary line with the median ratio.
-Usage: ``python benchmarks/bench_finite_guard.py [--preset default] [--steps 40] [--repeats 3]``.
+Usage: ``python -m benchmarks.bench_finite_guard [--preset default] [--steps 40] [--repeats 3]``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from jaxlab.benchmarks import bench_core
-from jaxlab.benchmarks.harness import emit
-
+from benchmarks import bench_core
+from benchmarks.harness import emit
 from jaxlab.core import config as C
 from jaxlab.core import finite
 from jaxlab.core import recipe as recipe_lib

@@ -12,43 +12,24 @@ that run, which tells a loaded machine from a slow kernel); ``compile_s`` is the
 its arguments on the host before calling the jitted solver). No peer is measured: the reference implementation (PyTorch Geometric) is not
 installed in this environment.
 
-Usage: ``python benchmarks/bench_graph.py [--quick] [--repeats 3] [--only jdr|gnn_train]``.
+Usage: ``python -m benchmarks.bench_graph [--quick] [--repeats 3] [--only jdr|gnn_train]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 
+from benchmarks.harness import emit_rate as _emit
 from jaxlab.graph.csbm import CSBMParams, sample_csbm
 from jaxlab.graph.gnn import gcn_normalize
 from jaxlab.graph.graph import DenseGraph, dense_to_edges
 from jaxlab.graph.jdr import JDRParams, JDRStatic, jdr
 from jaxlab.graph.node_classification import NodeData, TrainerSpec, init_seeds, train_epoch
 from jaxlab.graph.splits import split_sizes
-
-
-def _device() -> str:
-    d = jax.devices()[0]
-    return f"{d.platform}:{d.device_kind}"
-
-
-def _emit(what: str, size: dict, compile_s: float, time_s: float, rate: float, unit: str, **kw):
-    row = {
-        "what": what,
-        "size": size,
-        "device": _device(),
-        "compile_s": round(compile_s, 4),
-        "time_s": round(time_s, 5),
-        "rate": round(rate, 3),
-        "unit": unit,
-        **kw,
-    }
-    print(json.dumps(row), flush=True)
 
 
 def _time(compiled, args, repeats: int) -> tuple[float, float]:

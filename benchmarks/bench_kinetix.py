@@ -14,9 +14,9 @@ Generator lines come from ``benchmarks/bench_kinetix_generator.py`` when ``--gen
 
 Usage::
 
-    python benchmarks/bench_kinetix.py                                # S,M,L x flat,entity x 1,256,4096
-    python benchmarks/bench_kinetix.py --sizes s --obs pixels,padded --n 256
-    python benchmarks/bench_kinetix.py --no-peer --action multi_discrete
+    python -m benchmarks.bench_kinetix                                # S,M,L x flat,entity x 1,256,4096
+    python -m benchmarks.bench_kinetix --sizes s --obs pixels,padded --n 256
+    python -m benchmarks.bench_kinetix --no-peer --action multi_discrete
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
-from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
+from benchmarks.harness import REPO, emit, peer_available, steady_rate
+from benchmarks.harness import run_peer as run_peer_script
 from jaxlab import envs
 from jaxlab.core.compile import compiler_options, jit
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             emit(ratio)
     if args.generator:
-        gen = "jaxlab.benchmarks.bench_kinetix_generator"
+        gen = "benchmarks.bench_kinetix_generator"
         subprocess.run([sys.executable, "-m", gen], check=False)
     return 0
 

@@ -11,8 +11,8 @@ Measures, per size (S, M, L):
 
 Usage::
 
-    python benchmarks/bench_kinetix_generator.py                    # S, M, L, both measurements
-    python benchmarks/bench_kinetix_generator.py --sizes s --no-filter --seconds 2
+    python -m benchmarks.bench_kinetix_generator                    # S, M, L, both measurements
+    python -m benchmarks.bench_kinetix_generator --sizes s --no-filter --seconds 2
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import os
 import time
 
 import jax
-from jaxlab.benchmarks.harness import emit, peer_available, run_peer
 
+from benchmarks.harness import emit, peer_available, run_peer
 from jaxlab.envs.kinetix import StaticEnvParams
 from jaxlab.envs.kinetix.generator import GeneratorParams, _sample_levels
 from jaxlab.envs.kinetix.noop_filter import _sample_filtered

@@ -5,7 +5,7 @@ alike.
 
 Prints one JSON line per (op, batch, size) with ``ratio = ours / jnp.linalg`` (wall) and
 ``cpu_ratio`` (CPU).
-Usage: ``python benchmarks/bench_linalg.py [--sizes 8,32,128] [--batches 8,256] [--reps 5]``.
+Usage: ``python -m benchmarks.bench_linalg [--sizes 8,32,128] [--batches 8,256] [--reps 5]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import compile_timed, emit, wall_cpu
 
+from benchmarks.harness import compile_timed, emit, wall_cpu
 from jaxlab.core import linalg
 
 OPS = {

@@ -27,11 +27,11 @@ see the same machine load.
 
 Prints one JSON line per measurement. Usage::
 
-    python benchmarks/bench_moe.py                # full grid T in {2048, 16384}, E in {8,32,64},
+    python -m benchmarks.bench_moe                # full grid T in {2048, 16384}, E in {8,32,64},
                                                   # k in {1,2,8}
-    python benchmarks/bench_moe.py --experts 64 --topk 8 --breakdown
-    python benchmarks/bench_moe.py --tokens 8192  # T = 8192 tokens per call
-    XLA_FLAGS=--xla_cpu_multi_thread_eigen=false taskset -c 0 python benchmarks/bench_moe.py
+    python -m benchmarks.bench_moe --experts 64 --topk 8 --breakdown
+    python -m benchmarks.bench_moe --tokens 8192  # T = 8192 tokens per call
+    XLA_FLAGS=--xla_cpu_multi_thread_eigen=false taskset -c 0 python -m benchmarks.bench_moe
                                                          # everything on one core
 """
 
@@ -45,8 +45,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import compile_timed, device, emit, wall_cpu
 
+from benchmarks.harness import compile_timed, device, emit, wall_cpu
 from jaxlab.lm import moe
 from jaxlab.lm.moe.experts import _swiglu_grouped
 from jaxlab.lm.moe.router import _token_entropy, _z_loss_from_lse

@@ -4,7 +4,7 @@ against flax's in a scanned training step (``conv_train_step``: Dreamer's pixel 
 4x4/2 and a three-layer 4x4/2 transposed-conv decoder on 256 32x32 images, ``--conv-steps``
 steps in one ``lax.scan``, and the same step called alone; ``ratio`` = flax time / ours).
 
-Prints one JSON line per measurement. Usage: ``python benchmarks/bench_nn.py [--repeats N]``.
+Prints one JSON line per measurement. Usage: ``python -m benchmarks.bench_nn [--repeats N]``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit_rate as _emit
-from jaxlab.benchmarks.harness import timed_mean
 
+from benchmarks.harness import emit_rate as _emit
+from benchmarks.harness import timed_mean
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 

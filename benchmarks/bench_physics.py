@@ -13,9 +13,9 @@ Prints one JSON line per measurement:
 
 Usage::
 
-    python benchmarks/bench_physics.py                          # S, M, L x n = 1, 256, 4096
-    python benchmarks/bench_physics.py --sizes s --n 256 --no-peer
-    python benchmarks/bench_physics.py --solver reference        # the unbatched reference solver
+    python -m benchmarks.bench_physics                          # S, M, L x n = 1, 256, 4096
+    python -m benchmarks.bench_physics --sizes s --n 256 --no-peer
+    python -m benchmarks.bench_physics --solver reference        # the unbatched reference solver
 
 The peer venv comes from ``bash benchmarks/peers/setup_kinetix_peer.sh``; without it only the
 jaxlab lines are printed (and a note on stderr). Peer and jaxlab runs alternate per size so
@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import REPO, emit, peer_available, steady_rate
-from jaxlab.benchmarks.harness import run_peer as run_peer_script
 
+from benchmarks.harness import REPO, emit, peer_available, steady_rate
+from benchmarks.harness import run_peer as run_peer_script
 from jaxlab import physics as px
 from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.levels import load_level
@@ -163,23 +162,20 @@ def main(argv: list[str] | None = None) -> int:
             mine = ours.get(rec["n"])
             if mine is None:
                 continue
-            print(
-                json.dumps(
-                    {
-                        "what": "physics_engine_ratio",
-                        "size": size.upper(),
-                        "n": rec["n"],
-                        "solver": args.solver,
-                        "jaxlab_rate": mine["rate"],
-                        "jax2d_rate": rec["rate"],
-                        "ratio": round(mine["rate"] / rec["rate"], 3),
-                        "jaxlab_compile_s": mine["compile_s"],
-                        "jax2d_compile_s": rec["compile_s"],
-                        "compile_ratio": round(mine["compile_s"] / max(rec["compile_s"], 1e-9), 3),
-                        "unit": "scene_steps/s",
-                    }
-                ),
-                flush=True,
+            emit(
+                {
+                    "what": "physics_engine_ratio",
+                    "size": size.upper(),
+                    "n": rec["n"],
+                    "solver": args.solver,
+                    "jaxlab_rate": mine["rate"],
+                    "jax2d_rate": rec["rate"],
+                    "ratio": round(mine["rate"] / rec["rate"], 3),
+                    "jaxlab_compile_s": mine["compile_s"],
+                    "jax2d_compile_s": rec["compile_s"],
+                    "compile_ratio": round(mine["compile_s"] / max(rec["compile_s"], 1e-9), 3),
+                    "unit": "scene_steps/s",
+                }
             )
     return 0
 

@@ -39,7 +39,7 @@ is the 1-minute load average at the end of the measurement). Levels: S is the sh
 ``s/h2_one_wheel_car``; M is ``../shared/kinetix-levels/m/h5_angry_birds.json``; L pads that M
 level into L capacities (costs depend on the capacities, not on the level's contents).
 
-Usage: ``python benchmarks/bench_ppo.py [--train] [--profile] [--curve] [--peer] [--peer-train] [--floor]
+Usage: ``python -m benchmarks.bench_ppo [--train] [--profile] [--curve] [--peer] [--peer-train] [--floor]
 [--sizes s,m,l] [--nets mlp,transformer] [--envs 256,2048] [--updates N] [--steps T]``
 (``--steps`` overrides the steps per rollout, for smoke runs only).
 """
@@ -56,8 +56,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import dot_flops, gemm_peak, peer_env
 
+from benchmarks import harness
+from benchmarks.harness import dot_flops, gemm_peak, peer_env
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core.compile import compiler_options, jit
@@ -75,10 +76,8 @@ LEVELS = {
 
 
 def emit(**row) -> dict:
-    row.setdefault("device", jax.devices()[0].platform)
     row.setdefault("load", round(os.getloadavg()[0], 1))
-    print(json.dumps(row), flush=True)
-    return row
+    return harness.emit(row)
 
 
 class Clock:
@@ -452,7 +451,7 @@ def bench_peer_train(
     if peer is None:
         emit(what="ppo_train_vs_peer", size=size, net=net, envs=envs, error=proc.stderr[-800:])
         return None
-    print(json.dumps(peer), flush=True)
+    harness.emit(peer)
     emit(
         what="ppo_train_vs_peer",
         size=size,

@@ -11,8 +11,8 @@ Measured:
 
 Timings on a shared 2-core CPU are noisy. Prints one JSON line per measurement::
 
-    python benchmarks/bench_quant.py                 # d_model 128, 2 layers, batch 16 x 128
-    python benchmarks/bench_quant.py --d-model 256 --layers 4 --seconds 5
+    python -m benchmarks.bench_quant                 # d_model 128, 2 layers, batch 16 x 128
+    python -m benchmarks.bench_quant --d-model 256 --layers 4 --seconds 5
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit, steady_rate
 
+from benchmarks.harness import emit, steady_rate
 from jaxlab.lm import training
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.quant import gptq_matrix, gptq_quantize, quantize_dequantize

@@ -3,13 +3,13 @@
 Every measurement prints one JSON line. For each env count ``N`` (``--envs``), one chunk of
 ``--chunk`` SAC iterations (``lax.scan`` of ``rl.sac``'s iteration: N env steps + a buffer add +
 ``updates_per_iteration`` gradient steps on a batch of 256) is compiled (``compile_s``, trace +
-XLA) and run to steady state (``benchmarks/side_by_side.steady_rate``) after the buffer is full
+XLA) and run to steady state (``benchmarks/harness.steady_rate``) after the buffer is full
 enough to learn. Where the time goes: the same chunk with learning switched off (``act_add``:
 policy forward, env step, buffer add only) and gradient steps alone (``update``: the learning
 part, from a filled buffer). Networks are 256x256 MLPs (SAC's usual size; the CSF original uses
 1024). ``rate_cpu`` is per CPU-second of this process, meaningful on a loaded shared machine.
 
-Usage: ``python benchmarks/bench_sac.py [--envs 1,256] [--chunk 64] [--seconds 3]``.
+Usage: ``python -m benchmarks.bench_sac [--envs 1,256] [--chunk 64] [--seconds 3]``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import os
 import time
 
 import jax
-from jaxlab.benchmarks.harness import emit as _emit
-from jaxlab.benchmarks.harness import steady_rate
 
+from benchmarks.harness import emit as _emit
+from benchmarks.harness import steady_rate
 from jaxlab.rl.sac import SACConfig, make_parts
 
 

@@ -14,20 +14,19 @@ preset (8x8 symbolic observations, latent 32, hidden 64, 4 actions).
 
 Timings on the shared 2-core machine are noisy (``load`` is the 1-minute load average).
 
-Usage: ``python benchmarks/bench_search.py [--ks 1,10,50] [--batches 1,256] [--seconds 2]``.
+Usage: ``python -m benchmarks.bench_search [--ks 1,10,50] [--batches 1,256] [--seconds 2]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import jax
 import jax.numpy as jnp
-from side_by_side import steady_rate
 
+from benchmarks.harness import emit, steady_rate
 from jaxlab.rl.search import dtsn, models, training
 
 
@@ -66,35 +65,29 @@ def main() -> None:
 
             elapsed, calls, _ = steady_rate(call, jnp.zeros(()), (), args.seconds)
             per = elapsed / calls
-            print(
-                json.dumps(
-                    {
-                        "what": "search_expansions",
-                        "K": k,
-                        "batch": batch,
-                        "compile_s": round(compile_s, 3),
-                        "time": per,
-                        "rate": k * batch / per,
-                        "unit": "expansions/s",
-                        "load": round(os.getloadavg()[0], 1),
-                    }
-                ),
-                flush=True,
+            emit(
+                {
+                    "what": "search_expansions",
+                    "K": k,
+                    "batch": batch,
+                    "compile_s": round(compile_s, 3),
+                    "time": per,
+                    "rate": k * batch / per,
+                    "unit": "expansions/s",
+                    "load": round(os.getloadavg()[0], 1),
+                }
             )
         if 1 in compile_by_k[batch] and 50 in compile_by_k[batch]:
             ratio = compile_by_k[batch][50] / compile_by_k[batch][1]
-            print(
-                json.dumps(
-                    {
-                        "what": "compile_vs_K",
-                        "batch": batch,
-                        "compile_s": compile_by_k[batch],
-                        "compile_ratio_50_vs_1": round(ratio, 2),
-                        "bound": 2.0,
-                        "ok": ratio < 2.0,
-                    }
-                ),
-                flush=True,
+            emit(
+                {
+                    "what": "compile_vs_K",
+                    "batch": batch,
+                    "compile_s": compile_by_k[batch],
+                    "compile_ratio_50_vs_1": round(ratio, 2),
+                    "bound": 2.0,
+                    "ok": ratio < 2.0,
+                }
             )
     if args.no_train:
         return
@@ -106,20 +99,17 @@ def main() -> None:
         compiled = step.lower(state).compile()
         compile_s = time.perf_counter() - t0
         elapsed, calls, _ = steady_rate(compiled, state, (), args.seconds)
-        print(
-            json.dumps(
-                {
-                    "what": "train_step",
-                    "K": k,
-                    "batch": 32,
-                    "compile_s": round(compile_s, 3),
-                    "time": elapsed / calls,
-                    "rate": calls / elapsed,
-                    "unit": "steps/s",
-                    "load": round(os.getloadavg()[0], 1),
-                }
-            ),
-            flush=True,
+        emit(
+            {
+                "what": "train_step",
+                "K": k,
+                "batch": 32,
+                "compile_s": round(compile_s, 3),
+                "time": elapsed / calls,
+                "rate": calls / elapsed,
+                "unit": "steps/s",
+                "load": round(os.getloadavg()[0], 1),
+            }
         )
 
 

@@ -19,24 +19,23 @@ buffer add, no learning) and ``update`` (gradient steps alone) show where the ti
 
 Usage::
 
-    python benchmarks/bench_skills.py --mode learn --envs point-mass-2d,point-maze \
+    python -m benchmarks.bench_skills --mode learn --envs point-mass-2d,point-maze \
         --methods csf,metra --seeds 3 --iters 2000 --out /tmp/skills
-    python benchmarks/bench_skills.py --mode speed --envs point-mass-2d --num-envs-list 1,256
+    python -m benchmarks.bench_skills --mode speed --envs point-mass-2d --num-envs-list 1,256
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import steady_rate
 
+from benchmarks.harness import emit, steady_rate
 from jaxlab import media
 from jaxlab.rl.skills import csf, metra
 from jaxlab.rl.skills.evaluate import (
@@ -109,7 +108,7 @@ def learn(args) -> None:
                 **{k: np.asarray(v).round(3).tolist() for k, v in res.items()},
                 "load": round(os.getloadavg()[0], 1),
             }
-            print(json.dumps(row), flush=True)
+            emit(row)
             summary[method] = res
             first = jax.tree.map(lambda x: x[0], state)
             skills = sample_skills(jax.random.key(7), 24, 2)
@@ -158,19 +157,16 @@ def learn(args) -> None:
                 ylabel="goal success",
                 title=f"{env}: zero-shot goals (r={args.radius})",
             )
-        print(
-            json.dumps(
-                {
-                    "what": "skills_summary",
-                    "env": env,
-                    "labels": labels,
-                    "coverage_mean": cov,
-                    "coverage_se": cov_err,
-                    "goal_success_mean": goal,
-                    "goal_success_se": goal_err,
-                }
-            ),
-            flush=True,
+        emit(
+            {
+                "what": "skills_summary",
+                "env": env,
+                "labels": labels,
+                "coverage_mean": cov,
+                "coverage_se": cov_err,
+                "goal_success_mean": goal,
+                "goal_success_se": goal_err,
+            }
         )
 
 
@@ -218,7 +214,7 @@ def measure(what, fn, state, n_env, n_grad, seconds, **extra):
     if n_grad:
         row["grad_steps_per_s"] = round(n_grad * calls / elapsed, 1)
     row["load"] = round(os.getloadavg()[0], 1)
-    print(json.dumps(row), flush=True)
+    emit(row)
 
 
 def main() -> None:

@@ -16,14 +16,13 @@ one JSON line per measurement.
   search's) with the ``lm-tiny`` recipe's pieces and the shared loop, saved as an ``lm-tiny``
   run, then runs the LM search on it (``lm_search``): initial vs best validation score.
 
-Usage: ``python benchmarks/bench_workflows.py [--quick] [--seeds 8] [--train-lm runs/wf-lm]``.
+Usage: ``python -m benchmarks.bench_workflows [--quick] [--seeds 8] [--train-lm runs/wf-lm]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.harness import emit
 from jaxlab.workflows import interpreter, search, tasks
 from jaxlab.workflows.optimizer import EditOptimizer
 from jaxlab.workflows.program import Step, Workflow, initial_workflow
@@ -53,10 +53,6 @@ WORKFLOWS = {
         )
     ),
 }
-
-
-def emit(**row):
-    print(json.dumps({"device": jax.devices()[0].platform, **row}), flush=True)
 
 
 class _Timed:

@@ -16,8 +16,8 @@ variant, ``--seeds`` seeds vmapped in one compiled whole-run scan of ``--iterati
 (``num_envs`` env steps each: the env-step budget is ``iterations x num_envs``); success rate
 over ``--eval-episodes`` episodes per seed. Same network sizes and budget for both methods.
 
-Usage: ``python benchmarks/bench_world_models.py [--envs 1,256] [--chunk 32] [--seconds 3]``
-or ``python benchmarks/bench_world_models.py --learning [--iterations 3000] [--seeds 3]``.
+Usage: ``python -m benchmarks.bench_world_models [--envs 1,256] [--chunk 32] [--seconds 3]``
+or ``python -m benchmarks.bench_world_models --learning [--iterations 3000] [--seeds 3]``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit as _emit
-from jaxlab.benchmarks.harness import steady_rate
 
+from benchmarks.harness import emit as _emit
+from benchmarks.harness import steady_rate
 from jaxlab import envs
 from jaxlab.rl.world_models.dreamer import DreamerConfig, make_evaluate, make_parts
 from jaxlab.rl.world_models.ls_imagine import LSConfig

@@ -3,9 +3,8 @@ carries the machine and the device it was measured on), and the runner of peer s
 original Jax2D / Kinetix virtual environment (``benchmarks/peers/.venv-kinetix``, made by
 ``setup_kinetix_peer.sh``; ``JAXLAB_PEER_PYTHON`` names another interpreter).
 
-Shipped as ``jaxlab.benchmarks.harness`` (pyproject/setup.py map ``benchmarks/`` to
-``jaxlab.benchmarks``); in a source checkout ``jaxlab/__init__.py`` maps the same name onto
-this folder, so ``python benchmarks/bench_x.py`` and ``jaxlab bench x`` import the same module.
+Benchmarks run from a source checkout, as modules of the checkout root (``python -m
+benchmarks.bench_x`` or ``jaxlab bench x``); they are not part of the installed package.
 """
 
 from __future__ import annotations

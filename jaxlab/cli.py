@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 #: Extra sub-commands contributed by families: name -> ("module:function", help). The function
-#: takes the remaining argv and returns an exit status.
+#: takes the remaining argv and returns an exit status; the module's ``build_parser()`` returns the
+#: family's own parser, which reads everything after the name (``--help`` included).
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "causal": ("jaxlab.causal.cli:main", "causal discovery under selection bias (CDIS) from a CSV"),
     "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
@@ -177,7 +178,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     r = recipe_lib.get(args.recipe)
     base = r.config(args.preset)
     axes = sweep_lib.parse_axes(r, base, args.overrides)
-    out = Path(args.out) if args.out else Path("runs") / f"sweep-{r.name}"
+    out = Path(args.run_dir) if args.run_dir else Path("runs") / f"sweep-{r.name}"
     traced = [k for k in axes if k in r.traced]
     static = [k for k in axes if k not in r.traced]
     print(
@@ -195,16 +196,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def checkout_root() -> Path | None:
+    """The source checkout this ``jaxlab`` was imported from (``benchmarks/`` beside ``jaxlab/``),
+    or None for an installed copy: benchmarks are not shipped in the package."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "benchmarks" / "harness.py").is_file() else None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    import pkgutil
-
-    from jaxlab import benchmarks
-
-    areas = sorted(
-        m.name[len("bench_") :]
-        for m in pkgutil.iter_modules(benchmarks.__path__)
-        if m.name.startswith("bench_")
-    )
+    root = checkout_root()
+    if root is None:
+        raise UserError(
+            "benchmarks run from a source checkout, and this jaxlab is an installed copy",
+            "from a clone of the repository, run `python -m benchmarks.bench_AREA` at its root "
+            "(or `jaxlab bench AREA` with the clone installed: pip install -e .)",
+        )
+    areas = sorted(p.stem[len("bench_") :] for p in (root / "benchmarks").glob("bench_*.py"))
     if args.area not in areas:
         from jaxlab.core.config import suggest
 
@@ -212,7 +219,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"no benchmark named '{args.area}' (areas: {', '.join(areas) or 'none'})",
             suggest(args.area, areas) or "pick one of the areas listed",
         )
-    module = f"jaxlab.benchmarks.bench_{args.area}"
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = f"benchmarks.bench_{args.area}"
     sys.argv = [module, *args.extra]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
@@ -269,13 +278,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("recipe")
     s.add_argument("--preset", default=None)
     s.add_argument("--seeds", type=int, default=1, help="seeds per point (from the config's seed)")
-    s.add_argument("--out", default=None, help="sweep directory (default runs/sweep-RECIPE)")
+    s.add_argument(
+        "--run-dir",
+        default=None,
+        help="sweep directory, a run per point (default runs/sweep-RECIPE)",
+    )
+    s.add_argument("--out", dest="run_dir", help=argparse.SUPPRESS)  # deprecated spelling
     s.add_argument("overrides", nargs="*", metavar="key=v1,v2")
     s.set_defaults(fn=cmd_sweep)
 
     s = sub.add_parser(
         "bench",
-        help="run the benchmark jaxlab.benchmarks.bench_AREA (benchmarks/ in a checkout; JSON lines)",
+        help="run the benchmark benchmarks/bench_AREA.py of a source checkout (JSON lines)",
     )
     s.add_argument("area")
     s.add_argument("extra", nargs=argparse.REMAINDER)
@@ -297,7 +311,13 @@ def _extra(target: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and argv[0] in EXTRA_COMMANDS:
+        # A family's own parser reads all that follows its name, so `--help` reaches it.
+        target = EXTRA_COMMANDS[argv[0]][0]
+        args = argparse.Namespace(command=argv[0], fn=_extra(target), extra=argv[1:])
+        return _dispatch(args)
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command == "eval":
         args.extra, unknown = unknown, []
@@ -310,6 +330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0
+    return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command ``args.fn``; a user error prints ``error:`` and ``hint:`` lines (exit 2)."""
     try:
         return args.fn(args)
     except _user_errors() as e:

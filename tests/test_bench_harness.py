@@ -2,7 +2,8 @@
 
 import jax
 import jax.numpy as jnp
-from jaxlab.benchmarks.harness import dot_flops
+
+from benchmarks.harness import dot_flops
 
 
 def test_dot_flops_counts_scans_conds_and_gradients():

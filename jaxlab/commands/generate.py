@@ -89,12 +89,8 @@ def generate_text(
     return texts
 
 
-def main(argv: Sequence[str]) -> int:
-    """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
-    from jaxlab.core import recipe as recipe_lib
-    from jaxlab.core.errors import UserError
-    from jaxlab.core.run import open_run, read_run
-
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxlab generate`` parser."""
     ap = argparse.ArgumentParser(
         prog="jaxlab generate", description="Sample text from a trained decoder run."
     )
@@ -117,7 +113,16 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--grammar", default=None, help="smc: a JSON grammar file (start, rules)")
     ap.add_argument("--particles", type=int, default=16, help="smc particles")
     ap.add_argument("--max-stack", type=int, default=16, help="smc grammar stack bound")
-    args = ap.parse_args(list(argv))
+    return ap
+
+
+def main(argv: Sequence[str]) -> int:
+    """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
+    from jaxlab.core import recipe as recipe_lib
+    from jaxlab.core.errors import UserError
+    from jaxlab.core.run import open_run, read_run
+
+    args = build_parser().parse_args(list(argv))
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").exists():

@@ -8,6 +8,7 @@ A command, not part of the family: it joins ``lm`` (the decoder and its run) wit
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,12 +43,17 @@ def load_text_lm(recipe_name: str, run_dir: str | Path) -> TextLM:
     if not (run_dir / "config.yaml").exists():
         raise UserError(
             f"--lm-run-dir {run_dir}: no run there (missing config.yaml)",
-            f"train first, e.g. python benchmarks/bench_workflows.py --parts lm --train-lm {run_dir}",
+            f"train first, e.g. python -m benchmarks.bench_workflows --parts lm --train-lm {run_dir}",
         )
     if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"--lm-recipe {r.name}: not a decoder language model")
     run = open_run(run_dir, recipe=r)
     return byte_text_lm(Decoder(run.cfg.model), run.state.params)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxlab workflows`` parser (:func:`jaxlab.workflows.cli.build_parser`)."""
+    return workflows_cli.build_parser()
 
 
 def main(argv: Sequence[str]) -> int:

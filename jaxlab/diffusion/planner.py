@@ -91,7 +91,7 @@ class PlannerConfig:
             noise D then follows x_t by construction instead of having to reproduce it, which
             matters where the data is multimodal given the scene (a neighbour's hidden route).
             The loss stays the x_0 loss. Not the paper's, and measured worse on the route modes
-            (the intersection modes run of ``benchmarks/bench_planner.py`` with
+            (the intersection modes run of ``experiments/planner_modes/planner_study.py`` with
             ``model.x0_skip=true``, 6000 and 11500 steps): neighbour 0 straight 14-15 % against
             a uniform third (38 % without the skip), the ego 21 % against the expert's 39 %, and
             headings past the logged turns (in-between shapes 0.34 vs 0.18). Kept for further
@@ -143,8 +143,9 @@ class PlannerConfig:
             windows to 21000), its samples agree with the logged mode at 18000 steps as often
             as without it at 42000 (0.521 / 0.520); but over the full 42000-step schedule its
             samples lean straight as much as without it and fail the modes test at all three
-            tail checkpoints (p 0.0019-0.0072; ``docs/planner_modes.md``). Default off: it does
-            not make the ego pass, and every figure recorded was measured without it.
+            tail checkpoints (p 0.0019-0.0072; ``experiments/planner_modes/planner_modes.md``).
+            Default off: it does not make the ego pass, and every figure recorded was measured
+            without it.
         ego_obs_mean, ego_obs_std: of the ego token (speed, acceleration, yaw rate);
             agent_obs_*: of the neighbours' history tokens (x, y, cos, sin, vx, vy, length,
             width); static_obs_*: of the parked cars (x, y, cos, sin, length, width);

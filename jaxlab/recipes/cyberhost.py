@@ -29,7 +29,7 @@ class CyberHostConfig(AvatarConfig):
     each frame's log-mel window, without motion features: ``task.p_motion_feat = 0``), our
     stand-in for the wav2vec features the original attends to. Cross-attention to the linearly
     projected log-mel frames alone did not learn the audio (hand sync 0.01 after 6000 steps,
-    0.84 with the encoder, means of 3 seeds; ``benchmarks/avatar_figures.py``)."""
+    0.84 with the encoder, means of 3 seeds; ``experiments/avatar_figures/avatar_figures.py``)."""
 
     net: VideoNetConfig = VideoNetConfig(
         motion_len=4,

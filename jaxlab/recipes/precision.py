@@ -9,8 +9,8 @@ paper's convention), reported by :func:`non_embedding_params`. Evaluation report
 loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods`` (round-to-nearest and
 GPTQ on ``ptq.calib_batches`` training batches), the validation loss after post-training
 quantisation of the weights and its increase ``δ_PTQ``. A grid of runs over ``N``, ``D`` and the
-precisions (``benchmarks/precision_grid.py``, through ``jaxlab.core.sweep``) gives the table that
-:func:`jaxlab.lm.scaling_laws.fit_law` reads.
+precisions (``experiments/precision_grid/precision_grid.py``, through ``jaxlab.core.sweep``)
+gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def _executor(args, load_lm):
     if not args.lm_run_dir:
         raise UserError(
             "--executor lm needs --lm-run-dir",
-            "train a decoder first, e.g. python benchmarks/bench_workflows.py --parts lm "
+            "train a decoder first, e.g. python -m benchmarks.bench_workflows --parts lm "
             "--train-lm RUN",
         )
     if load_lm is None:

@@ -71,8 +71,7 @@ def test_jit_nested_in_another_jit_compiles_with_the_callers_options(fresh_optio
 def test_engine_under_jaxlab_options_matches_xla_defaults():
     """20 steps of the L-capacity angry-birds scene (the solver's multi-batch path), 8 scenes with
     perturbed velocities: positions agree with the default compile to 1e-4 m."""
-    from jaxlab.benchmarks.bench_physics import load_scene
-
+    from benchmarks.bench_physics import load_scene
     from jaxlab import physics as px
 
     sim, params, sp = load_scene("l")

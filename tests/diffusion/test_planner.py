@@ -1,8 +1,8 @@
 """Diffusion Planner mechanisms on synthetic scenes with a perturbed (untrained) network: pinned
 current state, masked x_0 loss, guidance (weight 0 bit-equal, lowers the energy), bad input.
 The learned behaviour (route modes, 10 vs 100 steps, closed-loop scores) is measured on a trained
-planner by benchmarks/bench_planner.py (an untrained network is not smooth in t, so solver
-convergence is not a property of it)."""
+planner by experiments/planner_modes/planner_study.py (an untrained network is not smooth in t,
+so solver convergence is not a property of it)."""
 
 from __future__ import annotations
 
@@ -253,7 +253,7 @@ def test_guidance_weight_zero_bit_equal_and_collision_guidance_lowers_the_energy
     """Weight 0: the unguided program, bit-equal samples. Inside the window the guided noise
     prediction moves the x_0-estimate down the collision energy: x0_g = x0 - (sigma^2 / alpha) w
     std grad E (a gradient step), so E(x0_g) < E(x0); outside the window nothing changes. (The
-    learned, closed-loop effect is measured in benchmarks/bench_planner.py.)"""
+    learned, closed-loop effect is measured in experiments/planner_modes/planner_study.py.)"""
     scene, params, sample, noise = setup
     plain = sample(noise, (), 10)
     np.testing.assert_array_equal(sample(noise, (("collision", 0.0),), 10), plain)

@@ -57,7 +57,7 @@ def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
             "graph.layout=dense",
             "loop.total_steps=5",
             "--seeds=2",
-            f"--out={tmp_path / 'sweep'}",
+            f"--run-dir={tmp_path / 'sweep'}",
         ]
     )
     assert status == 0

@@ -214,7 +214,8 @@ def test_two_shot_student_gets_the_curriculum_early(student_curves):
     """The transition checkpoint's curriculum shows in the student: a fifth into training, the
     2-shot student (taught by that checkpoint) is clearly ahead of one-shot and label students
     (seed-mean accuracy).
-    (The >= 2x samples-to-95 % comparison over seeds is in benchmarks/distill_figures.py.)"""
+    (The >= 2x samples-to-95 % comparison over seeds is in
+    experiments/distill_figures/distill_figures.py.)"""
     acc = np.asarray(student_curves.accuracy).mean(0)  # [methods, evals]
     fifth = acc.shape[-1] // 5
     got = dict(zip(distill.METHODS, acc[:, fifth], strict=True))

@@ -11,7 +11,8 @@ Tolerances. One step must agree to float32 round-off (the brief's parity goal is
 test asks 1e-5, which a 1 % gravity error already violates). Over longer horizons contacts are
 chaotic, so sums of simultaneous impulses that differ in the last bit can grow: the bounds are
 tight for the median level (round-off level, ~1e-6 measured) and loose, but finite, for the
-worst level. Measured values (``benchmarks/physics_fidelity_report.py``) are in the comments.
+worst level. Measured values (``experiments/physics_fidelity/physics_fidelity_report.py``) are in
+the comments.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ import functools
 
 import numpy as np
 import pytest
-from jaxlab.benchmarks.physics_fidelity import (
+
+from experiments.physics_fidelity.physics_fidelity import (
     ACT_STEPS,
     ZERO_STEPS,
     SizeBatch,
     deviations,
     max_up_to,
 )
-from jaxlab.benchmarks.physics_fixtures import fixture_paths
+from experiments.physics_fidelity.physics_fixtures import fixture_paths
 
 STEP1_TOL = 1e-5  # measured max over all 74 levels and both variants: 2.4e-7
 # horizon (s): (bound on the median level, bound on every level)
@@ -35,7 +37,7 @@ STEP1_TOL = 1e-5  # measured max over all 74 levels and both variants: 2.4e-7
 #   median level: 0.5 s 1.1e-6, 1 s 3.3e-6, 2 s 1.8e-5, 4 s 2.5e-6 (zero actions only)
 #   worst level:  0.5 s 4.8e-5, 1 s 1.5e-2, 2 s 3.3e-2 (l_mjc_walker, +1), 4 s 5.6e-2
 # Both solvers stay within the original's one-extra-iteration sensitivity at 1 s on every level
-# (benchmarks/physics_fidelity_report.py --sensitivity).
+# (experiments/physics_fidelity/physics_fidelity_report.py --sensitivity).
 BOUNDS = {
     0.5: (1e-5, 1e-3),
     1.0: (2e-5, 5e-2),

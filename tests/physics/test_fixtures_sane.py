@@ -14,7 +14,8 @@ import json
 
 import numpy as np
 import pytest
-from jaxlab.benchmarks.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
+
+from experiments.physics_fidelity.physics_fixtures import FIXTURE_DIR, fixture_paths, load_fixture
 
 PATHS = fixture_paths()
 IDS = [p.stem for p in PATHS]

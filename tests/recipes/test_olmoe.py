@@ -146,7 +146,7 @@ def test_moe_learns_like_dense_at_equal_active_params(learned):
     dense model is slightly ahead this early). Asserted: all fall below 0.9 x the byte unigram
     entropy (3.30) and MoE is within 0.15 nats of dense. Longer runs, where the MoE gets ahead
     (cpu preset: ahead at every evaluation of 4 seeds, by 0.047 nats on average at 1000 steps and
-    0.017 at 2000), are in ``benchmarks/moe_vs_dense.py``."""
+    0.017 at 2000), are in ``experiments/moe_vs_dense/moe_vs_dense.py``."""
     moe_val, dense_val = learned[0.01][1], learned["dense"][1]
     for v in (moe_val, learned[0.0][1], dense_val):
         assert v < 0.9 * 3.30

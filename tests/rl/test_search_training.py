@@ -2,12 +2,13 @@
 instances D-TSN (known model, learned value, K = 10) beats behaviour cloning trained on the same
 demonstrations with the same parameter count; BC's width is matched to D-TSN's count.
 
-The full multi-seed maze and Game of 24 comparisons are ``benchmarks/dtsn_vs_bc.py``. Mazes: from
-50 BFS demonstrations on 6x6 layouts (800 steps) D-TSN (K = 10) beats BC on 200 unseen layouts in
-each of 3 seeds (0.463 +- 0.037 vs 0.423 +- 0.041 held-out success; paired differences +0.065,
-+0.04, +0.01); from 100 demonstrations on 8x8 layouts (2000 steps) 0.277 +- 0.024 vs 0.198 +-
-0.013 (paired +0.075, +0.055, +0.105); from 500 demonstrations on 8x8 layouts it does not (0.57
-vs 0.61, 2 seeds). The maze test below is the 6x6 low-data claim for seed 0 of the benchmark."""
+The full multi-seed maze and Game of 24 comparisons are ``experiments/dtsn_vs_bc/dtsn_vs_bc.py``.
+Mazes: from 50 BFS demonstrations on 6x6 layouts (800 steps) D-TSN (K = 10) beats BC on 200
+unseen layouts in each of 3 seeds (0.463 +- 0.037 vs 0.423 +- 0.041 held-out success; paired
+differences +0.065, +0.04, +0.01); from 100 demonstrations on 8x8 layouts (2000 steps) 0.277 +-
+0.024 vs 0.198 +- 0.013 (paired +0.075, +0.055, +0.105); from 500 demonstrations on 8x8 layouts
+it does not (0.57 vs 0.61, 2 seeds). The maze test below is the 6x6 low-data claim for seed 0 of
+the study."""
 
 import jax
 import pytest
@@ -41,7 +42,9 @@ def test_dtsn_beats_bc_on_heldout_game24_instances():
 
 @pytest.mark.slow
 def test_dtsn_beats_bc_on_unseen_small_mazes_from_few_demonstrations():
-    key = jax.random.split(jax.random.key(0), 3)[0]  # seed 0 of benchmarks/dtsn_vs_bc.py
+    key = jax.random.split(jax.random.key(0), 3)[
+        0
+    ]  # seed 0 of experiments/dtsn_vs_bc/dtsn_vs_bc.py
     out = {}
     for method in ("dtsn", "bc"):
         cfg = training.LearnerConfig(

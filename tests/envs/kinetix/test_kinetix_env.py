@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jaxlab.benchmarks.physics_fixtures import load_fixture
 
+from experiments.physics_fidelity.physics_fixtures import load_fixture
 from jaxlab.envs.kinetix import EnvParams, StaticEnvParams, demo_level, load_level
 from jaxlab.envs.kinetix.levels import collision_matrix_np
 from tests.envs.env_probes import B, T, kinetix_probe

@@ -1,9 +1,11 @@
-"""The scene-clustered mode test of ``benchmarks/bench_planner.py`` (``_hotelling``): it keeps
-its size when a scene's samples are correlated, and it detects a skew of the planner's shares."""
+"""The scene-clustered mode test of ``experiments/planner_modes/planner_study.py``
+(``_hotelling``): it keeps its size when a scene's samples are correlated, and it detects a skew
+of the planner's shares."""
 
 import numpy as np
-from jaxlab.benchmarks.bench_planner import _hotelling
 from scipy.stats import chisquare
+
+from experiments.planner_modes.planner_study import _hotelling
 
 
 def _scenes(rng, n, samples, skew=0.0):
@@ -38,7 +40,7 @@ def test_mixture_x0_is_the_posterior_mean_of_a_weighted_finite_mixture():
     """``mixture_x0`` (the ego floor's optimal x_0 estimate) against Bayes' rule done by hand:
     p(k | x_t) ~ pi_k N(x_t; alpha m_k, sigma^2 I); one-hot priors pick their future whatever x_t
     is, and with the noise small the nearest future wins over its prior."""
-    from jaxlab.benchmarks.bench_planner import mixture_x0
+    from experiments.planner_modes.planner_study import mixture_x0
 
     rng = np.random.default_rng(0)
     b, k, d = 5, 3, 6

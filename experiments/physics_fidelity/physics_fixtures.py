@@ -68,7 +68,7 @@ import numpy as np
 FIXTURE_DIR = Path(
     os.environ.get(
         "JAXLAB_PHYSICS_FIXTURES",
-        Path(__file__).resolve().parent.parent / "tests" / "physics" / "fixtures",
+        Path(__file__).resolve().parents[2] / "tests" / "physics" / "fixtures",
     )
 )
 SIZES = ("s", "m", "l")

@@ -20,8 +20,8 @@
 Budgets: the defaults run in tens of CPU-minutes and only show the pipeline; the paper's effect
 needs ~1B pretraining steps (an accelerator, ``tpu_configs/kinetix-ppo-*.yaml``).
 
-Usage: ``python benchmarks/kinetix_zero_shot.py [--updates 40] [--max-minutes M] [--envs 64]
-[--steps 64] [--net transformer|mlp] [--finetune-updates 20] [--finetune-seeds 3]
+Usage: ``python -m experiments.kinetix_zero_shot.kinetix_zero_shot [--updates 40] [--max-minutes M]
+[--envs 64] [--steps 64] [--net transformer|mlp] [--finetune-updates 20] [--finetune-seeds 3]
 [--run-dir runs/zero-shot] [--skip-pretrain] [--skip-zero-shot] [--skip-finetune]``.
 """
 
@@ -49,7 +49,7 @@ from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import evaluate as ev
 from jaxlab.rl import kinetix_eval as ke
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "kinetix-levels"
 
 

@@ -24,7 +24,8 @@ median of budget / samples-to-reach the label (one-shot) student's final accurac
 and 50 %-pruned task vectors, the best min(T1, T2) over the λ grid and the best out-of-domain
 accuracy, per relation, as mean and min over seeds.
 
-Usage: ``python benchmarks/distill_figures.py parity|pcfg|task-arithmetic [--seeds 3]``.
+Usage: ``python -m experiments.distill_figures.distill_figures parity|pcfg|task-arithmetic
+[--seeds 3]``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import distill, pcfg
 from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp

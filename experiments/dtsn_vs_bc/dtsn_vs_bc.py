@@ -7,7 +7,7 @@ seeds) or held-out instances (Game of 24: a fixed 20 % of the 1362 solvable inst
 line per (method, seed) and one summary line per method: success rate mean and standard error
 over seeds, path-length ratio to the BFS optimum on solved episodes, parameter count.
 
-Usage: ``python benchmarks/dtsn_vs_bc.py --env maze --methods dtsn,bc,fixed --seeds 3
+Usage: ``python -m experiments.dtsn_vs_bc.dtsn_vs_bc --env maze --methods dtsn,bc,fixed --seeds 3
 --demos 500 --steps 2000 --k 10``.
 """
 

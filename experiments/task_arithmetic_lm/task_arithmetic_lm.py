@@ -10,7 +10,8 @@ rank-``--rank`` per matrix and 50 %-pruned) and evaluated by the next-token loss
 held-out documents of A and B. Addition should lower both losses together; negating ``ΔΨ_B``
 should raise the B loss above ``Ψ_0``'s while keeping most of A's gain.
 
-One JSON line per edit. Usage: ``python benchmarks/task_arithmetic_lm.py [--quick]``.
+One JSON line per edit. Usage:
+``python -m experiments.task_arithmetic_lm.task_arithmetic_lm [--quick]``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxlab.benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.lm import task_vectors as tv
 from jaxlab.lm.data import document_split, load_corpus
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss

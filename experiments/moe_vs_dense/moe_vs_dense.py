@@ -15,9 +15,10 @@ loss starts to rise (the corpus is small).
 
 Usage::
 
-    python benchmarks/moe_vs_dense.py                         # 2000 steps, 3 seeds
-    python benchmarks/moe_vs_dense.py --steps 400 --seeds 1   # quick look
-    taskset -c 1 python benchmarks/moe_vs_dense.py --seeds 1 --first-seed 1  # one seed per core
+    python -m experiments.moe_vs_dense.moe_vs_dense                         # 2000 steps, 3 seeds
+    python -m experiments.moe_vs_dense.moe_vs_dense --steps 400 --seeds 1   # quick look
+    # one seed per core:
+    taskset -c 1 python -m experiments.moe_vs_dense.moe_vs_dense --seeds 1 --first-seed 1
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import time
 
 import jax
 import numpy as np
-from jaxlab.benchmarks.harness import emit
 
+from benchmarks.harness import emit
 from jaxlab.core import config as C
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib

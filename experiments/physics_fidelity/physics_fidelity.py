@@ -1,7 +1,7 @@
 """Replay the reference fixtures of the original Jax2D with jaxlab's engine.
 
-Shared by ``tests/physics/test_fidelity.py`` and ``benchmarks/physics_fidelity_report.py``
-(``jaxlab.benchmarks.physics_fidelity``).
+Shared by ``tests/physics/test_fidelity.py`` and ``physics_fidelity_report.py`` beside it
+(``experiments.physics_fidelity.physics_fidelity``).
 Every level of one size class has the same static capacities, so the levels of a size are
 stacked along a leading axis and rolled out with one ``vmap``-ed ``lax.scan`` (one compilation
 per size class and horizon).
@@ -21,8 +21,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlab.benchmarks.physics_fixtures import fixture_paths, load_fixture
 
+from experiments.physics_fidelity.physics_fixtures import fixture_paths, load_fixture
 from jaxlab import physics as px
 from jaxlab.core.compile import jit
 from jaxlab.physics.state import empty_manifolds

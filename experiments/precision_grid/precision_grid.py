@@ -1,8 +1,9 @@
 """Precision scaling-law grid: the ``precision`` recipe over N x D x training precision, through
 ``jaxlab.core.sweep``, then the law of "Scaling Laws for Precision" fitted on the results.
 
-    python benchmarks/precision_grid.py run --grid tiny --out runs/precision-tiny
-    python benchmarks/precision_grid.py fit runs/precision-tiny/table.jsonl --plots runs/precision-tiny
+    python -m experiments.precision_grid.precision_grid run --grid tiny --out runs/precision-tiny
+    python -m experiments.precision_grid.precision_grid fit runs/precision-tiny/table.jsonl
+        --plots runs/precision-tiny
 
 ``run`` sweeps, per precision family, the product N (``model.n_layers``) x D
 (``loop.total_steps``) x bits: full precision (with RTN and GPTQ post-training quantisation at
@@ -77,8 +78,7 @@ GRIDS = {
 
 
 def run_grid(grid: str, out: Path, only: tuple[str, ...] = FAMILIES) -> list[dict]:
-    from jaxlab.benchmarks.harness import emit
-
+    from benchmarks.harness import emit
     from jaxlab.core import config as config_lib
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.sweep import sweep

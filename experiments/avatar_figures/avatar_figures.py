@@ -16,7 +16,7 @@
 Every model is trained once per seed (``--seeds``); each measurement is printed per seed and then
 as a ``*_summary`` line with the mean and the spread (std) over seeds of the per-seed means.
 
-    PYTHONPATH=. python benchmarks/avatar_figures.py [--steps 6000] [--seeds 3]
+    python -m experiments.avatar_figures.avatar_figures [--steps 6000] [--seeds 3]
         [--part loopy|cyberhost|cyberhost-sync|all]
 """
 
@@ -45,7 +45,7 @@ from jaxlab.diffusion.video.synthetic import AVStatic, talking_head
 from jaxlab.diffusion.video.tasks import BODY_HALF, AvatarTask, audio_features, make_batch
 from jaxlab.recipes.cyberhost import CyberHostConfig
 
-OUT = Path(__file__).parent / "results" / "avatar"
+OUT = Path(__file__).parent / "results"
 SCHED = make_schedule("vp_cosine")
 SPEC = SamplerSpec("dpm_solver++", 2)
 NFE = 8

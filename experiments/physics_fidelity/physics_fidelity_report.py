@@ -10,8 +10,8 @@ per size and variant with the median and maximum over levels.
 
 Usage (repository root, project venv)::
 
-    python benchmarks/physics_fidelity_report.py [--sizes s,m,l] [--solver fast|reference]
-        [--sensitivity]
+    python -m experiments.physics_fidelity.physics_fidelity_report [--sizes s,m,l]
+        [--solver fast|reference] [--sensitivity]
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ import sys
 import time
 
 import numpy as np
-from jaxlab.benchmarks.harness import emit
-from jaxlab.benchmarks.physics_fidelity import HORIZONS_S, SizeBatch, deviations, max_up_to
+
+from benchmarks.harness import emit
+from experiments.physics_fidelity.physics_fidelity import (
+    HORIZONS_S,
+    SizeBatch,
+    deviations,
+    max_up_to,
+)
 
 
 def _num(x: float) -> float | None:
