@@ -7,6 +7,8 @@ import jax.numpy as jnp
 
 CAR_LENGTH, CAR_WIDTH = 4.5, 2.0
 WHEELBASE = 2.7
+#: IDM parameters: maximal acceleration a_max and comfortable braking b (m/s^2), jam distance
+#: s0 (m), default time headway T (s).
 IDM = dict(a_max=1.5, b=2.0, s0=2.0, T=1.0)
 
 

@@ -34,7 +34,7 @@ from jaxlab.envs.spaces import Box, Dict
 
 
 class DrivingWorld(Environment):
-    """The driving world of the module docstring (static sizes in ``static``)."""
+    """The driving world of the package docstring (static sizes in ``static``)."""
 
     obs_is_function_of_state = True
 
@@ -162,7 +162,7 @@ class DrivingWorld(Environment):
             jnp.take_along_axis(ok, j[:, None], 1)[:, 0], ov[j], v
         )
 
-    idm = staticmethod(idm)
+    idm = staticmethod(idm)  # vehicles.idm, also reachable as DrivingWorld.idm
 
     def track(
         self, ego: Float[Array, " 4"], plan: Float[Array, "T 4"], dt: float | Array
