@@ -19,7 +19,7 @@ import numpy as np
 from benchmarks.harness import emit_rate, timed
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
-from jaxlab.envs import driving_eval as de
+from jaxlab.envs.driving import evaluation as de
 from jaxlab.recipes import planner as rp
 
 

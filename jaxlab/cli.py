@@ -21,7 +21,10 @@ from pathlib import Path
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "causal": ("jaxlab.causal.cli:main", "causal discovery under selection bias (CDIS) from a CSV"),
     "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
-    "levels": ("jaxlab.envs.kinetix.cli:main", "Kinetix level files: show, rollout, render"),
+    "levels": (
+        "jaxlab.envs.kinetix.cli:main",
+        "Kinetix level files: show, rollout, render; the level library",
+    ),
     "workflows": ("jaxlab.commands.workflows:main", "AFlow: MCTS search over agentic workflows"),
 }
 

@@ -80,7 +80,7 @@ from benchmarks.harness import emit
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
 from jaxlab.diffusion.schedules import VPLinear
-from jaxlab.envs import driving_eval as de
+from jaxlab.envs.driving import evaluation as de
 from jaxlab.envs.driving import make_driving, project, to_frame
 from jaxlab.recipes import planner as rp
 

@@ -2,24 +2,24 @@
 driving world (``jaxlab.envs.driving``) and evaluated in closed loop.
 
 Data: the rule-based expert (route choice with known proportions, IDM speed control) is rolled out
-on ``n_scenes`` procedurally generated scenes (:func:`jaxlab.envs.driving_eval.expert_logs`); every
-step of every rollout is a sample (scene tokens, the agents' logged futures). The logs are made
-once on the host, when the data iterator is first created (so building or lowering the recipe stays
-cheap; cached per world and size, so runs differing only in mesh or optimiser share them), and
+on ``n_scenes`` procedurally generated scenes (:func:`jaxlab.envs.driving.evaluation.expert_logs`);
+every step of every rollout is a sample (scene tokens, the agents' logged futures). The logs are
+made once on the host, when the data iterator is first created (so building or lowering the recipe
+stays cheap; cached per world and size, so runs differing only in mesh or optimiser share them), and
 served by a grain loader (shuffled, repeated, batched; its position is checkpointed with the run):
 the batch is an input of the train step, split over the mesh's data axes (parameters replicated),
 never a constant of the compiled program. Training: the ego state perturbation of the original
-(:mod:`jaxlab.diffusion.planner_augment`: half the samples re-planned from a perturbed current
-state, so the planner learns to recover from its own closed-loop drift), the x_0 loss with
-neighbour validity masks, AdamW with a linear warm-up then a constant rate (with an optional
-linear decay tail, ``decay_fraction``) or (``lr_schedule: cosine``) a cosine decay to zero at
+(:mod:`jaxlab.envs.driving.perturbation`: half the samples re-planned from a perturbed current
+state, so the planner learns to recover from its own closed-loop drift), the x_0 loss with neighbour
+validity masks, AdamW with a linear warm-up then a constant rate (with an optional linear decay
+tail, ``decay_fraction``) or (``lr_schedule: cosine``) a cosine decay to zero at
 ``loop.total_steps``, all scaled by the traced ``lr``; EMA of the weights used for sampling.
 
 Evaluation: open-loop ADE/FDE of the sampled ego plans against held-out expert logs and the
-closed-loop score (:mod:`jaxlab.envs.driving_eval`) of the guided planner on ``eval_scenes``
-scenes of ``eval_steps`` steps at 10 Hz. ``jaxlab eval planner --run-dir DIR`` prints the closed-loop
-table of the expert, the constant-velocity planner and the diffusion planner without and with
-guidance, and writes ``planner.gif`` (sampled plans and neighbour predictions on a few scenes).
+closed-loop score (:mod:`jaxlab.envs.driving.evaluation`) of the guided planner on ``eval_scenes``
+scenes of ``eval_steps`` steps at 10 Hz. ``jaxlab eval planner --run-dir DIR`` prints the
+closed-loop table of the expert, the constant-velocity planner and the diffusion planner without and
+with guidance, and writes ``planner.gif`` (sampled plans and neighbour predictions on a few scenes).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.run import batch_spec
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.diffusion import planner as pl
-from jaxlab.diffusion.planner_augment import StatePerturbation, perturb_ego_state
-from jaxlab.envs import driving_eval as de
 from jaxlab.envs.driving import DrivingStatic, DrivingWorld, make_driving
+from jaxlab.envs.driving import evaluation as de
+from jaxlab.envs.driving.perturbation import StatePerturbation, perturb_ego_state
 
 TRACED: tuple[str, ...] = ("lr",)
 

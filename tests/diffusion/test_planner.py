@@ -362,7 +362,7 @@ def test_observation_normalisation_is_wired_into_the_encoder_and_keeps_padding_z
 def test_observation_normalisation_defaults_are_the_fit_of_expert_logs():
     """The ``*_obs_mean/std`` defaults are ``fit_observation_normalization`` of expert logs of the
     driving world (64 scenes x 30 steps, all scene types), to their stated digits."""
-    from jaxlab.envs import driving_eval as de
+    from jaxlab.envs.driving import evaluation as de
     from jaxlab.envs.driving import make_driving
 
     env, params = make_driving(auto_reset=False)

@@ -113,7 +113,7 @@ def test_expert_logs_edit_reset_rolls_the_same_scenes_out_under_a_forced_route()
     bit for bit; forcing the ego's route to left / right records that route and turns the logged
     future that way (the same scenes, another choice). One compiled rollout serves every route
     (``route`` traced; -1 keeps the scene's own), one more the unedited log."""
-    from jaxlab.envs.driving_eval import expert_logs
+    from jaxlab.envs.driving.evaluation import expert_logs
 
     env, params = make_driving(auto_reset=False, scene_type=1)
     key = jax.random.PRNGKey(4)

@@ -1,4 +1,4 @@
-"""``jaxlab levels ...``: inspect, render and roll out Kinetix level files.
+"""``jaxlab levels ...``: inspect, render and roll out Kinetix level files; keep the level library.
 
 Commands::
 
@@ -6,13 +6,19 @@ Commands::
     jaxlab levels render FILE.json --out run.gif [--policy random|zero] [--steps N] [--seed S]
     jaxlab levels rollout FILE.json --steps N --save-trajectory out.npz [--policy zero|random]
                                     [--seed S]
+    jaxlab levels library [--list] [--write [--force]] [--render DIR] [--verify [SIZE ...]]
+                          [--search [NAME ...] [--seed S] [--candidates N] [--save]]
 
 ``render`` writes a GIF of the episode (a ``.png`` out path writes the first frame only);
 ``rollout`` writes per-step arrays (slot order as in the file; row k is the state after k + 1 env
 steps; the simulation never resets: termination is recorded and the scene keeps running):
 ``polygon_position`` [N, P, 2], ``polygon_rotation`` [N, P], ``circle_position`` [N, C, 2],
 ``circle_rotation`` [N, C], ``reward`` [N], ``terminated`` [N], ``truncated`` [N].
-Existing output files are kept unless ``--overwrite`` is given. Errors print ``error: ...`` and
+``library`` works on the project's own level library (``jaxlab.envs.kinetix.library``): list it,
+(re)write its JSON files, render each level's first frame to ``DIR/<size>_<name>.png``, search
+solutions (one JSON line per level; ``--save`` stores them in ``solutions.json``) or replay the
+stored solutions and the no-op policy. Existing output files are kept unless ``--overwrite`` is
+given (``library --write``: unless ``--force``). Errors print ``error: ...`` and
 return status 2.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -196,6 +203,53 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_library(args: argparse.Namespace) -> int:
+    """The level library's maintenance: list, write, render, search and verify (in that order)."""
+    from jaxlab.envs.kinetix import library as lib
+
+    if args.list:
+        for name in lib.names():
+            print(f"{name:32s} {lib.LIBRARY[name].description}")
+    if args.write:
+        for path in lib.write_all(force=args.force):
+            print(f"wrote {path}")
+    if args.render:
+        for path in lib.render_all(args.render):
+            print(f"rendered {path}")
+    if args.search is not None:
+        _search_library(args)
+    if args.verify is not None:
+        for size in args.verify or ("s", "m", "l"):
+            for name, (sol, end, noop) in lib.replay_size(size).items():
+                print(json.dumps({"level": name, "solution": sol, "end": end, "noop": noop}))
+    return 0
+
+
+def _search_library(args: argparse.Namespace) -> None:
+    """``library --search``: one JSON line per level; ``--save`` merges into ``solutions.json``."""
+    import jax
+
+    from jaxlab.envs.kinetix import library as lib
+
+    path = lib.SOLUTIONS_FILE
+    sols = json.loads(path.read_text()) if path.exists() else {}
+    for name in args.search or lib.names():
+        found = lib.search_solution(
+            jax.random.key(args.seed),
+            name,
+            candidates=args.candidates,
+            rounds=args.rounds,
+            segments=args.segments,
+        )
+        steps = sum(n for _, n in found) if found else None
+        print(json.dumps({"level": name, "solved": found is not None, "steps": steps}))
+        if found is not None:
+            sols[name] = [[list(a), n] for a, n in found]
+    if args.save:
+        ordered = {n: sols[n] for n in lib.names() if n in sols}
+        path.write_text(json.dumps(ordered, indent=1) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxlab levels", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -222,6 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--save-trajectory", required=True)
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(fn=cmd_rollout)
+
+    s = sub.add_parser("library", help="the shipped level library: list, write, render, search")
+    s.add_argument("--write", action="store_true", help="write the level JSON files")
+    s.add_argument("--force", action="store_true", help="replace differing files")
+    s.add_argument("--list", action="store_true", help="list the levels")
+    s.add_argument("--render", metavar="DIR", help="render first frames to DIR")
+    s.add_argument("--search", nargs="*", metavar="NAME", help="search solutions")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--candidates", type=int, default=256)
+    s.add_argument("--rounds", type=int, default=6)
+    s.add_argument("--segments", type=int, default=16)
+    s.add_argument("--save", action="store_true", help="store found solutions")
+    s.add_argument("--verify", nargs="*", metavar="SIZE", help="replay solutions and no-op")
+    s.set_defaults(fn=cmd_library)
     return p
 
 

@@ -10,11 +10,12 @@ segments of multi-discrete actions ``[m0, m1, m2, m3, t0, t1]`` (motors ``{0: of
 no-op action after the last segment) reaches the blue goal with the green shape within
 ``max_timesteps`` (reward +1, terminated), while the no-op policy does not.
 
-Command line::
+Command line (``jaxlab.envs.kinetix.cli``)::
 
-    python -m jaxlab.envs.kinetix.library --write [--force]   # (re)write the JSON files
-    python -m jaxlab.envs.kinetix.library --search NAME [--seed S] [--candidates N]
-    python -m jaxlab.envs.kinetix.library --render DIR         # first frame of each level as PNG
+    jaxlab levels library --write [--force]   # (re)write the JSON files
+    jaxlab levels library --search NAME [--seed S] [--candidates N] [--save]
+    jaxlab levels library --render DIR         # first frame of each level as PNG
+    jaxlab levels library --verify [SIZE]      # replay the solutions and the no-op policy
 
 Coordinates are metres in the standard arena: floor top at ``y = 0.4``, walls at ``x = 0`` and
 ``x = 5``, ceiling at ``y = 5``. Angles are radians, counter-clockwise.
@@ -22,12 +23,10 @@ Coordinates are metres in the standard arena: floor top at ``y = 0.4``, walls at
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -771,7 +770,7 @@ def replay_size(
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line
+# Writing and rendering the shipped files
 
 
 def write_all(root: str | Path = LEVELS_DIR, *, force: bool = False) -> list[Path]:
@@ -820,54 +819,3 @@ def render_all(out_dir: str | Path, selected: Sequence[str] | None = None) -> li
         save_png(path, image)
         paths.append(path)
     return paths
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxlab.envs.kinetix.library")
-    parser.add_argument("--write", action="store_true", help="write the level JSON files")
-    parser.add_argument("--force", action="store_true", help="replace differing files")
-    parser.add_argument("--list", action="store_true", help="list the levels")
-    parser.add_argument("--render", metavar="DIR", help="render first frames to DIR")
-    parser.add_argument("--search", nargs="*", metavar="NAME", help="search solutions")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--candidates", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--segments", type=int, default=16)
-    parser.add_argument("--save", action="store_true", help="store found solutions")
-    parser.add_argument("--verify", nargs="*", metavar="SIZE", help="replay solutions and no-op")
-    args = parser.parse_args(argv)
-    if args.list:
-        for name in names():
-            print(f"{name:32s} {LIBRARY[name].description}")
-    if args.write:
-        for path in write_all(force=args.force):
-            print(f"wrote {path}")
-    if args.render:
-        for path in render_all(args.render):
-            print(f"rendered {path}")
-    if args.search is not None:
-        sols = json.loads(SOLUTIONS_FILE.read_text()) if SOLUTIONS_FILE.exists() else {}
-        for name in args.search or names():
-            found = search_solution(
-                jax.random.key(args.seed),
-                name,
-                candidates=args.candidates,
-                rounds=args.rounds,
-                segments=args.segments,
-            )
-            steps = sum(n for _, n in found) if found else None
-            print(json.dumps({"level": name, "solved": found is not None, "steps": steps}))
-            if found is not None:
-                sols[name] = [[list(a), n] for a, n in found]
-        if args.save:
-            ordered = {n: sols[n] for n in names() if n in sols}
-            SOLUTIONS_FILE.write_text(json.dumps(ordered, indent=1) + "\n")
-    if args.verify is not None:
-        for size in args.verify or ("s", "m", "l"):
-            for name, (sol, end, noop) in replay_size(size).items():
-                print(json.dumps({"level": name, "solution": sol, "end": end, "noop": noop}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

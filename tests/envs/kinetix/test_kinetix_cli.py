@@ -103,3 +103,11 @@ def test_errors_are_reported_not_raised(tmp_path, trajectory, capsys):
         == 2
     )
     assert main(["bogus"]) == 2
+
+
+def test_library_lists_every_level(capsys):
+    from jaxlab.envs.kinetix import library as lib
+
+    assert main(["library", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == lib.names()

@@ -19,8 +19,9 @@ from jaxlab import physics
 from jaxlab.core.finite import all_finite
 from jaxlab.envs.kinetix import levels as levels_lib
 from jaxlab.envs.kinetix.levels import LevelFormatError, load_level
+from jaxlab.envs.kinetix.levels import read as level_read
 
-BASE = Path(levels_lib.__file__).parent / "levels" / "s" / "h2_one_wheel_car.json"
+BASE = Path(levels_lib.__file__).parent / "s" / "h2_one_wheel_car.json"  # shipped beside the code
 FIELD = re.compile(r"(<top level>|env_state|env_params|static_env_params)")
 
 
@@ -93,7 +94,7 @@ def test_not_utf8_too_deep_or_too_large_is_refused_before_parsing(tmp_path, monk
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(LevelFormatError, match=r"deep\.json: JSON nested 100000 levels deep"):
         load_level(deep)
-    monkeypatch.setattr(levels_lib, "MAX_LEVEL_BYTES", 1000)
+    monkeypatch.setattr(level_read, "MAX_LEVEL_BYTES", 1000)
     with pytest.raises(LevelFormatError, match=r"bytes; expected a level file of at most 1000"):
         load_level(BASE)
 

@@ -7,12 +7,14 @@ solution and with the no-op policy, ``vmap`` over episodes, ``lax.scan`` over st
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 from jaxlab.envs.kinetix import StaticEnvParams, level_to_json, load_library_level
+from jaxlab.envs.kinetix import levels as levels_pkg
 from jaxlab.envs.kinetix import library as lib
 
 NAMES = lib.names()
@@ -45,7 +47,9 @@ def test_every_library_level_is_shipped():
     files = sorted(p.relative_to(lib.LEVELS_DIR) for p in lib.LEVELS_DIR.glob("[sml]/*.json"))
     ours = sorted(f"{n}.json" for n in NAMES)
     assert sorted(set(map(str, files)) & set(ours)) == ours
-    assert not list(lib.LEVELS_DIR.rglob("__init__.py"))
+    # the level-file code is the package of this folder; the size folders hold data only
+    assert Path(levels_pkg.__file__).parent == lib.LEVELS_DIR
+    assert not list(lib.LEVELS_DIR.glob("[sml]/**/*.py"))
 
 
 @pytest.mark.parametrize("name", NAMES)

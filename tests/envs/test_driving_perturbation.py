@@ -1,6 +1,6 @@
-"""The ego state perturbation of Diffusion Planner training (``planner_augment``): a rigid
-re-centring of every token, a quintic re-plan of the ego future that reproduces uniform motion
-exactly and joins the logged future smoothly, the drawing rate, and its switches."""
+"""The ego state perturbation of Diffusion Planner training (``jaxlab.envs.driving.perturbation``):
+a rigid re-centring of every token, a quintic re-plan of the ego future that reproduces uniform
+motion exactly and joins the logged future smoothly, the drawing rate, and its switches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
-from jaxlab.diffusion.planner_augment import StatePerturbation, perturb_ego_state
+from jaxlab.envs.driving.perturbation import StatePerturbation, perturb_ego_state
 
 B, N, H, S, L, P, T = 64, 3, 4, 2, 3, 8, 16
 DT = 0.1

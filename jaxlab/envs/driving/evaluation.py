@@ -1,4 +1,4 @@
-"""Expert logs and closed-loop evaluation in the driving world (:mod:`jaxlab.envs.driving`).
+"""Expert logs and closed-loop evaluation in the driving world (:mod:`jaxlab.envs.driving.world`).
 
 - :func:`expert_logs`: roll the rule-based expert out on many scenes (one ``vmap``, one
   ``lax.scan``) and cut the log into planner training samples: the scene tokens at step k and the
@@ -40,17 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from jaxlab.envs.driving import (
-    CAR_LENGTH,
-    CAR_WIDTH,
-    SCENE_TYPES,
-    DrivingParams,
-    DrivingState,
-    DrivingWorld,
-    project,
-    sat_separation,
-    to_frame,
-)
+from jaxlab.envs.driving.geometry import project, sat_separation, to_frame
+from jaxlab.envs.driving.scenes import SCENE_TYPES
+from jaxlab.envs.driving.state import DrivingParams, DrivingState
+from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH
+from jaxlab.envs.driving.world import DrivingWorld
 
 PlanFn = Callable[[PRNGKeyArray, dict, object], Float[Array, "B T 4"]]
 

@@ -38,7 +38,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.core.config import ConfigError
-from jaxlab.envs.driving import to_frame
+from jaxlab.envs.driving.geometry import to_frame
 
 
 @dataclasses.dataclass(frozen=True)
