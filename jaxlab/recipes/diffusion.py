@@ -1,8 +1,8 @@
 """``diffusion``: train a diffusion model (MLP on a 2-D mixture, U-Net or DiT on 8x8 digits).
 
-Training is :mod:`jaxlab.diffusion.training` (DSM or EDM loss, Adam with warmup and clipping, EMA
-of the weights used for sampling; the traced ``lr``; batches drawn inside the step and split over
-the mesh's data axes, parameters replicated). Evaluation samples with any sampler of
+Training is :mod:`jaxlab.diffusion.training` (DSM or EDM loss, ``optim``: Adam with warm-up and
+clipping, EMA of the weights used for sampling; traced ``optim.lr`` and ``ema_decay``; batches drawn
+inside the step and split over the mesh's data axes, parameters replicated). Evaluation samples with any sampler of
 ``jaxlab.diffusion.samplers`` and reports the sliced Wasserstein distance to held-out data;
 ``finalize`` writes ``samples.png`` (an image grid or a scatter plot) into the run directory.
 

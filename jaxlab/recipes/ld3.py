@@ -8,9 +8,12 @@ iteration (:func:`jaxlab.diffusion.ld3.ld3_step`), a no-op once LD3's own stoppi
 
 The per-sample pieces of the LD3 state (training and validation latents, their original noise and
 the teacher's outputs) are split over the mesh's data axes; the learned step parameters are
-replicated. Traced hyper-parameters (``state.hparams``): the starting rates ``lr_time_1``,
-``lr_time_2`` and ``shift_lr``, set into the LD3 state at the first step (LD3 decays them itself);
-the other ``LD3Hyper`` values enter the validation at ``init`` and stay static.
+replicated. ``optim`` (:class:`jaxlab.diffusion.ld3.LD3Optim`) holds LD3's three rules by role:
+``optim.time`` (RMSprop on the time steps), ``optim.eval_time`` (SGD on the decoupled evaluation
+times) and ``optim.shift`` (the latent shift step), with their plateau decays and floors. Traced
+hyper-parameters (``state.hparams``): the starting rates ``optim.time.lr``, ``optim.eval_time.lr``
+and ``optim.shift.lr``, set into the LD3 state at the first step (LD3 decays them itself); the
+other ``LD3Hyper`` values enter the validation at ``init`` and stay static.
 
 ``evaluate`` compares the learned steps with the time-uniform, time-quadratic, logSNR-uniform and
 EDM baselines on held-out noise (mean squared L2 to the teacher's outputs and sliced Wasserstein
@@ -32,7 +35,7 @@ import jax.numpy as jnp
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
-from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.core.sharding import MeshConfig, leading_axis_sharding, state_shardings
 from jaxlab.diffusion import ld3 as ld3_lib
 from jaxlab.diffusion import schedules as sched_lib
@@ -42,7 +45,7 @@ from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
 
 BASELINES: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm")
 #: the traced starting rates (config keys)
-TRACED: tuple[str, ...] = ("lr_time_1", "lr_time_2", "shift_lr")
+TRACED: tuple[str, ...] = tuple(ld3_lib.RATE_KEYS)
 #: the per-sample fields of ``LD3State`` (split over the data axes)
 PER_SAMPLE: tuple[str, ...] = (
     "ori_train",
@@ -91,14 +94,7 @@ class LD3Config:
     patience: int = 5
     lr2_patience: int = 5
     loss_type: Literal["l2", "l1"] = "l2"
-    lr_time_1: float = 5e-3
-    lr_time_2: float = 0.1
-    momentum_time_1: float = 0.9
-    min_lr_time_1: float = 5e-5
-    min_lr_time_2: float = 1e-6
-    lr_time_decay: float = 0.8
-    shift_lr: float = 12.0
-    shift_lr_decay: float = 0.5
+    optim: ld3_lib.LD3Optim = ld3_lib.LD3Optim()
     prior_bound_scale: float = 0.05
     win_rate: float = 0.5
     mesh: MeshConfig = MeshConfig()
@@ -158,18 +154,7 @@ class LD3Config:
 
     @property
     def hyper(self) -> ld3_lib.LD3Hyper:
-        return ld3_lib.LD3Hyper(
-            lr_time_1=self.lr_time_1,
-            lr_time_2=self.lr_time_2,
-            momentum_time_1=self.momentum_time_1,
-            min_lr_time_1=self.min_lr_time_1,
-            min_lr_time_2=self.min_lr_time_2,
-            lr_time_decay=self.lr_time_decay,
-            shift_lr=self.shift_lr,
-            shift_lr_decay=self.shift_lr_decay,
-            prior_bound_scale=self.prior_bound_scale,
-            win_rate=self.win_rate,
-        )
+        return self.optim.hyper(prior_bound_scale=self.prior_bound_scale, win_rate=self.win_rate)
 
 
 @flax.struct.dataclass
@@ -225,7 +210,7 @@ def build(cfg: LD3Config, mesh: jax.sharding.Mesh) -> Parts:
     kw = dict(eps_fn=eps_fn, schedule=schedule, static=static, hyper=hyper)
 
     def init(key) -> Ld3RunState:
-        hparams = {k: jnp.float32(getattr(cfg, k)) for k in TRACED}
+        hparams = {k: jnp.float32(v) for k, v in hparams_of(RECIPE, cfg).items()}
         return Ld3RunState(
             ld3_lib.ld3_init(key, train, valid, **kw), jnp.zeros((), jnp.int32), hparams
         )
@@ -239,7 +224,7 @@ def build(cfg: LD3Config, mesh: jax.sharding.Mesh) -> Parts:
 
     def train_step(state: Ld3RunState, batch=None):
         del batch
-        hyper_t = hyper.replace(**state.hparams)
+        hyper_t = ld3_lib.with_rates(hyper, state.hparams)
         first = ld3_lib.set_rates(state.ld3, static, hyper_t)
         s = jax.tree.map(lambda a, b: jnp.where(state.step == 0, a, b), first, state.ld3)
         s, metrics = ld3_lib.ld3_step(s, **{**kw, "hyper": hyper_t})

@@ -15,8 +15,8 @@ tilted target p_data(x) e^{reward_scale r(x)} / Z (a Gaussian mixture again).
 
 Data parallel: the stored pairs are split over the mesh's data axes and each step's batch of pairs
 is constrained to be split the same way (parameters replicated). Traced hyper-parameters
-(``state.hparams``): ``lr`` (the optimizer is built from it inside the step) and ``beta`` (the
-DPO/DSPO preference weight); the reward scale labels the pairs at ``init`` and is static, as are
+(``state.hparams``): ``optim.lr`` (the optimizer is built from it inside the step) and ``beta``
+(the DPO/DSPO preference weight); the reward scale labels the pairs at ``init`` and is static, as are
 ``method``, ``variant`` and ``stop_grad_weight``, which select the loss.
 """
 
@@ -32,8 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import (
     MeshConfig,
@@ -52,7 +54,7 @@ from jaxlab.diffusion.samplers import SamplerSpec
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
 
 #: the traced hyper-parameters (config keys)
-TRACED: tuple[str, ...] = ("lr", "beta")
+TRACED: tuple[str, ...] = ("optim.lr", "beta")
 #: the state fields holding pairs (split over the data axes)
 PAIRS: tuple[str, ...] = ("pairs_w", "pairs_l", "holdout_w", "holdout_l")
 
@@ -80,9 +82,7 @@ class PreferenceConfig:
     num_holdout_pairs: int = 512
     pair_nfe: int = 20
     batch_size: int = 256
-    lr: float = 1e-4
-    warmup_steps: int = 50
-    clip_norm: float = 1.0
+    optim: OptimConfig = OptimConfig(name="adam", lr=1e-4, warmup_steps=50, clip_norm=1.0)
     eval_samples: int = 2000
     eval_nfe: int = 20
     mesh: MeshConfig = MeshConfig()
@@ -102,8 +102,8 @@ class PreferenceConfig:
         for name in ("num_pairs", "num_holdout_pairs", "batch_size", "eval_samples", "pair_nfe"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
-        if not self.lr > 0:
-            raise ConfigError("lr", self.lr, "a positive float")
+        if self.eval_nfe < 1:
+            raise ConfigError("eval_nfe", self.eval_nfe, "an integer >= 1")
 
 
 @flax.struct.dataclass
@@ -118,14 +118,6 @@ class PreferenceState:
     key: jax.Array
     step: jax.Array
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
-
-
-def _optimizer(cfg: PreferenceConfig, lr: float | jax.Array) -> optax.GradientTransformation:
-    """Clipping, then Adam warmed up linearly from 0 to ``lr`` (traced) over ``warmup_steps``."""
-    unit = optax.linear_schedule(0.0, 1.0, max(cfg.warmup_steps, 1))
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm), optax.adam(lambda count: lr * unit(count))
-    )
 
 
 def _reward_vector(model: DiffusionModel, cfg: PreferenceConfig) -> jax.Array:
@@ -155,7 +147,7 @@ def build(cfg: PreferenceConfig, mesh: jax.sharding.Mesh) -> Parts:
         )
     a = _reward_vector(model, cfg)
     spec = SamplerSpec("dpm_solver++", 2)
-    opt = _optimizer(cfg, cfg.lr)
+    opt = optim.make(cfg.optim, cfg.loop.total_steps)
 
     def reward(x):
         return x.reshape(x.shape[0], -1) @ a.reshape(-1)
@@ -184,7 +176,7 @@ def build(cfg: PreferenceConfig, mesh: jax.sharding.Mesh) -> Parts:
             holdout_l=lo[n:],
             key=kk,
             step=jnp.zeros((), jnp.int32),
-            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
+            hparams={"optim.lr": jnp.float32(cfg.optim.lr), "beta": jnp.float32(cfg.beta)},
         )
 
     def state_sharding(abstract: PreferenceState) -> PreferenceState:
@@ -213,7 +205,7 @@ def build(cfg: PreferenceConfig, mesh: jax.sharding.Mesh) -> Parts:
             )
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        opt = _optimizer(cfg, state.hparams["lr"])
+        opt = optim.from_hparams(cfg.optim, cfg.loop.total_steps, state.hparams)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state.replace(params=params, opt_state=opt_state, key=key, step=state.step + 1)
