@@ -14,6 +14,7 @@ from jaxlab.core.loop import run
 from jaxlab.core.testing import sharded_step_matches
 from jaxlab.core.tracking import read_metrics
 from jaxlab.diffusion.ld3 import load_time_steps, make_teacher_data
+from jaxlab.diffusion.ld3_run import model_and_schedule
 from jaxlab.diffusion.pretrained import load_model
 from jaxlab.diffusion.samplers import sample
 from jaxlab.diffusion.schedules import get_time_steps
@@ -75,7 +76,7 @@ def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
     # the sampler on the learned steps vs on the logSNR-uniform steps LD3 starts from, on fresh
     # held-out noise (not the recipe's own test split): the learned steps are closer to the
     # teacher's outputs in the squared L2 that LD3 minimises
-    eps_fn, schedule, _, shape = ld3_recipe.model_and_schedule(cfg)
+    eps_fn, schedule, _, shape = model_and_schedule(cfg)
 
     @jax.jit
     def l2_to_teacher(ts, ts2):
@@ -150,6 +151,18 @@ def test_config_errors_name_the_field():
         preference_recipe.RECIPE.config(
             None, ["reference.parametrization=edm", "reference.schedule=edm"]
         )
+    with pytest.raises(ConfigError, match="ema_decay"):
+        diffusion_recipe.RECIPE.config(None, ["ema_decay=1.0"])
+    with pytest.raises(ConfigError, match="reference.data.ring_std"):
+        preference_recipe.RECIPE.config(None, ["reference.data.ring_std=0"])
+    with pytest.raises(ConfigError, match="optim.lr"):
+        preference_recipe.RECIPE.config(None, ["optim.lr=0"])
+    with pytest.raises(ConfigError, match="optim.shift.clip_norm"):
+        ld3_recipe.RECIPE.config(None, ["optim.shift.clip_norm=1"])
+    with pytest.raises(ConfigError, match="optim.time.schedule"):
+        ld3_recipe.RECIPE.config(None, ["optim.time.schedule=cosine"])
+    with pytest.raises(ConfigError, match="optim.decay"):
+        ld3_recipe.RECIPE.config(None, ["optim.decay=0"])
 
 
 def test_ema_follows_the_warmed_up_decay_formula():
