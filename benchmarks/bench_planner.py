@@ -19,6 +19,7 @@ import numpy as np
 from benchmarks.harness import emit_rate, timed
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
+from jaxlab.diffusion import planner_data
 from jaxlab.envs.driving import evaluation as de
 from jaxlab.recipes import planner as rp
 
@@ -27,9 +28,9 @@ def _params(run_dir):
     """The run's config and EMA parameters, or the cpu preset freshly initialised."""
     if run_dir is None:
         cfg = rp.RECIPE.config("cpu")
-        params = jax.jit(lambda k: pl.init_planner(k, cfg.model, rp.dummy_scene(cfg.model)))(
-            jax.random.PRNGKey(0)
-        )
+        params = jax.jit(
+            lambda k: pl.init_planner(k, cfg.model, planner_data.dummy_scene(cfg.model))
+        )(jax.random.PRNGKey(0))
         return cfg, params
     run = open_run(run_dir, recipe=rp.RECIPE)
     return run.cfg, run.state.ema_params
@@ -38,7 +39,7 @@ def _params(run_dir):
 def speed(run_dir):
     cfg, params = _params(run_dir)
     m = cfg.model
-    logs = rp.expert_data(cfg, "valid")
+    logs = planner_data.expert_data(cfg, "valid")
     for guidance in ((), (("collision", 0.5), ("drivable", 0.5))):
         for b in (1, 256):
             idx = np.arange(b) % logs["future"].shape[0]
@@ -56,7 +57,7 @@ def speed(run_dir):
                 "plans/s",
                 latency_ms=round(1000 * t, 2),
             )
-    env, params_w = rp.world(cfg)
+    env, params_w = planner_data.world(cfg)
     for n in (1, 4096):
         _, st = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(
             jax.random.split(jax.random.PRNGKey(0), n), params_w

@@ -23,6 +23,7 @@ TOP = {"recipes", "cli", "commands", "__init__"}
 SIDEWAYS: dict[str, set[str]] = {
     "envs": {"physics"},  # the Kinetix env space is built on the physics engine
     "rl": {"envs"},  # agents are trained on the env contract
+    "diffusion": {"envs"},  # the Diffusion Planner is trained on and drives the driving world
     "workflows": {"decoding"},  # the LM executor samples through the decoding layer
 }
 

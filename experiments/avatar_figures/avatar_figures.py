@@ -60,9 +60,10 @@ SMALL = dict(patch=4, width=32, depth=1)
 
 def train(cfg: VideoNetConfig, task: AvatarTask, weights: T.LossWeights, steps: int, seed=0):
     net = VideoDenoiser(cfg)
-    opt = lambda lr: optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
-    st = jax.jit(T.make_init(net, task, opt(2e-3), 2e-3))(jax.random.PRNGKey(seed))
-    step = jax.jit(T.make_train_step(net, task, SCHED, weights, opt, 8, 0.99))
+    opt = lambda hp: optax.chain(optax.clip_by_global_norm(1.0), optax.adam(hp["optim.lr"]))
+    hparams = {"optim.lr": 2e-3, "ema_decay": 0.99}
+    st = jax.jit(T.make_init(net, task, opt(hparams), hparams))(jax.random.PRNGKey(seed))
+    step = jax.jit(T.make_train_step(net, task, SCHED, weights, opt, 8))
     t0 = time.time()
     losses = []
     for _ in range(steps):

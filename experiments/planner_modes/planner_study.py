@@ -79,6 +79,8 @@ import numpy as np
 from benchmarks.harness import emit
 from jaxlab.core.run import open_run
 from jaxlab.diffusion import planner as pl
+from jaxlab.diffusion import planner_data
+from jaxlab.diffusion.planner_eval import planner_plan_fn
 from jaxlab.diffusion.schedules import VPLinear
 from jaxlab.envs.driving import evaluation as de
 from jaxlab.envs.driving import make_driving, project, to_frame
@@ -92,9 +94,9 @@ def _params(run_dir, step=None, which="ema"):
         raise ValueError(f"--modes-params: {which!r} is not 'ema' or 'raw'")
     if run_dir is None:
         cfg = rp.RECIPE.config("cpu")
-        params = jax.jit(lambda k: pl.init_planner(k, cfg.model, rp.dummy_scene(cfg.model)))(
-            jax.random.PRNGKey(0)
-        )
+        params = jax.jit(
+            lambda k: pl.init_planner(k, cfg.model, planner_data.dummy_scene(cfg.model))
+        )(jax.random.PRNGKey(0))
         return cfg, params
     run = open_run(run_dir, recipe=rp.RECIPE, step=step)
     return run.cfg, run.state.ema_params if which == "ema" else run.state.params
@@ -115,7 +117,7 @@ def quality(run_dir, scenes, steps, variants, window, seed, step=None):
     m = cfg.model
     if window is not None:
         m = dataclasses.replace(m, guidance_window=window)
-    held = rp.expert_data(cfg, "valid")
+    held = planner_data.expert_data(cfg, "valid")
     k = min(256, held["future"].shape[0])
     sc = {kk: v[:k] for kk, v in held.items() if kk in pl.SCENE_KEYS}
     noise = jax.random.normal(jax.random.PRNGKey(7), (k, m.n_agents, 1 + m.horizon, 4))
@@ -133,7 +135,7 @@ def quality(run_dir, scenes, steps, variants, window, seed, step=None):
             ego_final_dist_m=float(jnp.mean(d[:, 0, -1])),
             all_agents_mean_dist_m=float(jnp.mean(d)),
         )
-    env, params_w = rp.world(cfg)
+    env, params_w = planner_data.world(cfg)
     key = jax.random.PRNGKey(seed)
     run = lambda make_fn, ep: jax.jit(  # noqa: E731
         lambda key, ep, p: de.closed_loop(
@@ -150,7 +152,7 @@ def quality(run_dir, scenes, steps, variants, window, seed, step=None):
 
     base = None
     for name, g in variants.items():
-        res = run(lambda p, g=g: rp.planner_plan_fn(m, p, guidance=g), ref_p)
+        res = run(lambda p, g=g: planner_plan_fn(m, p, guidance=g), ref_p)
         emit(what="closed_loop", planner=f"diffusion_{name}", guidance=g,
              window=m.guidance_window, seed=seed, **de.summarize(res))  # fmt: skip
         events = {
@@ -292,13 +294,13 @@ def modes(
          skip_sigma_data=m.skip_sigma_data, skip_edm_weight=m.skip_edm_weight, horizon=m.horizon,
          train_scenes=cfg.n_scenes,
          total_steps=cfg.loop.total_steps,
-         lr_schedule=cfg.lr_schedule, decay_fraction=cfg.decay_fraction,
+         lr_schedule=cfg.optim.schedule, decay_fraction=cfg.decay_fraction,
          static_scene_weight=cfg.static_scene_weight, snr_weight_cap=m.snr_weight_cap,
          norm_std=m.norm_std, obs_norm=m.obs_norm, temperature=m.temperature, solver_steps=m.steps,
          split=split,
          params=which,
          sampler=sampler)  # fmt: skip
-    held = rp.expert_data(cfg, split)
+    held = planner_data.expert_data(cfg, split)
     if split == "train":
         held = {k: v[: n_scenes * cfg.log_steps] for k, v in held.items()}
     n_roll = held["future"].shape[0] // cfg.log_steps
@@ -390,8 +392,8 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
     if solver_steps is not None:
         m = dataclasses.replace(m, steps=solver_steps)
     cfg = dataclasses.replace(cfg, eval_scenes=n_scenes)
-    held = rp.expert_data(cfg, "valid")  # the modes test's held-out rollouts
-    env, eparams = rp.world(cfg)
+    held = planner_data.expert_data(cfg, "valid")  # the modes test's held-out rollouts
+    env, eparams = planner_data.world(cfg)
     n_roll = held["future"].shape[0] // cfg.log_steps
 
     def force(route):
@@ -401,7 +403,7 @@ def ego_posterior(run_dir, n_scenes, samples_per_scene, step=None, solver_steps=
 
         return edit
 
-    key = jax.random.PRNGKey(cfg.seed + 10_000)  # rp.expert_data's held-out key
+    key = jax.random.PRNGKey(cfg.seed + 10_000)  # planner_data.expert_data's held-out key
     logs = [
         jax.device_get(jax.jit(lambda k, r=r: de.expert_logs(
             k, env, eparams, n_scenes=n_roll, steps=cfg.log_steps, edit_reset=force(r)))(key))
@@ -530,7 +532,7 @@ def _probe_rows(cfg, chunks=8):
     """The probes' training rows: the scene tokens at the measurement point of ``chunks`` x 4096
     rollouts of the run's world (other keys than its own), with the logged future's mode (the
     heading rule) and the route drawn."""
-    env, eparams = rp.world(cfg)
+    env, eparams = planner_data.world(cfg)
     gen = jax.jit(lambda k: de.expert_logs(k, env, eparams, n_scenes=4096, steps=cfg.log_steps))
     xs, modes, routes = [], [], []
     for i in range(chunks):

@@ -12,6 +12,7 @@ from typing import Literal
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.diffusion.samplers import SAMPLER_NAMES, SamplerSpec
 
@@ -29,11 +30,11 @@ class DataConfig:
 
     def __post_init__(self):
         if self.ring_components < 1:
-            raise ConfigError("data.ring_components", self.ring_components, "an integer >= 1")
+            raise ConfigError("ring_components", self.ring_components, "an integer >= 1")
         if not self.ring_std > 0:
-            raise ConfigError("data.ring_std", self.ring_std, "a positive float")
+            raise ConfigError("ring_std", self.ring_std, "a positive float")
         if not 0 < self.digits_holdout < 1797:
-            raise ConfigError("data.digits_holdout", self.digits_holdout, "in 1..1796")
+            raise ConfigError("digits_holdout", self.digits_holdout, "in 1..1796")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +55,9 @@ class NetConfig:
     def __post_init__(self):
         for name in ("width", "depth", "emb_dim", "heads", "patch", "blocks_per_level"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"net.{name}", getattr(self, name), "an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
         if not self.channels or any(c < 1 for c in self.channels):
-            raise ConfigError("net.channels", self.channels, "a non-empty tuple of positive ints")
+            raise ConfigError("channels", self.channels, "a non-empty tuple of positive ints")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,28 +73,28 @@ class SamplingConfig:
 
     def __post_init__(self):
         if self.sampler not in SAMPLER_NAMES:
-            raise ConfigError("sampling.sampler", self.sampler, f"one of {SAMPLER_NAMES}")
+            raise ConfigError("sampler", self.sampler, f"one of {SAMPLER_NAMES}")
         try:
             self.spec.steps_for_nfe(self.nfe)
         except ValueError as e:
-            raise ConfigError("sampling.nfe", self.nfe, str(e)) from None
+            raise ConfigError("nfe", self.nfe, str(e)) from None
         if self.num_samples < 1:
-            raise ConfigError("sampling.num_samples", self.num_samples, "an integer >= 1")
+            raise ConfigError("num_samples", self.num_samples, "an integer >= 1")
 
     @property
     def spec(self) -> SamplerSpec:
         try:
             return SamplerSpec(self.sampler, self.order, self.variant)
         except ValueError as e:
-            raise ConfigError(
-                "sampling", (self.sampler, self.order, self.variant), str(e)
-            ) from None
+            raise ConfigError("sampler", (self.sampler, self.order, self.variant), str(e)) from None
 
 
 @dataclasses.dataclass(frozen=True)
 class DiffusionConfig:
-    """A diffusion model and its training (``lr`` is traced: read from the train state's
-    ``hparams`` inside the step); ``mesh``: the batch is split over its data axes."""
+    """A diffusion model and its training: ``optim`` (Adam, a linear warm-up, global-norm clipping;
+    ``optim.lr`` traced) and ``ema_decay`` (the cap of the weights' EMA decay, traced: both are read
+    from the train state's ``hparams`` inside the step); ``mesh``: the batch is split over its data
+    axes."""
 
     seed: int = 0
     data: DataConfig = DataConfig()
@@ -102,9 +103,7 @@ class DiffusionConfig:
     schedule: Literal["vp_linear", "vp_cosine", "ve", "edm"] = "vp_linear"
     sigma_data: float = 0.5
     batch_size: int = 256
-    lr: float = 1e-3
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
+    optim: OptimConfig = OptimConfig(name="adam", lr=1e-3, warmup_steps=100, clip_norm=1.0)
     ema_decay: float = 0.999
     sampling: SamplingConfig = SamplingConfig()
     mesh: MeshConfig = MeshConfig()
@@ -125,7 +124,7 @@ class DiffusionConfig:
             raise ConfigError("net.kind", self.net.kind, "'unet' or 'dit' for digits images")
         if self.batch_size < 1:
             raise ConfigError("batch_size", self.batch_size, "an integer >= 1")
-        if not self.lr > 0:
-            raise ConfigError("lr", self.lr, "a positive float")
+        if not self.sigma_data > 0:
+            raise ConfigError("sigma_data", self.sigma_data, "a positive float")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError("ema_decay", self.ema_decay, "a float in [0, 1)")

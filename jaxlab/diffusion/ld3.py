@@ -61,6 +61,8 @@ import optax
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.diffusion.model_wrapper import EpsFn
 from jaxlab.diffusion.samplers import SamplerSpec, sample
 from jaxlab.diffusion.schedules import Schedule, get_time_steps
@@ -141,7 +143,9 @@ class LD3Hyper:
     """Numerical hyper-parameters of LD3 (traced; defaults are ``configs/cifar10.yml``).
 
     ``shift_lr`` and ``lr_time_2`` are the code's values before its division by N (``adjust_hyper``:
-    shift_lr = 12 / N, lr_time_2 = 0.1 / N); the ball radius is ``prior_bound_scale`` D / N^2.
+    shift_lr = 12 / N, lr_time_2 = 0.1 / N); the ball radius is ``prior_bound_scale`` D / N^2;
+    ``clip_norm`` and ``clip_norm_2`` clip the gradients of p and p'. A recipe sets them from an
+    :class:`LD3Optim` (:meth:`LD3Optim.hyper`).
     """
 
     lr_time_1: float = 5e-3
@@ -155,6 +159,90 @@ class LD3Hyper:
     prior_bound_scale: float = 1e-3
     win_rate: float = 0.5
     clip_norm: float = 1.0
+    clip_norm_2: float = 1.0
+
+
+#: LD3's traced starting rates: the dotted config key (under ``optim``) -> the ``LD3Hyper`` field
+RATE_KEYS: dict[str, str] = {
+    "optim.time.lr": "lr_time_1",
+    "optim.eval_time.lr": "lr_time_2",
+    "optim.shift.lr": "shift_lr",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LD3Optim:
+    """LD3's three update rules, by role; each keeps the reference code's own rule and takes its
+    rate (and clipping) from an :class:`OptimConfig`, decayed on a plateau by LD3 itself (so no
+    schedule, warm-up or weight decay):
+
+    Attributes:
+      time: p, the time-step parameters: RMSprop with torch's semantics (alpha 0.99, eps 1e-8
+        outside the square root) with ``momentum``, ``lr`` and gradient clipping ``clip_norm``.
+      eval_time: p', the decoupled evaluation-time offsets: SGD at ``lr / N``, ``clip_norm``.
+      shift: the soft loss's latent shift step: SGD at ``lr / N`` (no clipping).
+      decay: on lost patience both time rates are multiplied by this, in (0, 1].
+      time_min_lr: the floor of the ``time`` rate (> 0).
+      eval_time_min_lr: the floor of the ``eval_time`` rate (> 0).
+      shift_decay: the shift rate is multiplied by this after an epoch without an accepted shift,
+        in (0, 1].
+    """
+
+    time: OptimConfig = OptimConfig(name="sgd", lr=5e-3, momentum=0.9, clip_norm=1.0)
+    eval_time: OptimConfig = OptimConfig(name="sgd", lr=0.1, clip_norm=1.0)
+    shift: OptimConfig = OptimConfig(name="sgd", lr=12.0)
+    decay: float = 0.8
+    time_min_lr: float = 5e-5
+    eval_time_min_lr: float = 1e-6
+    shift_decay: float = 0.5
+
+    def __post_init__(self):
+        for role in ("time", "eval_time", "shift"):
+            o = getattr(self, role)
+            for key, value, default in (
+                ("schedule", o.schedule, "constant"),
+                ("warmup_steps", o.warmup_steps, 0),
+                ("weight_decay", o.weight_decay, 0.0),
+            ):
+                if value != default:
+                    raise ConfigError(
+                        f"{role}.{key}", value, f"{default!r} (LD3 decays its rates itself)"
+                    )
+        for key, value in (
+            ("eval_time.momentum", self.eval_time.momentum),
+            ("shift.momentum", self.shift.momentum),
+            ("shift.clip_norm", self.shift.clip_norm),
+        ):
+            if value != 0:
+                raise ConfigError(key, value, "0 (LD3's plain SGD step)")
+        for key in ("decay", "shift_decay"):
+            if not 0 < getattr(self, key) <= 1:
+                raise ConfigError(key, getattr(self, key), "a factor in (0, 1]")
+        for key in ("time_min_lr", "eval_time_min_lr"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(key, getattr(self, key), "a learning rate > 0")
+
+    def hyper(self, *, prior_bound_scale: float, win_rate: float) -> LD3Hyper:
+        """The :class:`LD3Hyper` of these rates, with the soft loss's ball and clip window."""
+        return LD3Hyper(
+            lr_time_1=self.time.lr,
+            lr_time_2=self.eval_time.lr,
+            momentum_time_1=self.time.momentum,
+            min_lr_time_1=self.time_min_lr,
+            min_lr_time_2=self.eval_time_min_lr,
+            lr_time_decay=self.decay,
+            shift_lr=self.shift.lr,
+            shift_lr_decay=self.shift_decay,
+            prior_bound_scale=prior_bound_scale,
+            win_rate=win_rate,
+            clip_norm=self.time.clip_norm,
+            clip_norm_2=self.eval_time.clip_norm,
+        )
+
+
+def with_rates(hyper: LD3Hyper, values: dict[str, jax.Array]) -> LD3Hyper:
+    """``hyper`` with the starting rates of ``values`` (keys :data:`RATE_KEYS`, traced allowed)."""
+    return hyper.replace(**{RATE_KEYS[k]: v for k, v in values.items() if k in RATE_KEYS})
 
 
 @struct.dataclass
@@ -200,7 +288,7 @@ def _optimizers(static: LD3Static, hyper: LD3Hyper):
         ),
     )
     opt2 = optax.chain(
-        optax.clip_by_global_norm(hyper.clip_norm),
+        optax.clip_by_global_norm(hyper.clip_norm_2),
         optax.inject_hyperparams(optax.sgd)(learning_rate=hyper.lr_time_2 / static.steps),
     )
     return opt1, opt2

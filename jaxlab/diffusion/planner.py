@@ -215,6 +215,17 @@ class PlannerConfig:
             raise ConfigError("order", self.order, "1, 2 or 3")
         if not self.temperature > 0:
             raise ConfigError("temperature", self.temperature, "a float > 0")
+        if not self.dt > 0:
+            raise ConfigError("dt", self.dt, "a time step > 0 (s)")
+        if not self.target_speed >= 0:
+            raise ConfigError("target_speed", self.target_speed, "a speed >= 0 (m/s)")
+        if not self.ego_weight >= 0:
+            raise ConfigError("ego_weight", self.ego_weight, "a loss weight >= 0")
+        lo, hi = self.guidance_window
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ConfigError(
+                "guidance_window", self.guidance_window, "(t_lo, t_hi), 0 <= t_lo < t_hi <= 1"
+            )
         if not (self.snr_weight_cap == 0 or self.snr_weight_cap > 1):
             raise ConfigError("snr_weight_cap", self.snr_weight_cap, "0 (off) or a float > 1")
         if not self.skip_sigma_data > 0:

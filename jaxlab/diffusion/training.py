@@ -3,11 +3,13 @@ pretrains at initialisation): data sampled inside the step, DSM or EDM loss, Ada
 
 The loss is noise prediction on a VP/VE schedule (``parametrization=eps``, the DDPM loss in
 continuous time) or the EDM-preconditioned denoiser loss (``parametrization=edm``, Karras et al.
-2022); Adam with linear warmup and global-norm clipping; an exponential moving average of the
-weights with decay ``min(ema_decay, (1 + k) / (10 + k))`` at step k, used for sampling.
+2022); the optimiser of ``cfg.optim`` (by default Adam with a linear warm-up and global-norm
+clipping); an exponential moving average of the weights with decay ``min(ema_decay, (1 + k) / (10 +
+k))`` at step k, used for sampling.
 
-The learning rate is a *traced* hyper-parameter (``DiffusionState.hparams["lr"]``): the optimizer
-is built from it inside the step, so a sweep over ``lr`` is one vmapped program. Batches are drawn
+The learning rate and the EMA decay are *traced* hyper-parameters (``DiffusionState.hparams``,
+keys :data:`TRACED`): the optimizer is built from them inside the step, so a sweep over
+``optim.lr`` is one vmapped program. Batches are drawn
 inside the step from the state's PRNG key (from the mixture, or from the digits kept on the device)
 and constrained to be split over the mesh's data axes; ``jax.random`` values do not depend on the
 sharding, so the step gives the same batch, loss and update on one device and on a slice.
@@ -25,6 +27,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core import optim
 from jaxlab.core.sharding import constrain_leading
 from jaxlab.diffusion.config import DiffusionConfig
 from jaxlab.diffusion.datasets import digits_images
@@ -34,7 +37,7 @@ from jaxlab.diffusion.model import DiffusionModel, ring_of
 from jaxlab.diffusion.precond import edm_denoise
 
 #: the traced hyper-parameters of a diffusion training run (dotted config keys)
-TRACED: tuple[str, ...] = ("lr",)
+TRACED: tuple[str, ...] = ("optim.lr", "ema_decay")
 
 Sampler = Callable[[PRNGKeyArray, int], Float[Array, "n ..."]]
 
@@ -42,7 +45,7 @@ Sampler = Callable[[PRNGKeyArray, int], Float[Array, "n ..."]]
 @flax.struct.dataclass
 class DiffusionState:
     """Parameters, their EMA (used for sampling), optimiser state, PRNG key, step and the traced
-    hyper-parameters ``{"lr": ...}``."""
+    hyper-parameters ``{"optim.lr": ..., "ema_decay": ...}``."""
 
     params: Any
     ema_params: Any
@@ -52,14 +55,9 @@ class DiffusionState:
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
 
 
-def make_optimizer(cfg: DiffusionConfig, lr: float | jax.Array | None = None):
-    """Clipping, then Adam with a linear warmup from 0 to ``lr`` (traced allowed; default
-    ``cfg.lr``) over ``cfg.warmup_steps``."""
-    lr = cfg.lr if lr is None else lr
-    unit = optax.linear_schedule(0.0, 1.0, max(cfg.warmup_steps, 1))
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm), optax.adam(lambda count: lr * unit(count))
-    )
+def hparams(cfg: DiffusionConfig) -> dict[str, jax.Array]:
+    """The traced values of ``cfg`` (keys :data:`TRACED`) as float32 scalars."""
+    return {"optim.lr": jnp.float32(cfg.optim.lr), "ema_decay": jnp.float32(cfg.ema_decay)}
 
 
 def make_data(cfg: DiffusionConfig) -> tuple[Sampler, np.ndarray]:
@@ -98,7 +96,7 @@ def loss_fn(
 def make_init(model: DiffusionModel) -> Callable[[PRNGKeyArray], DiffusionState]:
     """``key -> DiffusionState`` (network parameters, EMA = parameters, Adam state)."""
     cfg = model.cfg
-    opt = make_optimizer(cfg)
+    opt = optim.make(cfg.optim, cfg.loop.total_steps)
 
     def init(key: PRNGKeyArray) -> DiffusionState:
         kp, kk = jax.random.split(key)
@@ -110,7 +108,7 @@ def make_init(model: DiffusionModel) -> Callable[[PRNGKeyArray], DiffusionState]
             opt_state=opt.init(params),
             key=kk,
             step=jnp.zeros((), jnp.int32),
-            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
+            hparams=hparams(cfg),
         )
 
     return init
@@ -120,7 +118,7 @@ def make_train_step(
     model: DiffusionModel, sample_data: Sampler, mesh: jax.sharding.Mesh | None = None
 ) -> Callable[[DiffusionState, Any], tuple[DiffusionState, dict[str, jax.Array]]]:
     """``(state, None) -> (state, metrics)``: draw a batch (split over ``mesh``'s data axes), one
-    Adam step at the traced ``state.hparams["lr"]``, the EMA update."""
+    optimiser step at the traced ``optim.lr``, the EMA update with the traced ``ema_decay``."""
     cfg = model.cfg
 
     def train_step(state: DiffusionState, batch: Any = None):
@@ -129,12 +127,12 @@ def make_train_step(
         x0 = sample_data(kd, cfg.batch_size)
         if mesh is not None:
             x0 = constrain_leading(x0, mesh)
-        opt = make_optimizer(cfg, state.hparams["lr"])
+        opt = optim.from_hparams(cfg.optim, cfg.loop.total_steps, state.hparams)
         loss, grads = jax.value_and_grad(lambda p: loss_fn(model, p, kl, x0))(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         k = state.step.astype(jnp.float32)
-        decay = jnp.minimum(cfg.ema_decay, (1.0 + k) / (10.0 + k))
+        decay = jnp.minimum(state.hparams["ema_decay"], (1.0 + k) / (10.0 + k))
         ema = optax.incremental_update(params, state.ema_params, 1.0 - decay)
         new = state.replace(
             params=params, ema_params=ema, opt_state=opt_state, key=key, step=state.step + 1

@@ -11,12 +11,13 @@ body-centre std and hand sharpness at a low and a high clarity; ``finalize`` wri
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from jaxlab.core.recipe import Recipe, register
-from jaxlab.diffusion.video import training
+import jax
+
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.diffusion.video import pipeline
 from jaxlab.diffusion.video.denoiser import VideoNetConfig
-from jaxlab.diffusion.video.pipeline import AvatarConfig, build
+from jaxlab.diffusion.video.pipeline import AvatarConfig
 from jaxlab.diffusion.video.tasks import AvatarTask
 
 
@@ -45,13 +46,25 @@ class CyberHostConfig(AvatarConfig):
     mask_weight: float = 0.1
 
 
+def build(cfg: CyberHostConfig, mesh: jax.sharding.Mesh) -> Parts:
+    generate = pipeline.make_generate(cfg)
+    return Parts(
+        init=pipeline.make_init(cfg, RECIPE.traced),
+        train_step=pipeline.make_train_step(cfg, mesh),
+        evaluate=lambda state: pipeline.evaluate(cfg, generate, state.ema_params),
+        finalize=lambda state, run_dir: pipeline.write_videos(
+            cfg, generate, state.ema_params, run_dir
+        ),
+        units_per_step=(cfg.batch_size * cfg.net.clip_len, "frames"),
+    )
+
+
 RECIPE = register(
     Recipe(
         name="cyberhost",
         config_cls=CyberHostConfig,
         build=build,
         description="CyberHost: audio-driven talking-body video diffusion with region attention",
-        presets_dir=Path(__file__).parent / "presets" / "cyberhost",
-        traced=training.TRACED,
+        traced=pipeline.TRACED + pipeline.REGION_TRACED,
     )
 )

@@ -8,9 +8,12 @@ iteration (:func:`jaxlab.diffusion.ld3.ld3_step`), a no-op once LD3's own stoppi
 
 The per-sample pieces of the LD3 state (training and validation latents, their original noise and
 the teacher's outputs) are split over the mesh's data axes; the learned step parameters are
-replicated. Traced hyper-parameters (``state.hparams``): the starting rates ``lr_time_1``,
-``lr_time_2`` and ``shift_lr``, set into the LD3 state at the first step (LD3 decays them itself);
-the other ``LD3Hyper`` values enter the validation at ``init`` and stay static.
+replicated. ``optim`` (:class:`jaxlab.diffusion.ld3.LD3Optim`) holds LD3's three rules by role:
+``optim.time`` (RMSprop on the time steps), ``optim.eval_time`` (SGD on the decoupled evaluation
+times) and ``optim.shift`` (the latent shift step), with their plateau decays and floors. Traced
+hyper-parameters (``state.hparams``): the starting rates ``optim.time.lr``, ``optim.eval_time.lr``
+and ``optim.shift.lr``, set into the LD3 state at the first step (LD3 decays them itself); the
+other ``LD3Hyper`` values enter the validation at ``init`` and stay static.
 
 ``evaluate`` compares the learned steps with the time-uniform, time-quadratic, logSNR-uniform and
 EDM baselines on held-out noise (mean squared L2 to the teacher's outputs and sliced Wasserstein
@@ -21,271 +24,24 @@ and ``comparison.json``.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from pathlib import Path
-from typing import Literal
-
-import flax.struct
 import jax
-import jax.numpy as jnp
 
-from jaxlab.core.config import ConfigError
-from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, register
-from jaxlab.core.sharding import MeshConfig, leading_axis_sharding, state_shardings
-from jaxlab.diffusion import ld3 as ld3_lib
-from jaxlab.diffusion import schedules as sched_lib
-from jaxlab.diffusion.gmm import gmm_eps_fn, ring_mixture
-from jaxlab.diffusion.samplers import SAMPLER_NAMES, SamplerSpec, sample
-from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
+from jaxlab.diffusion import ld3_run
+from jaxlab.diffusion.ld3_run import LD3Config
 
-BASELINES: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm")
-#: the traced starting rates (config keys)
-TRACED: tuple[str, ...] = ("lr_time_1", "lr_time_2", "shift_lr")
-#: the per-sample fields of ``LD3State`` (split over the data axes)
-PER_SAMPLE: tuple[str, ...] = (
-    "ori_train",
-    "train_latent",
-    "train_target",
-    "ori_valid",
-    "valid_latent",
-    "valid_target",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class LD3Config:
-    """LD3 settings; the defaults are the reference ``configs/cifar10.yml`` where they apply.
-
-    ``model``: "mixture" (the exact denoiser of a ring of Gaussians under ``schedule``) or
-    "checkpoint" (the EMA model of the ``diffusion`` run in ``checkpoint``; its own schedule).
-    ``prior_bound_scale`` sets the soft-loss ball radius r = scale * D / N^2 (the code's 0.001 for
-    images; D = 2 on the mixture needs a larger value).
-    """
-
-    seed: int = 0
-    model: Literal["mixture", "checkpoint"] = "mixture"
-    checkpoint: str = ""
-    schedule: Literal["vp_linear", "vp_cosine", "ve", "edm"] = "edm"
-    ring_components: int = 8
-    ring_radius: float = 1.0
-    ring_std: float = 0.1
-    sampler: str = "dpm_solver++"
-    order: int = 2
-    variant: str = "bh1"
-    nfe: int = 4
-    teacher_sampler: str = "uni_pc"
-    teacher_order: int = 3
-    teacher_variant: str = "bh2"
-    teacher_nfe: int = 64
-    teacher_steps: Literal["time_uniform", "time_quadratic", "logsnr", "edm"] = "logsnr"
-    n_train: int = 50
-    n_valid: int = 50
-    n_test: int = 1000
-    batch_size: int = 2
-    time_mode: Literal["lambda", "time"] = "lambda"
-    decoupled: bool = True
-    rounds_v1: int = 2
-    rounds_v2: int = 5
-    patience: int = 5
-    lr2_patience: int = 5
-    loss_type: Literal["l2", "l1"] = "l2"
-    lr_time_1: float = 5e-3
-    lr_time_2: float = 0.1
-    momentum_time_1: float = 0.9
-    min_lr_time_1: float = 5e-5
-    min_lr_time_2: float = 1e-6
-    lr_time_decay: float = 0.8
-    shift_lr: float = 12.0
-    shift_lr_decay: float = 0.5
-    prior_bound_scale: float = 0.05
-    win_rate: float = 0.5
-    mesh: MeshConfig = MeshConfig()
-    loop: LoopConfig = LoopConfig(
-        total_steps=175, steps_per_call=25, log_every=25, eval_every=0, checkpoint_every=0
-    )
-
-    def __post_init__(self):
-        if self.model == "checkpoint" and not self.checkpoint:
-            raise ConfigError("checkpoint", self.checkpoint, "a diffusion run directory")
-        for name, field in (("sampler", self.sampler), ("teacher_sampler", self.teacher_sampler)):
-            if field not in SAMPLER_NAMES:
-                raise ConfigError(name, field, f"one of {SAMPLER_NAMES}")
-        try:
-            _ = self.static
-        except ValueError as e:
-            key = str(e).split(":")[0]
-            raise ConfigError(key, getattr(self, key, None), str(e)) from None
-        try:
-            self.teacher.steps_for_nfe(self.teacher_nfe)
-        except ValueError as e:
-            raise ConfigError("teacher_nfe", self.teacher_nfe, str(e)) from None
-        if self.n_test < 1:
-            raise ConfigError("n_test", self.n_test, "an integer >= 1")
-        if not 0 < self.win_rate <= 0.5:
-            raise ConfigError("win_rate", self.win_rate, "a float in (0, 0.5]")
-        if self.prior_bound_scale < 0:
-            raise ConfigError("prior_bound_scale", self.prior_bound_scale, "a float >= 0")
-
-    @property
-    def spec(self) -> SamplerSpec:
-        return SamplerSpec(self.sampler, self.order, self.variant)
-
-    @property
-    def teacher(self) -> SamplerSpec:
-        return SamplerSpec(
-            self.teacher_sampler, self.teacher_order, self.teacher_variant, lower_order_final=False
-        )
-
-    @property
-    def static(self) -> ld3_lib.LD3Static:
-        return ld3_lib.LD3Static(
-            sampler=self.spec,
-            nfe=self.nfe,
-            data_shape=(2,) if self.model == "mixture" else (8, 8, 1),
-            n_train=self.n_train,
-            n_valid=self.n_valid,
-            batch_size=self.batch_size,
-            time_mode=self.time_mode,
-            decoupled=self.decoupled,
-            rounds_v1=self.rounds_v1,
-            rounds_v2=self.rounds_v2,
-            patience=self.patience,
-            lr2_patience=self.lr2_patience,
-            loss_type=self.loss_type,
-        )
-
-    @property
-    def hyper(self) -> ld3_lib.LD3Hyper:
-        return ld3_lib.LD3Hyper(
-            lr_time_1=self.lr_time_1,
-            lr_time_2=self.lr_time_2,
-            momentum_time_1=self.momentum_time_1,
-            min_lr_time_1=self.min_lr_time_1,
-            min_lr_time_2=self.min_lr_time_2,
-            lr_time_decay=self.lr_time_decay,
-            shift_lr=self.shift_lr,
-            shift_lr_decay=self.shift_lr_decay,
-            prior_bound_scale=self.prior_bound_scale,
-            win_rate=self.win_rate,
-        )
-
-
-@flax.struct.dataclass
-class Ld3RunState:
-    """The LD3 state, the loop steps done and the traced starting rates."""
-
-    ld3: ld3_lib.LD3State
-    step: jax.Array
-    hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
-
-
-def model_and_schedule(cfg: LD3Config):
-    """(eps_fn, schedule, schedule name, data shape) of the model whose steps are learned."""
-    if cfg.model == "mixture":
-        schedule = sched_lib.make_schedule(cfg.schedule)
-        ring = ring_mixture(cfg.ring_components, cfg.ring_radius, cfg.ring_std)
-        return gmm_eps_fn(ring, schedule), schedule, cfg.schedule, (2,)
-    from jaxlab.core.run import RunNotFoundError
-    from jaxlab.diffusion.pretrained import load_model
-
-    try:
-        model, params = load_model(cfg.checkpoint)
-    except RunNotFoundError as e:
-        raise ConfigError(
-            "checkpoint", cfg.checkpoint, f"a diffusion run directory ({e})"
-        ) from None
-    if model.data_shape != cfg.static.data_shape:
-        raise ConfigError(
-            "checkpoint", cfg.checkpoint, f"a model of data shape {cfg.static.data_shape}"
-        )
-    return model.eps_fn(params), model.schedule, model.cfg.schedule, model.data_shape
+__all__ = ["LD3Config", "RECIPE", "build"]
 
 
 def build(cfg: LD3Config, mesh: jax.sharding.Mesh) -> Parts:
-    eps_fn, schedule, schedule_name, shape = model_and_schedule(cfg)
-    static, hyper = cfg.static, cfg.hyper
-    n = cfg.n_train + cfg.n_valid + cfg.n_test
-    z, y = jax.jit(
-        lambda k: ld3_lib.make_teacher_data(
-            k,
-            eps_fn,
-            schedule,
-            n=n,
-            data_shape=shape,
-            teacher=cfg.teacher,
-            teacher_nfe=cfg.teacher_nfe,
-            teacher_steps=cfg.teacher_steps,
-            batch_size=None if n <= 4096 else 1000,
-        )
-    )(jax.random.PRNGKey(cfg.seed + 1))
-    a, b = cfg.n_train, cfg.n_train + cfg.n_valid
-    train, valid, test = (z[:a], y[:a]), (z[a:b], y[a:b]), (z[b:], y[b:])
-    kw = dict(eps_fn=eps_fn, schedule=schedule, static=static, hyper=hyper)
-
-    def init(key) -> Ld3RunState:
-        hparams = {k: jnp.float32(getattr(cfg, k)) for k in TRACED}
-        return Ld3RunState(
-            ld3_lib.ld3_init(key, train, valid, **kw), jnp.zeros((), jnp.int32), hparams
-        )
-
-    def state_sharding(abstract: Ld3RunState) -> Ld3RunState:
-        out = state_shardings(abstract, mesh)
-        per_sample = {
-            f: leading_axis_sharding(getattr(abstract.ld3, f).shape, mesh) for f in PER_SAMPLE
-        }
-        return out.replace(ld3=out.ld3.replace(**per_sample))
-
-    def train_step(state: Ld3RunState, batch=None):
-        del batch
-        hyper_t = hyper.replace(**state.hparams)
-        first = ld3_lib.set_rates(state.ld3, static, hyper_t)
-        s = jax.tree.map(lambda a, b: jnp.where(state.step == 0, a, b), first, state.ld3)
-        s, metrics = ld3_lib.ld3_step(s, **{**kw, "hyper": hyper_t})
-        return state.replace(ld3=s, step=state.step + 1), metrics
-
-    @jax.jit
-    def compare(state: ld3_lib.LD3State):
-        t1, t2 = ld3_lib.learned_time_steps(state, schedule, static, hyper)
-        steps = {k: (sched_lib.get_time_steps(schedule, static.steps, k),) * 2 for k in BASELINES}
-        steps["ld3"] = (t1, t2)
-        steps["ld3_no_eval_shift"] = (t1, t1)
-        x = schedule.prior_std * test[0].reshape((-1,) + shape)
-        out = {}
-        for name, (ts, ts2) in steps.items():
-            res = sample(static.sampler, eps_fn, x, ts, schedule=schedule, eval_timesteps=ts2)
-            res = res.reshape(res.shape[0], -1)
-            out[f"l2/{name}"] = jnp.mean(jnp.sum((res - test[1]) ** 2, -1))
-            out[f"sw/{name}"] = sliced_wasserstein(jax.random.PRNGKey(7), res, test[1])
-        return out
-
-    def evaluate(state: Ld3RunState) -> dict[str, float]:
-        res = {k: float(v) for k, v in compare(state.ld3).items()}
-        res["best_valid_loss"] = float(state.ld3.best_loss)
-        res["iterations"] = int(state.ld3.iteration)
-        return res
-
-    def finalize(state: Ld3RunState, run_dir: Path) -> None:
-        t1, t2 = ld3_lib.learned_time_steps(state.ld3, schedule, static, hyper)
-        comparison = evaluate(state)
-        ld3_lib.save_time_steps(
-            run_dir / "steps.json",
-            t1,
-            t2,
-            sampler=static.sampler,
-            nfe=cfg.nfe,
-            schedule_name=schedule_name,
-            extra={"model": cfg.model, "checkpoint": cfg.checkpoint, "held_out": comparison},
-        )
-        (run_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
-
+    problem = ld3_run.make_problem(cfg)
+    compare = ld3_run.make_compare(cfg, problem)
     return Parts(
-        init=init,
-        train_step=train_step,
-        state_sharding=state_sharding,
-        evaluate=evaluate,
-        finalize=finalize,
+        init=ld3_run.make_init(cfg, problem),
+        train_step=ld3_run.make_train_step(cfg, problem),
+        state_sharding=ld3_run.per_sample_sharding(mesh),
+        evaluate=lambda state: ld3_run.evaluate(compare, state),
+        finalize=lambda state, run_dir: ld3_run.write_steps(cfg, problem, compare, state, run_dir),
     )
 
 
@@ -295,6 +51,6 @@ RECIPE = register(
         config_cls=LD3Config,
         build=build,
         description="LD3: learn few-NFE solver time steps by distilling a many-NFE teacher",
-        traced=TRACED,
+        traced=ld3_run.TRACED,
     )
 )

@@ -13,12 +13,13 @@ head-drift error and the brightness drift; ``finalize`` writes ``samples.gif``/`
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from jaxlab.core.recipe import Recipe, register
-from jaxlab.diffusion.video import training
+import jax
+
+from jaxlab.core.recipe import Parts, Recipe, register
+from jaxlab.diffusion.video import pipeline
 from jaxlab.diffusion.video.denoiser import VideoNetConfig
-from jaxlab.diffusion.video.pipeline import AvatarConfig, build
+from jaxlab.diffusion.video.pipeline import AvatarConfig
 from jaxlab.diffusion.video.tasks import AvatarTask
 
 
@@ -32,13 +33,25 @@ class LoopyConfig(AvatarConfig):
     task: AvatarTask = AvatarTask(kind="head")
 
 
+def build(cfg: LoopyConfig, mesh: jax.sharding.Mesh) -> Parts:
+    generate = pipeline.make_generate(cfg)
+    return Parts(
+        init=pipeline.make_init(cfg, RECIPE.traced),
+        train_step=pipeline.make_train_step(cfg, mesh),
+        evaluate=lambda state: pipeline.evaluate(cfg, generate, state.ema_params),
+        finalize=lambda state, run_dir: pipeline.write_videos(
+            cfg, generate, state.ema_params, run_dir
+        ),
+        units_per_step=(cfg.batch_size * cfg.net.clip_len, "frames"),
+    )
+
+
 RECIPE = register(
     Recipe(
         name="loopy",
         config_cls=LoopyConfig,
         build=build,
         description="Loopy: audio-driven talking-head video diffusion with a temporal segment module",
-        presets_dir=Path(__file__).parent / "presets" / "loopy",
-        traced=training.TRACED,
+        traced=pipeline.TRACED,
     )
 )

@@ -13,6 +13,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import run
 from jaxlab.core.testing import sharded_step_matches
 from jaxlab.core.tracking import read_metrics
+from jaxlab.diffusion import planner_training
 from jaxlab.recipes import planner as planner_recipe
 
 
@@ -46,43 +47,69 @@ def test_planner_eight_devices_equal_one(tiny):
     _, s8 = sharded_step_matches(
         recipe, cfg, {"mesh.data": 8}, steps=10, rtol=1e-4, atol=1e-5, parts=parts, chunk=10
     )
-    assert set(s8.hparams) == {"lr"}
+    assert set(s8.hparams) == {"optim.lr", "optim.weight_decay", "ema_decay"}
     assert jax.tree.leaves(s8.params)
 
 
 def test_lr_schedule_warms_up_then_holds_or_decays_to_zero():
     base = planner_recipe.RECIPE.config("tiny")
     base = dataclasses.replace(
-        base, warmup_steps=10, loop=dataclasses.replace(base.loop, total_steps=110)
+        base,
+        optim=dataclasses.replace(base.optim, warmup_steps=10),
+        loop=dataclasses.replace(base.loop, total_steps=110),
     )
-    const = planner_recipe.lr_unit(base)
-    cos = planner_recipe.lr_unit(dataclasses.replace(base, lr_schedule="cosine"))
-    for unit in (const, cos):
+
+    def with_schedule(name):
+        return dataclasses.replace(base, optim=dataclasses.replace(base.optim, schedule=name))
+
+    const = planner_training.lr_unit(base)
+    cos = planner_training.lr_unit(with_schedule("cosine"))
+    lin = planner_training.lr_unit(with_schedule("linear"))
+    for unit in (const, cos, lin):
         np.testing.assert_allclose(
             [float(unit(0)), float(unit(5)), float(unit(10))], [0.0, 0.5, 1.0]
         )
     assert float(const(110)) == 1.0
-    # half-way through the decay the cosine is at one half; zero at total_steps
+    # half-way through the decay the cosine and the linear decay are at one half; zero at
+    # total_steps
     np.testing.assert_allclose(float(cos(60)), 0.5, atol=1e-6)
+    np.testing.assert_allclose(float(lin(60)), 0.5, atol=1e-6)
     assert float(cos(110)) == 0.0 and float(cos(35)) > float(cos(85)) > 0.0
-    with pytest.raises(ConfigError, match="lr_schedule"):
-        dataclasses.replace(base, lr_schedule="linear")
+    assert float(lin(110)) == 0.0
+    with pytest.raises(ConfigError, match="optim.schedule"):
+        planner_recipe.RECIPE.config("tiny", ["optim.schedule=step"])
     # a decay tail: constant to step 60, then linear to zero at total_steps (110)
-    wsd = planner_recipe.lr_unit(dataclasses.replace(base, decay_fraction=50 / 110))
+    wsd = planner_training.lr_unit(dataclasses.replace(base, decay_fraction=50 / 110))
     np.testing.assert_allclose(
         [float(wsd(v)) for v in (5, 10, 40, 60, 85, 110)], [0.5, 1.0, 1.0, 1.0, 0.5, 0.0], atol=1e-6
     )
     with pytest.raises(ConfigError, match="decay_fraction"):
         dataclasses.replace(base, decay_fraction=1.0)
     with pytest.raises(ConfigError, match="decay_fraction"):
-        dataclasses.replace(base, lr_schedule="cosine", decay_fraction=0.1)
+        dataclasses.replace(with_schedule("cosine"), decay_fraction=0.1)
 
 
 def test_static_scene_weight_weighs_scenes_with_a_parked_car():
     base = planner_recipe.RECIPE.config("tiny")
     scene = {"static_valid": np.array([[False, False], [True, False], [False, True]])}
-    assert planner_recipe.scene_weights(base, scene) is None  # 1: the unweighted loss
-    w = planner_recipe.scene_weights(dataclasses.replace(base, static_scene_weight=3.0), scene)
+    assert planner_training.scene_weights(base, scene) is None  # 1: the unweighted loss
+    w = planner_training.scene_weights(dataclasses.replace(base, static_scene_weight=3.0), scene)
     np.testing.assert_array_equal(w, [1.0, 3.0, 3.0])
     with pytest.raises(ConfigError, match="static_scene_weight"):
         dataclasses.replace(base, static_scene_weight=0.0)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("model.dt=-1", "model.dt"),
+        ("ema_decay=2.0", "ema_decay"),
+        ("model.guidance_window=[0.2,0.1]", "model.guidance_window"),
+        ("model.guidance_window=[0.0,1.5]", "model.guidance_window"),
+        ("model.guidance=[[collision,-1.0]]", "model.guidance[0].weight"),
+        ("optim.lr=0", "optim.lr"),
+    ],
+)
+def test_config_errors_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        planner_recipe.RECIPE.config("tiny", [override])

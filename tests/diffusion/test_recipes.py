@@ -14,6 +14,7 @@ from jaxlab.core.loop import run
 from jaxlab.core.testing import sharded_step_matches
 from jaxlab.core.tracking import read_metrics
 from jaxlab.diffusion.ld3 import load_time_steps, make_teacher_data
+from jaxlab.diffusion.ld3_run import model_and_schedule
 from jaxlab.diffusion.pretrained import load_model
 from jaxlab.diffusion.samplers import sample
 from jaxlab.diffusion.schedules import get_time_steps
@@ -46,9 +47,10 @@ def test_diffusion_tiny_trains_writes_samples_and_reloads(ring_run):
 def test_diffusion_eight_devices_equal_one():
     """Two steps with the in-step batch split over 8 devices equal one device."""
     recipe = diffusion_recipe.RECIPE
-    cfg = recipe.config("tiny", ["lr=0.01", "warmup_steps=1"])
+    cfg = recipe.config("tiny", ["optim.lr=0.01", "optim.warmup_steps=1"])
     _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
-    assert set(s8.hparams) == {"lr"} and float(s8.hparams["lr"]) == np.float32(0.01)
+    assert set(s8.hparams) == {"optim.lr", "ema_decay"}
+    assert float(s8.hparams["optim.lr"]) == np.float32(0.01)
 
 
 def test_diffusion_digits_tiny_writes_a_png_grid(tmp_path):
@@ -74,7 +76,7 @@ def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
     # the sampler on the learned steps vs on the logSNR-uniform steps LD3 starts from, on fresh
     # held-out noise (not the recipe's own test split): the learned steps are closer to the
     # teacher's outputs in the squared L2 that LD3 minimises
-    eps_fn, schedule, _, shape = ld3_recipe.model_and_schedule(cfg)
+    eps_fn, schedule, _, shape = model_and_schedule(cfg)
 
     @jax.jit
     def l2_to_teacher(ts, ts2):
@@ -103,10 +105,11 @@ def test_ld3_eight_devices_equal_one():
     """Two LD3 iterations with the latents split over 8 devices equal one device; the traced
     starting rate is the optimizer's rate after the first steps."""
     recipe = ld3_recipe.RECIPE
-    cfg = recipe.config("tiny", ["n_train=8", "n_valid=8", "lr_time_1=0.02"])
+    cfg = recipe.config("tiny", ["n_train=8", "n_valid=8", "optim.time.lr=0.02"])
     _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
     lr1 = s8.ld3.opt1[1].hyperparams["learning_rate"]
-    assert set(s8.hparams) == {"lr_time_1", "lr_time_2", "shift_lr"} and lr1 == np.float32(0.02)
+    assert set(s8.hparams) == {"optim.time.lr", "optim.eval_time.lr", "optim.shift.lr"}
+    assert lr1 == np.float32(0.02)
 
 
 def test_preference_tiny_from_scratch_and_from_a_checkpoint(tmp_path, ring_run):
@@ -130,7 +133,7 @@ def test_preference_eight_devices_equal_one():
     recipe = preference_recipe.RECIPE
     cfg = recipe.config("tiny", ["reference.loop.total_steps=4"])
     _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
-    assert set(s8.hparams) == {"lr", "beta"} and s8.pairs_w.shape == (64, 2)
+    assert set(s8.hparams) == {"optim.lr", "beta"} and s8.pairs_w.shape == (64, 2)
 
 
 def test_config_errors_name_the_field():
@@ -148,6 +151,18 @@ def test_config_errors_name_the_field():
         preference_recipe.RECIPE.config(
             None, ["reference.parametrization=edm", "reference.schedule=edm"]
         )
+    with pytest.raises(ConfigError, match="ema_decay"):
+        diffusion_recipe.RECIPE.config(None, ["ema_decay=1.0"])
+    with pytest.raises(ConfigError, match="reference.data.ring_std"):
+        preference_recipe.RECIPE.config(None, ["reference.data.ring_std=0"])
+    with pytest.raises(ConfigError, match="optim.lr"):
+        preference_recipe.RECIPE.config(None, ["optim.lr=0"])
+    with pytest.raises(ConfigError, match="optim.shift.clip_norm"):
+        ld3_recipe.RECIPE.config(None, ["optim.shift.clip_norm=1"])
+    with pytest.raises(ConfigError, match="optim.time.schedule"):
+        ld3_recipe.RECIPE.config(None, ["optim.time.schedule=cosine"])
+    with pytest.raises(ConfigError, match="optim.decay"):
+        ld3_recipe.RECIPE.config(None, ["optim.decay=0"])
 
 
 def test_ema_follows_the_warmed_up_decay_formula():

@@ -60,10 +60,15 @@ class AvatarTask:
     drift: str = "sine"
 
     def __post_init__(self):
+        for name in ("p_first_clip", "p_motion_feat"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, getattr(self, name), "a probability in [0, 1]")
+        if self.n_fft < 1:
+            raise ConfigError("n_fft", self.n_fft, "an integer >= 1")
         if not self.motion_noise >= 0.0:
-            raise ConfigError("task.motion_noise", self.motion_noise, "a std >= 0")
+            raise ConfigError("motion_noise", self.motion_noise, "a std >= 0")
         if self.drift not in HEAD_DRIFTS:
-            raise ConfigError("task.drift", self.drift, f"one of {HEAD_DRIFTS}")
+            raise ConfigError("drift", self.drift, f"one of {HEAD_DRIFTS}")
 
 
 @flax.struct.dataclass

@@ -28,17 +28,15 @@ from jaxlab.diffusion.video.cyberhost import local_enhancement_loss
 from jaxlab.diffusion.video.denoiser import VideoDenoiser, token_masks
 from jaxlab.diffusion.video.tasks import AvatarTask, Example, make_batch
 
-TRACED: tuple[str, ...] = ("lr",)
-
 
 @dataclasses.dataclass(frozen=True)
 class LossWeights:
-    """Condition dropout and loss weights."""
+    """Condition dropout and loss weights (the loss weights may be traced scalars)."""
 
     p_audio_drop: float = 0.1
     p_ref_drop: float = 0.05
-    local: float = 0.0
-    mask: float = 0.0
+    local: float | Float[Array, ""] = 0.0
+    mask: float | Float[Array, ""] = 0.0
 
 
 def video_loss(
@@ -78,9 +76,13 @@ def video_loss(
 
 
 def make_init(
-    net: VideoDenoiser, task: AvatarTask, optimizer: optax.GradientTransformation, lr: float
+    net: VideoDenoiser,
+    task: AvatarTask,
+    optimizer: optax.GradientTransformation,
+    hparams: dict[str, jax.Array],
 ) -> Callable[[PRNGKeyArray], DiffusionState]:
-    """``key -> DiffusionState`` (parameters, EMA = parameters, optimizer state, ``hparams.lr``)."""
+    """``key -> DiffusionState`` (parameters, EMA = parameters, optimizer state, ``hparams``: the
+    traced values, at least ``optim.lr`` and ``ema_decay``)."""
 
     def init(key: PRNGKeyArray) -> DiffusionState:
         kp, kb, kk = jax.random.split(key, 3)
@@ -92,7 +94,7 @@ def make_init(
             opt_state=optimizer.init(params),
             key=kk,
             step=jnp.zeros((), jnp.int32),
-            hparams={"lr": jnp.float32(lr)},
+            hparams={k: jnp.float32(v) for k, v in hparams.items()},
         )
 
     return init
@@ -103,13 +105,14 @@ def make_train_step(
     task: AvatarTask,
     schedule: Schedule,
     weights: LossWeights,
-    make_optimizer: Callable[[Any], optax.GradientTransformation],
+    make_optimizer: Callable[[dict[str, jax.Array]], optax.GradientTransformation],
     batch_size: int,
-    ema_decay: float,
     mesh: jax.sharding.Mesh | None = None,
 ) -> Callable[[DiffusionState, Any], tuple[DiffusionState, dict[str, Any]]]:
     """``(state, None) -> (state, metrics)``: a batch drawn in the step (split over ``mesh``'s
-    data axes), one optimizer step at the traced ``state.hparams["lr"]``, the EMA update."""
+    data axes), one step of ``make_optimizer(state.hparams)``, the EMA update capped at the traced
+    ``state.hparams["ema_decay"]``; the loss weights ``local_weight`` and ``mask_weight`` are read
+    from ``state.hparams`` where present (else ``weights``)."""
 
     def train_step(state: DiffusionState, batch: Any = None):
         del batch
@@ -117,16 +120,22 @@ def make_train_step(
         ex = make_batch(kd, batch_size, net.cfg, task)
         if mesh is not None:
             ex = jax.tree.map(lambda v: constrain_leading(v, mesh), ex)
-        opt = make_optimizer(state.hparams["lr"])
+        hp = state.hparams
+        opt = make_optimizer(hp)
+        w = dataclasses.replace(
+            weights,
+            local=hp.get("local_weight", weights.local),
+            mask=hp.get("mask_weight", weights.mask),
+        )
 
         def loss(p):
-            return video_loss(kl, net, p, ex, schedule, weights)
+            return video_loss(kl, net, p, ex, schedule, w)
 
         (val, parts), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         k = state.step.astype(jnp.float32)
-        decay = jnp.minimum(ema_decay, (1.0 + k) / (10.0 + k))
+        decay = jnp.minimum(hp["ema_decay"], (1.0 + k) / (10.0 + k))
         ema = optax.incremental_update(params, state.ema_params, 1.0 - decay)
         new = state.replace(
             params=params, ema_params=ema, opt_state=opt_state, key=key, step=state.step + 1

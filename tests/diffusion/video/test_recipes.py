@@ -50,3 +50,11 @@ def test_config_errors_name_the_field():
         loopy.RECIPE.config("tiny", ["net.regions=2", "net.crop=8"])
     with pytest.raises(ConfigError, match="net.crop"):
         cyberhost.RECIPE.config("tiny", ["net.crop=6"])
+    with pytest.raises(ConfigError, match="task.p_first_clip"):
+        loopy.RECIPE.config("tiny", ["task.p_first_clip=2.0"])
+    with pytest.raises(ConfigError, match="ema_decay"):
+        loopy.RECIPE.config("tiny", ["ema_decay=1.0"])
+    with pytest.raises(ConfigError, match="local_weight"):
+        cyberhost.RECIPE.config("tiny", ["local_weight=-1"])
+    with pytest.raises(ConfigError, match="optim.warmup_steps"):
+        cyberhost.RECIPE.config("tiny", ["optim.warmup_steps=-1"])

@@ -90,13 +90,12 @@ def test_motion_noise_corrupts_only_the_motion_frames():
     np.testing.assert_array_equal(noisy.x0, clean.x0)  # the target clip is untouched
     std = np.asarray(jnp.std(noisy.cond.motion - clean.cond.motion, axis=(1, 2, 3, 4)))
     assert std.max() <= 0.5 * 1.1 and std.min() < 0.1 and std.max() > 0.3, std  # U[0, 0.5]
-    with pytest.raises(ConfigError, match="task.motion_noise"):
+    with pytest.raises(ConfigError, match="motion_noise"):
         AvatarTask("head", motion_noise=-0.1)
 
 
 def test_dwell_drift_holds_then_turns_and_needs_the_long_context():
     from jaxlab.core.config import ConfigError
-    from jaxlab.diffusion.video.tasks import AvatarTask
 
     hold, move = synthetic.DWELL_HOLD, synthetic.DWELL_MOVE
     t = jnp.arange(4 * (hold + move), dtype=jnp.float32)
@@ -130,4 +129,4 @@ def test_dwell_drift_holds_then_turns_and_needs_the_long_context():
     with pytest.raises(ValueError, match="drift='zigzag'"):
         synthetic.talking_head(jax.random.PRNGKey(1), 8, st, drift="zigzag")
     with pytest.raises(ConfigError, match="task.drift"):
-        AvatarTask("head", drift="zigzag")
+        resolve(LoopyConfig, overrides=["task.drift=zigzag"])
