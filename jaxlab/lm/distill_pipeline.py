@@ -137,7 +137,8 @@ def distil_students(
     return jax.jit(jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None)))(keys, masks, alphas)
 
 
-def _per_method(values: np.ndarray) -> dict[str, list]:
+def _per_method(values: Any) -> dict[str, list]:
+    """``{method: values[:, i]}`` as lists (``values``: ``[seeds, methods, ...]``)."""
     return {m: np.asarray(values)[:, i].tolist() for i, m in enumerate(distill.METHODS)}
 
 

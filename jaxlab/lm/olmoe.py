@@ -113,10 +113,14 @@ def with_expert_parallel(model: DecoderConfig, expert_parallel: bool) -> Decoder
     )
 
 
-def save_early(directory: str | Path, config: Any, step: int, state: Any) -> None:
-    """Writes ``state`` as the early checkpoint ``directory/<step>`` (once), for the
-    router-saturation analysis (:mod:`jaxlab.lm.routing_analysis`)."""
-    ck = Checkpointer(directory, config, keep=1, async_save=False)
+def early_dir(run_dir: str | Path) -> Path:
+    """Where a run keeps its early checkpoint (for the router-saturation analysis)."""
+    return Path(run_dir) / "early"
+
+
+def save_early(run_dir: str | Path, config: Any, step: int, state: Any) -> None:
+    """Writes ``state`` as the early checkpoint ``early_dir(run_dir)/<step>`` (once)."""
+    ck = Checkpointer(early_dir(run_dir), config, keep=1, async_save=False)
     try:
         if ck.latest_step() != step:
             ck.save(step, state, force=True)
@@ -124,21 +128,21 @@ def save_early(directory: str | Path, config: Any, step: int, state: Any) -> Non
         ck.close()
 
 
-def restore_params(directory: Path, config: Any, abstract: Any, step: int | None = None):
-    """``(params, step)`` of a checkpoint directory (latest or ``step``) restored onto
-    ``abstract`` (the state's abstract tree)."""
+def early_params(run_dir: str | Path, config: Any, abstract: Any) -> tuple[Any, int]:
+    """``(params, step)`` of the run's early checkpoint restored onto ``abstract`` (the state's
+    abstract tree), or of its oldest kept checkpoint when it has none (said on stdout)."""
+    directory, step = early_dir(run_dir), None
+    if not directory.exists():
+        directory = Path(run_dir) / "checkpoints"
+        ck = Checkpointer(directory, config)
+        try:
+            step = min(ck.all_steps())
+        finally:
+            ck.close()
+        print(f"no early checkpoint in {early_dir(run_dir)}; using the oldest kept step {step}")
     ck = Checkpointer(directory, config, create=False)
     try:
         state, s = ck.restore(abstract, step=step)
     finally:
         ck.close()
     return state.params, s
-
-
-def oldest_step(directory: Path, config: Any) -> int:
-    """The oldest step kept in a checkpoint directory."""
-    ck = Checkpointer(directory, config)
-    try:
-        return min(ck.all_steps())
-    finally:
-        ck.close()

@@ -56,14 +56,9 @@ class OlmoeConfig:
 
     seed: int = 0
     model: DecoderConfig = DecoderConfig(
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        head_dim=16,
-        d_ff=128,
-        max_len=128,
+        d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, max_len=128,
         moe=MoEConfig(num_experts=8, top_k=2, expert_ff=64),
-    )
+    )  # fmt: skip
     data: ByteLMDataConfig = ByteLMDataConfig(seq_len=128, batch_size=32)
     optim: OptimConfig = training.OPTIM
     mesh: MeshConfig = MeshConfig()
@@ -92,10 +87,6 @@ def expert_parallel(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> bool:
     return cfg.model.moe.expert_parallel or sizes.get("expert", 1) > 1
 
 
-def early_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "early"
-
-
 def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
     host, hosts = jax.process_index(), jax.process_count()
     ep = expert_parallel(cfg, mesh)
@@ -116,12 +107,9 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
         # use :func:`early_checkpoint_hook`).
         if hosts == 1 and int(state.step) == cfg.analysis_early_step:
             early["state"] = jax.device_get(state)
-        rows = []
-        it = validation_iterator(cfg.data, shard_index=host, shard_count=hosts)
-        for _, b in zip(range(cfg.val_batches), it, strict=False):
-            tokens = run_lib.place_batches(b, batch, leading=0)["tokens"]
-            metrics = stats_fn(state.params, tokens, state.hparams)
-            rows.append({k: float(v) for k, v in metrics.items()})
+        windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
+        rows = [stats_fn(state.params, t, state.hparams) for t in windows]
+        rows = [{k: float(v) for k, v in r.items()} for r in rows]
         out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
         val = out.pop("val_ce_loss")
         entropy = unigram_entropy(load_corpus())
@@ -129,8 +117,8 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
                 **out}  # fmt: skip
 
     def finalize(state: LmState, run_dir: Path) -> None:
-        if "state" in early and not early_dir(run_dir).exists():
-            olmoe_lib.save_early(early_dir(run_dir), cfg, cfg.analysis_early_step, early["state"])
+        if "state" in early and not olmoe_lib.early_dir(run_dir).exists():
+            olmoe_lib.save_early(run_dir, cfg, cfg.analysis_early_step, early["state"])
 
     # batch 1 needs no mesh, and both layouts have the same parameters
     init_model = Decoder(olmoe_lib.with_expert_parallel(cfg.model, False))
@@ -161,11 +149,7 @@ def eval_main(cfg: OlmoeConfig, run_dir: Path, argv: list[str]) -> int:
         print(json.dumps({"step": run.step, **run.parts.evaluate(run.state)}, default=float))
         return 0
     abstract = jax.eval_shape(run.parts.init, jax.random.PRNGKey(cfg.seed))
-    early, step = early_dir(run_dir), None
-    if not early.exists():
-        early, step = run_dir / "checkpoints", olmoe_lib.oldest_step(run_dir / "checkpoints", cfg)
-        print(f"no early checkpoint in {early_dir(run_dir)}; using the oldest kept step {step}")
-    params_early, early_step = olmoe_lib.restore_params(early, cfg, abstract, step)
+    params_early, early_step = olmoe_lib.early_params(run_dir, cfg, abstract)
     it = validation_iterator(cfg.data)
     batches = [b["tokens"] for _, b in zip(range(args.batches), it, strict=False)]
     model = Decoder(olmoe_lib.with_expert_parallel(cfg.model, False))
@@ -182,7 +166,7 @@ def early_checkpoint_hook(cfg: OlmoeConfig, run_dir: str | Path) -> Hook:
 
     def fn(step: int, state: Any, metrics: dict) -> None:
         if step == cfg.analysis_early_step:
-            olmoe_lib.save_early(early_dir(run_dir), cfg, step, state)
+            olmoe_lib.save_early(run_dir, cfg, step, state)
 
     return Hook(fn, every=cfg.analysis_early_step)
 

@@ -11,6 +11,7 @@ from jaxlab.core import config as C
 from jaxlab.core import loop, run
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core.testing import sharded_step_matches
+from jaxlab.lm import olmoe as olmoe_lib
 from jaxlab.lm import training
 from jaxlab.lm.data import train_iterator, validation_iterator
 from jaxlab.lm.model import Decoder
@@ -42,7 +43,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run):
         want = r["ce_loss"] + 0.01 * r["moe/lb_loss"] + 0.001 * r["moe/z_loss"]
         assert r["loss"] == pytest.approx(want, rel=1e-5)
     assert (run_dir / "checkpoints").exists()
-    assert (olmoe.early_dir(run_dir) / str(cfg.analysis_early_step)).exists()
+    assert (olmoe_lib.early_dir(run_dir) / str(cfg.analysis_early_step)).exists()
 
 
 def test_routing_analysis_on_tiny_run(tiny_run, capsys):
