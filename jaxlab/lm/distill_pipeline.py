@@ -13,6 +13,7 @@ and students of the four methods over several seeds are distilled in one vmapped
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -51,6 +52,25 @@ class TeacherState:
     snapshots: Any
     losses: jax.Array
     hparams: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Students:
+    """How the students are distilled.
+
+    Attributes:
+      spec: their training (steps, batch, evaluation interval, optimiser).
+      seeds: students per method (vmapped).
+      seed: the experiment's seed (the students' keys, the probes' inputs and the PCFG corpus).
+      multiplier: the student at step ``u`` follows the first selected checkpoint ``>= u·multiplier``.
+      tau: distillation temperature.
+    """
+
+    spec: distill.TrainSpec
+    seeds: int = 1
+    seed: int = 0
+    multiplier: float = 1.0
+    tau: float = 1.0
 
 
 def init_teacher(
@@ -122,18 +142,16 @@ def distil_students(
     one: Callable[[jax.Array, jax.Array, jax.Array], distill.StudentCurve],
     n_checkpoints: int,
     transition: int | None,
-    *,
-    seeds: int,
-    seed: int,
+    students: Students,
 ) -> distill.StudentCurve:
-    """``one(key, selection mask, α)`` for every method of :data:`distill.METHODS` and ``seeds``
-    keys, as one jitted ``vmap`` (curves with leading ``[seeds, methods]`` axes)."""
+    """``one(key, selection mask, α)`` for every method of :data:`distill.METHODS` and
+    ``students.seeds`` keys, as one jitted ``vmap`` (curves with leading ``[seeds, methods]``)."""
     methods = distill.METHODS
     masks = jnp.asarray(
         np.stack([distill.method_selection(m, n_checkpoints, transition) for m in methods])
     )
     alphas = jnp.asarray([1.0 if m == "labels" else 0.0 for m in methods])
-    keys = jax.random.split(jax.random.PRNGKey(seed + 1), seeds)
+    keys = jax.random.split(jax.random.PRNGKey(students.seed + 1), students.seeds)
     return jax.jit(jax.vmap(jax.vmap(one, (None, 0, 0)), (0, None, None)))(keys, masks, alphas)
 
 
@@ -148,15 +166,10 @@ def parity_results(
     student: Any,
     task: sp.SparseParity,
     probe_x: jax.Array,
-    sspec: distill.TrainSpec,
-    *,
-    seeds: int,
-    seed: int,
-    multiplier: float,
-    tau: float,
+    students: Students,
 ) -> dict[str, Any]:
     """Sparse parity: the checkpoints' degree-1 probes and accuracies, the phase transition, and
-    the four methods' students over ``seeds`` seeds (accuracy on ``probe_x[:4096]``)."""
+    the four methods' students (accuracy on ``probe_x[:4096]``)."""
     n_done = int(np.asarray(run.steps).shape[0])
     corr, acc = jax.jit(distill.probe_run, static_argnums=(0, 2))(teacher, run, task, probe_x)
     on, off = sp.support_ratio(task, corr)
@@ -166,15 +179,15 @@ def parity_results(
         found = True
     except ValueError:
         transition_step, transition, found = None, n_done // 2, False
-    eval_x = probe_x[:4096]
+    eval_x, sspec = probe_x[:4096], students.spec
 
     def one(key, mask, alpha):
         return distill.train_student(
             key, student, teacher, run, mask, alpha, task, sspec, eval_x,
-            multiplier=multiplier, tau=tau,
+            multiplier=students.multiplier, tau=students.tau,
         )  # fmt: skip
 
-    curves = distil_students(one, n_done, transition, seeds=seeds, seed=seed)
+    curves = distil_students(one, n_done, transition, students)
     samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch))
     return {
         "n": task.n,
@@ -245,21 +258,16 @@ def pcfg_results(
     run: distill.TeacherRun,
     setup: PcfgSetup,
     data: tuple[pd.Corpus, pd.MaskedBatch, pd.ProbeSet],
-    sspec: distill.TrainSpec,
-    *,
-    seeds: int,
-    seed: int,
-    multiplier: float,
-    tau: float,
+    students: Students,
 ) -> dict[str, Any]:
     """PCFG: checkpoint metrics and probes, the ``M_robust`` peak as the 2-shot checkpoint, and
     the four methods' students (samples to the labels-only student's final accuracy)."""
     corpus, eval_batch, probes = data
-    task, n_done = setup.task, int(np.asarray(run.steps).shape[0])
+    task, n_done, sspec = setup.task, int(np.asarray(run.steps).shape[0]), students.spec
     loss, acc = jax.jit(pd.checkpoint_metrics, static_argnums=0)(setup.teacher, run, eval_batch)
     positions = tuple(range(2, task.max_len - 2, 3))
     pr = jax.jit(pd.probe_run, static_argnums=(1, 4, 5, 6))(
-        jax.random.PRNGKey(seed + 5), setup.teacher, run, probes, task, positions,
+        jax.random.PRNGKey(students.seed + 5), setup.teacher, run, probes, task, positions,
         len(setup.level1),
     )  # fmt: skip
     pr = {k: np.asarray(v) for k, v in pr.items()}
@@ -268,10 +276,10 @@ def pcfg_results(
     def one(key, mask, alpha):
         return pd.train_student(
             key, setup.student, setup.teacher, run, mask, alpha, corpus, task, sspec, eval_batch,
-            multiplier=multiplier, tau=tau,
+            multiplier=students.multiplier, tau=students.tau,
         )  # fmt: skip
 
-    curves = distil_students(one, n_done, transition, seeds=seeds, seed=seed)
+    curves = distil_students(one, n_done, transition, students)
     accuracy = np.asarray(curves.accuracy)  # [seeds, methods, evals]
     labels_final = jnp.asarray(accuracy[:, distill.METHODS.index("labels"), -1])[:, None, None]
     samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch, labels_final))
@@ -333,6 +341,89 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
         ylabel=student_labels[1],
         title=student_labels[2],
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherTask:
+    """One task's teacher as a train loop needs it.
+
+    Attributes:
+      model: the teacher module; ``dummy``: its ``init`` inputs after the key.
+      batch_loss: ``(key, place) -> (params -> loss)`` on a fresh batch drawn with ``key``
+        (``place``: applied to the batch's arrays, e.g. a sharding constraint).
+      accuracy: ``params -> scalar`` held-out accuracy (jit-able).
+      results: ``TeacherRun -> dict``: probes, transition and students (:func:`parity_results`
+        or :func:`pcfg_results`).
+      unit: what one sample of a batch is (``"sample"``, ``"sentence"``).
+    """
+
+    model: Any
+    dummy: tuple
+    batch_loss: Callable[[jax.Array, Callable], Callable[[Any], jax.Array]]
+    accuracy: Callable[[Any], jax.Array]
+    results: Callable[[distill.TeacherRun], dict[str, Any]]
+    unit: str
+
+
+def parity_task(
+    task: sp.SparseParity,
+    *,
+    teacher_width: int,
+    student_width: int,
+    batch: int,
+    probe_samples: int,
+    students: Students,
+) -> TeacherTask:
+    """Sparse parity with MLP teacher and students (cross-entropy on fresh batches of ``batch``;
+    probes and accuracies on ``probe_samples`` inputs drawn from ``students.seed``)."""
+    teacher, student = distill.ParityMLP(teacher_width), distill.ParityMLP(student_width)
+    probe_x, _ = sp.sample(jax.random.PRNGKey(students.seed + 10_000), task, probe_samples)
+
+    def batch_loss(key, place):
+        x, y = (place(a) for a in sp.sample(key, task, batch))
+        loss = optax.softmax_cross_entropy_with_integer_labels
+        return lambda p: loss(teacher.apply(p, x), y).mean()
+
+    def accuracy(params):
+        return jnp.mean(jnp.argmax(teacher.apply(params, probe_x), -1) == sp.labels(task, probe_x))
+
+    def results(run):
+        return parity_results(run, teacher, student, task, probe_x, students)
+
+    dummy = (jnp.zeros((1, task.n), jnp.float32),)
+    return TeacherTask(teacher, dummy, batch_loss, accuracy, results, "sample")
+
+
+def pcfg_task(
+    setup: PcfgSetup,
+    *,
+    batch: int,
+    corpus_size: int,
+    probe_sentences: int,
+    students: Students,
+) -> TeacherTask:
+    """The PCFG masked LM of ``setup``: the corpus (``corpus_size`` sentences) and probe set are
+    made on the host the first time a step, evaluation or the results need them."""
+    data = functools.cache(
+        functools.partial(
+            pcfg_data, setup, seed=students.seed, corpus_size=corpus_size,
+            probe_sentences=probe_sentences,
+        )
+    )  # fmt: skip
+    length = setup.task.max_len
+
+    def batch_loss(key, place):
+        b = jax.tree.map(place, pd.sample_batch(key, data()[0], batch, setup.task))
+        return lambda p: pd.mlm_metrics(setup.teacher, p, b)[0]
+
+    def accuracy(params):
+        return pd.mlm_metrics(setup.teacher, params, data()[1])[1]
+
+    def results(run):
+        return pcfg_results(run, setup, data(), students)
+
+    dummy = (jnp.zeros((1, length), jnp.int32), jnp.ones((1, length), bool))
+    return TeacherTask(setup.teacher, dummy, batch_loss, accuracy, results, "sentence")
 
 
 @dataclasses.dataclass(frozen=True)

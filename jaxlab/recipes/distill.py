@@ -20,13 +20,11 @@ Examples::
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
@@ -118,14 +116,19 @@ class DistillConfig:
             self.loop.total_steps, self.teacher_batch, self.checkpoint_every, self.optim.teacher
         )
 
-    def student_spec(self) -> distill.TrainSpec:
-        return distill.TrainSpec(
-            self.student_steps, self.student_batch, self.student_eval_every, self.optim.student
-        )
 
-
-def _pcfg_pieces(cfg: DistillConfig):
-    """The PCFG setup, its (cached, host-made) data and the teacher's init and loss."""
+def teacher_task(cfg: DistillConfig) -> dp.TeacherTask:
+    """The configured task's teacher, students and probes."""
+    spec = distill.TrainSpec(
+        cfg.student_steps, cfg.student_batch, cfg.student_eval_every, cfg.optim.student
+    )
+    students = dp.Students(spec, cfg.seeds, cfg.seed, cfg.multiplier, cfg.tau)
+    if cfg.task == "parity":
+        return dp.parity_task(
+            sp.SparseParity(cfg.n, cfg.k), teacher_width=cfg.teacher_width,
+            student_width=cfg.student_width, batch=cfg.teacher_batch,
+            probe_samples=cfg.probe_samples, students=students,
+        )  # fmt: skip
     grammar = pcfg.random_layered_grammar(
         cfg.pcfg_seed, symbols_per_level=cfg.pcfg_levels, rhs_lengths=cfg.pcfg_rule_lengths
     )
@@ -134,86 +137,43 @@ def _pcfg_pieces(cfg: DistillConfig):
         teacher=(cfg.teacher_width, cfg.teacher_layers),
         student=(cfg.student_width, cfg.student_layers),
     )  # fmt: skip
-    data = functools.cache(
-        functools.partial(
-            dp.pcfg_data, setup, seed=cfg.seed, corpus_size=cfg.corpus_size,
-            probe_sentences=cfg.probe_sentences,
-        )
+    return dp.pcfg_task(
+        setup, batch=cfg.teacher_batch, corpus_size=cfg.corpus_size,
+        probe_sentences=cfg.probe_sentences, students=students,
     )  # fmt: skip
-    length = setup.task.max_len
-    dummy = (jnp.zeros((1, length), jnp.int32), jnp.ones((1, length), bool))
-
-    def batch_loss(key, mesh):
-        b = pd.sample_batch(key, data()[0], cfg.teacher_batch, setup.task)
-        b = jax.tree.map(lambda x: constrain_leading(x, mesh), b)
-        return lambda p: pd.mlm_metrics(setup.teacher, p, b)[0]
-
-    def accuracy(params):
-        return pd.mlm_metrics(setup.teacher, params, data()[1])[1]
-
-    def results(run):
-        return dp.pcfg_results(run, setup, data(), cfg.student_spec(), **_student_kwargs(cfg))
-
-    return setup.teacher, dummy, batch_loss, accuracy, results, (cfg.teacher_batch, "sentence")
-
-
-def _parity_pieces(cfg: DistillConfig):
-    """The sparse-parity teacher and student, the teacher's init and loss, and the probes."""
-    task = sp.SparseParity(cfg.n, cfg.k)
-    teacher, student = distill.ParityMLP(cfg.teacher_width), distill.ParityMLP(cfg.student_width)
-    probe_x, _ = sp.sample(jax.random.PRNGKey(cfg.seed + 10_000), task, cfg.probe_samples)
-
-    def batch_loss(key, mesh):
-        x, y = (constrain_leading(a, mesh) for a in sp.sample(key, task, cfg.teacher_batch))
-        loss = optax.softmax_cross_entropy_with_integer_labels
-        return lambda p: loss(teacher.apply(p, x), y).mean()
-
-    def accuracy(params):
-        return jnp.mean(jnp.argmax(teacher.apply(params, probe_x), -1) == sp.labels(task, probe_x))
-
-    def results(run):
-        spec = cfg.student_spec()
-        return dp.parity_results(run, teacher, student, task, probe_x, spec, **_student_kwargs(cfg))
-
-    dummy = (jnp.zeros((1, task.n), jnp.float32),)
-    return teacher, dummy, batch_loss, accuracy, results, (cfg.teacher_batch, "sample")
-
-
-def _student_kwargs(cfg: DistillConfig) -> dict:
-    return dict(seeds=cfg.seeds, seed=cfg.seed, multiplier=cfg.multiplier, tau=cfg.tau)
 
 
 def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each step's batch is split over the data
-    axes, the parameters are replicated). The PCFG corpus is generated on the host the first time
-    a step, evaluation or finalisation needs it (building and ``init`` stay cheap)."""
-    pieces = _pcfg_pieces if cfg.task == "pcfg" else _parity_pieces
-    teacher, dummy, batch_loss, accuracy, results, units = pieces(cfg)
-    spec, total = cfg.teacher_spec(), cfg.loop.total_steps
+    axes, the parameters are replicated)."""
+    task, spec, total = teacher_task(cfg), cfg.teacher_spec(), cfg.loop.total_steps
 
     def init(key: jax.Array) -> dp.TeacherState:
         init_key, data_key = jax.random.split(key)
         hparams = {k: jnp.float32(v) for k, v in hparams_of(RECIPE, cfg).items()}
         opt = optim.from_hparams(cfg.optim.teacher, total, hparams, "optim.teacher")
-        return dp.init_teacher(teacher.init(init_key, *dummy), opt, data_key, spec, hparams)
+        params = task.model.init(init_key, *task.dummy)
+        return dp.init_teacher(params, opt, data_key, spec, hparams)
 
     def train_step(state: dp.TeacherState, batch: None) -> tuple[dp.TeacherState, dict]:
         del batch
         opt = optim.from_hparams(cfg.optim.teacher, total, state.hparams, "optim.teacher")
-        loss_fn = batch_loss(jax.random.fold_in(state.key, state.step), mesh)
+        key = jax.random.fold_in(state.key, state.step)
+        loss_fn = task.batch_loss(key, lambda x: constrain_leading(x, mesh))
         return dp.teacher_update(state, loss_fn, opt, spec)
 
-    accuracy = jax.jit(accuracy)
+    accuracy = jax.jit(task.accuracy)
 
     def finalize(state: dp.TeacherState, run_dir: Path) -> None:
-        dp.write_artifacts(results(dp.teacher_run(jax.device_get(state), spec)), Path(run_dir))
+        run = dp.teacher_run(jax.device_get(state), spec)
+        dp.write_artifacts(task.results(run), Path(run_dir))
 
     return Parts(
         init=init,
         train_step=train_step,
         evaluate=lambda state: {"teacher_accuracy": float(accuracy(state.params))},
         finalize=finalize,
-        units_per_step=units,
+        units_per_step=(cfg.teacher_batch, task.unit),
     )
 
 
