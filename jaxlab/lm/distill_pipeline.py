@@ -62,7 +62,8 @@ class Students:
       spec: their training (steps, batch, evaluation interval, optimiser).
       seeds: students per method (vmapped).
       seed: the experiment's seed (the students' keys, the probes' inputs and the PCFG corpus).
-      multiplier: the student at step ``u`` follows the first selected checkpoint ``>= u·multiplier``.
+      multiplier: the student at step ``u`` follows the first selected checkpoint at or after
+        ``u·multiplier``.
       tau: distillation temperature.
     """
 
@@ -319,7 +320,10 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
                        "held-out loss": (steps, results["checkpoint_loss"])}  # fmt: skip
         loss_title = f"PCFG masked LM; M_robust peak (2-shot checkpoint) at step {mark}"
         probes = {name: (steps, values) for name, values in results["probes"].items()}
-        probe_labels = ("probe value", f"n-gram and constituent probes (2-shot checkpoint: step {mark})")  # fmt: skip
+        probe_labels = (
+            "probe value",
+            f"n-gram and constituent probes (2-shot checkpoint: step {mark})",
+        )
         student_labels = ("student sentences", "masked-token accuracy (seed mean)",
                           "PCFG students by method")  # fmt: skip
     else:

@@ -5,12 +5,12 @@ Kumar et al., ICLR 2025).
 The decoder trains with forward-only fake quantisation (``model.quant``; :mod:`jaxlab.lm.quant`)
 through the shared LM train step (:mod:`jaxlab.lm.training`). ``D = loop.total_steps ×
 data.batch_size × data.seq_len`` tokens; ``N`` is the number of non-embedding parameters (the
-paper's convention), reported by :func:`jaxlab.lm.ptq.non_embedding_params`. Evaluation reports the validation
-loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods`` (round-to-nearest and
-GPTQ on ``ptq.calib_batches`` training batches), the validation loss after post-training
-quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A grid of runs over ``N``, ``D`` and the
-precisions (``benchmarks/precision_grid.py``, through ``jaxlab.core.sweep``) gives the table that
-:func:`jaxlab.lm.scaling_laws.fit_law` reads.
+paper's convention, :func:`jaxlab.lm.ptq.non_embedding_params`). Evaluation reports the
+validation loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods``
+(round-to-nearest and GPTQ on ``ptq.calib_batches`` training batches), the validation loss after
+post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A
+grid of runs over ``N``, ``D`` and the precisions (``benchmarks/precision_grid.py``, through
+``jaxlab.core.sweep``) gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The LM optimiser (``jaxlab.lm.training.OPTIM`` built by ``jaxlab.core.optim``): warmup and cosine values of the schedule at given steps, the AdamW update
-follows it, and the traced learning rate gives the same update as a constant one."""
+"""The LM optimiser (``jaxlab.lm.training.OPTIM``, built by ``jaxlab.core.optim``): warmup and
+cosine values of the schedule at given steps, the AdamW update follows it, and the traced learning
+rate gives the same update as a constant one."""
 
 import dataclasses
 import math

@@ -1,5 +1,5 @@
-"""olmoe recipe: end to end on the loop, routing analysis of a run, load balancing learning behaviour,
-expert-parallel step == single-device step, config errors before compilation."""
+"""olmoe recipe: end to end on the loop, routing analysis of a run, load balancing learning
+behaviour, expert-parallel step == single-device step, config errors before compilation."""
 
 import json
 
