@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import time
 
@@ -58,14 +59,17 @@ def steady(fn, state, batch, seconds):
 
 def dept_cfg(args, variant):
     return D.DeptConfig(
-        variant=variant, sources_per_round=args.sources, local_steps=args.local_steps,
-        inner_lr=args.lr, outer_lr=0.7, outer_momentum=0.9,
-    )  # fmt: skip
+        variant=variant, sources_per_round=args.sources, local_steps=args.local_steps
+    )
+
+
+def dept_optim(args):
+    """The clients' clipped AdamW at ``--lr`` and DiLoCo's Nesterov SGD (0.7, momentum 0.9)."""
+    return D.DeptOptim(inner=dataclasses.replace(D.DeptOptim().inner, lr=args.lr))
 
 
 def dp_runner(args, model, vocab):
-    cfg = dept_cfg(args, "glob")
-    _, init, step = D.make_dp(cfg, model, vocab)
+    _, init, step = D.make_dp(dept_optim(args).inner, model, vocab)
 
     def call(state, tokens):  # tokens [K, N, B, T+1] -> N DP steps of all sources' batches
         return jax.lax.scan(step, state, jnp.swapaxes(tokens, 0, 1))
@@ -80,7 +84,7 @@ def bench_throughput(args):
     tokens = k * n * b * t
     for variant in D.VARIANTS:
         src = D.tokenize_sources(texts, variant, args.vocab)
-        dept = D.Dept(dept_cfg(args, variant), model, src.vocabs)
+        dept = D.Dept(dept_cfg(args, variant), model, src.vocabs, optim=dept_optim(args))
         state = dept.init(jax.random.PRNGKey(0))
         batch = jnp.asarray(D.round_windows(src.train, 0, 0, n, b, t))
         fn, comp = timed_compile(dept.round_step, state, batch)
@@ -113,12 +117,12 @@ def train_variant(args, texts, model, variant, seed):
         call = jax.jit(call)
         for r in range(args.rounds):
             state, _ = call(state, jnp.asarray(D.round_windows(src.train, seed, r, n, b, t)))
-        full = D.Dept(dept_cfg(args, "glob"), model, src.vocabs)
+        full = D.Dept(dept_cfg(args, "glob"), model, src.vocabs, optim=dept_optim(args))
         body, emb = D.split_params(state.params)
         ds = full.init(jax.random.PRNGKey(0)).replace(body=body, server_emb=emb)
         losses = np.asarray(jax.jit(full.evaluate)(ds, val))
         return losses, src, body
-    dept = D.Dept(dept_cfg(args, variant), model, src.vocabs)
+    dept = D.Dept(dept_cfg(args, variant), model, src.vocabs, optim=dept_optim(args))
     state = dept.init(jax.random.PRNGKey(seed))
     step = jax.jit(dept.round_step)
     for r in range(args.rounds):
@@ -148,9 +152,9 @@ def bench_quality(args):
         stream = S.encode(tok, held_out)
         steps = args.adapt_steps
         toks = jnp.asarray(D.round_windows((stream,), seed, 10_000, steps, args.batch, args.seq)[0])
-        cfg = dept_cfg(args, "glob")
+        inner = dept_optim(args).inner
         adapt = functools.partial(
-            D.adapt, model_cfg=model, cfg=cfg, vocab_size=tok.get_vocab_size(), lr=args.lr
+            D.adapt, model_cfg=model, inner=inner, vocab_size=tok.get_vocab_size(), lr=args.lr
         )
         fn = jax.jit(lambda key, body, toks, adapt=adapt: adapt(key, body, tokens=toks))
         fresh = D.Dept(

@@ -25,6 +25,7 @@ import numpy as np
 
 from benchmarks.harness import compile_timed, wall_cpu
 from benchmarks.harness import emit_rate as _emit
+from jaxlab.core.optim import OptimConfig
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 
@@ -47,8 +48,9 @@ def main() -> None:
     tw, sw = (256, 32) if args.quick else (1000, 50)
     tsteps = 200 if args.quick else 1000
     teacher, student = distill.ParityMLP(tw), distill.ParityMLP(sw)
-    tspec = distill.TrainSpec(steps=tsteps, batch=256, every=50, lr=0.2)
-    sspec = distill.TrainSpec(steps=200 if args.quick else 1000, batch=64, every=100, lr=0.2)
+    sgd = OptimConfig(name="sgd", lr=0.2)
+    tspec = distill.TrainSpec(steps=tsteps, batch=256, every=50, optim=sgd)
+    sspec = distill.TrainSpec(steps=200 if args.quick else 1000, batch=64, every=100, optim=sgd)
     key = jax.random.PRNGKey(0)
     size = {"n": task.n, "k": task.k, "teacher_width": tw, "student_width": sw}
 

@@ -43,7 +43,7 @@ def bench_train(args) -> None:
             d_ff=4 * args.d_model, max_len=args.seq, quant=quant,
         )  # fmt: skip
         model = Decoder(cfg)
-        optim = training.OptimConfig()
+        optim = training.OPTIM
         init = training.make_init(model, optim, 1000, args.seq)
         step = jax.jit(training.make_train_step(model, optim, 1000), donate_argnums=0)
         state = jax.jit(init)(jax.random.key(0))

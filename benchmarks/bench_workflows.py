@@ -160,16 +160,16 @@ def train_lm(run_dir: Path, steps: int, max_terms: int):
     recipe's own parts with the training data replaced, so the run opens as any lm-tiny run."""
     from jaxlab.core import loop
     from jaxlab.core import run as run_lib
+    from jaxlab.lm import training
     from jaxlab.lm.data import ByteLMDataConfig, split_windows, train_dataset
     from jaxlab.lm.model import DecoderConfig
-    from jaxlab.lm.training import OptimConfig
     from jaxlab.recipes import lm_tiny
     from jaxlab.workflows.lm_executor import training_text
 
     cfg = lm_tiny.LmTinyConfig(
         model=DecoderConfig(d_model=128, n_layers=2, n_heads=4, head_dim=32, d_ff=384, max_len=256),
         data=ByteLMDataConfig(seq_len=128, batch_size=32),
-        optim=OptimConfig(lr=3e-3, warmup_steps=100),
+        optim=dataclasses.replace(training.OPTIM, warmup_steps=100),
         loop=loop.LoopConfig(
             total_steps=steps,
             steps_per_call=10,

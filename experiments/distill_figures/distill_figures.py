@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.harness import emit
+from jaxlab.core.optim import OptimConfig
 from jaxlab.lm import distill, pcfg
 from jaxlab.lm import pcfg_distill as pd
 from jaxlab.lm import sparse_parity as sp
@@ -49,14 +50,18 @@ def parity(args) -> None:
     teacher = distill.ParityMLP(args.teacher_width, torch_init=args.torch_init)
     student = distill.ParityMLP(args.student_width, torch_init=args.torch_init)
     tspec = distill.TrainSpec(
-        steps=args.teacher_steps, batch=args.teacher_batch, every=args.every, lr=args.teacher_lr
+        steps=args.teacher_steps,
+        batch=args.teacher_batch,
+        every=args.every,
+        optim=OptimConfig(name="sgd", lr=args.teacher_lr),
+    )
+    student_optim = (
+        distill.warmup_cosine(args.student_lr, args.student_steps, name="sgd", b2=0.999)
+        if args.student_schedule == "warmup_cosine"
+        else OptimConfig(name="sgd", lr=args.student_lr)
     )
     sspec = distill.TrainSpec(
-        steps=args.student_steps,
-        batch=args.student_batch,
-        every=100,
-        lr=args.student_lr,
-        schedule=args.student_schedule,
+        steps=args.student_steps, batch=args.student_batch, every=100, optim=student_optim
     )
     train = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))
     probe = jax.jit(distill.probe_run, static_argnums=(0, 2))
@@ -167,9 +172,14 @@ def pcfg_distillation(args) -> None:
                           head_dim=8, d_ff=2 * args.teacher_width, n_layers=args.layers)  # fmt: skip
     student = pd.MaskedLM(task.vocab, 3, d_model=args.student_width, n_heads=args.student_width // 8,
                           head_dim=8, d_ff=2 * args.student_width, n_layers=args.layers)  # fmt: skip
-    adam = {"optimizer": "adam", "schedule": "warmup_cosine", "b2": 0.95, "every": args.every}
-    tspec = distill.TrainSpec(steps=args.teacher_steps, batch=32, lr=args.teacher_lr, **adam)
-    sspec = distill.TrainSpec(steps=args.student_steps, batch=32, lr=args.student_lr, **adam)
+    tspec = distill.TrainSpec(
+        steps=args.teacher_steps, batch=32, every=args.every,
+        optim=distill.warmup_cosine(args.teacher_lr, args.teacher_steps),
+    )  # fmt: skip
+    sspec = distill.TrainSpec(
+        steps=args.student_steps, batch=32, every=args.every,
+        optim=distill.warmup_cosine(args.student_lr, args.student_steps),
+    )  # fmt: skip
     train = jax.jit(pd.train_teacher, static_argnums=(1, 3, 4))
     metrics = jax.jit(pd.checkpoint_metrics, static_argnums=0)
     probe = jax.jit(pd.probe_run, static_argnums=(1, 4, 5, 6))

@@ -46,52 +46,59 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import logical_to_spec
 from jaxlab.lm import sources as sources_lib
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss
 
 VARIANTS: tuple[str, ...] = ("glob", "trim", "spec")
-INNER: tuple[str, ...] = ("adamw", "sgd")
 _EMB = ("embed", "head")
 
 
 @dataclasses.dataclass(frozen=True)
+class DeptOptim:
+    """DEPT's two optimisers (their ``lr`` traced: ``optim.inner.lr``, ``optim.inner.weight_decay``
+    and ``optim.outer.lr`` in the state's ``hparams``).
+
+    Attributes:
+      inner: the clients' optimiser, restarted every round (its schedule runs over the round's
+        ``local_steps``): clipped AdamW (β2 = 0.95) by default.
+      outer: the server's optimiser on the pseudo-gradient ``Δ`` (its schedule runs over the
+        rounds): Nesterov SGD, lr 0.7, momentum 0.9 (DiLoCo).
+    """
+
+    inner: OptimConfig = OptimConfig(name="adamw", lr=3e-3, b2=0.95, clip_norm=1.0)
+    outer: OptimConfig = OptimConfig(name="sgd", lr=0.7, momentum=0.9, nesterov=True)
+
+
+#: the traced keys of :class:`DeptOptim` nested at ``optim``
+TRACED: tuple[str, ...] = optim_lib.traced_keys("optim.inner") + ("optim.outer.lr",)
+
+
+@dataclasses.dataclass(frozen=True)
 class DeptConfig:
-    """Static DEPT settings (``inner_lr`` and ``outer_lr`` are also traced via ``hparams``).
+    """Static DEPT settings (the optimisers are :class:`DeptOptim`).
 
     Attributes:
       variant: ``glob`` | ``trim`` | ``spec``.
       sources_per_round: ``S``, clients sampled (without replacement) per round.
       local_steps: ``N``, inner steps per client per round.
-      inner: inner optimizer, ``adamw`` or ``sgd``.
-      inner_lr, inner_weight_decay, clip_norm: inner optimizer settings.
-      outer_lr, outer_momentum, nesterov: the outer ``optax.sgd`` (DiLoCo: 0.7, 0.9, True).
       bytes_per_param: ``b`` in the communication formula.
     """
 
     variant: str = "glob"
     sources_per_round: int = 3
     local_steps: int = 8
-    inner: str = "adamw"
-    inner_lr: float = 3e-3
-    inner_weight_decay: float = 0.0
-    clip_norm: float = 1.0
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    nesterov: bool = True
     bytes_per_param: int = 4
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
-            raise ConfigError("dept.variant", self.variant, "one of " + ", ".join(VARIANTS))
-        if self.inner not in INNER:
-            raise ConfigError("dept.inner", self.inner, "one of " + ", ".join(INNER))
-        for name in ("sources_per_round", "local_steps"):
+            raise ConfigError("variant", self.variant, "one of " + ", ".join(VARIANTS))
+        for name in ("sources_per_round", "local_steps", "bytes_per_param"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"dept.{name}", getattr(self, name), "an integer >= 1")
-        if not 0 <= self.outer_momentum < 1:
-            raise ConfigError("dept.outer_momentum", self.outer_momentum, "in [0, 1)")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +190,7 @@ def tokenize_sources(
 class DeptState:
     """Server body and (glob/trim) embeddings, outer optimizer state, spec's client embeddings
     ``[K, V_loc, d]``, the sampling key, the round, embedding rows sent so far, and the traced
-    hyper-parameters ``{"dept.inner_lr", "dept.outer_lr"}``."""
+    hyper-parameters (:data:`TRACED`)."""
 
     body: Any
     server_emb: Any
@@ -223,20 +230,16 @@ def masked_loss(
     return next_token_loss(logits, tokens[:, 1:])
 
 
-def inner_optimizer(cfg: DeptConfig, lr: float | jax.Array) -> optax.GradientTransformation:
-    """The clients' optimizer (clipped AdamW, or plain SGD)."""
-    if cfg.inner == "sgd":
-        return optax.sgd(lr)
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm),
-        optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=cfg.inner_weight_decay),
-    )
+def inner_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The traced values of the inner optimiser (``optim.inner.*``) among ``hparams``."""
+    return {k: v for k, v in hparams.items() if k.startswith("optim.inner.")}
 
 
-def outer_optimizer(cfg: DeptConfig, lr: float | jax.Array) -> optax.GradientTransformation:
-    """``optax.sgd(lr, momentum, nesterov)`` applied to the pseudo-gradient ``Δ``."""
-    momentum = cfg.outer_momentum if cfg.outer_momentum > 0 else None
-    return optax.sgd(lr, momentum=momentum, nesterov=cfg.nesterov and momentum is not None)
+def inner_optimizer(
+    inner: OptimConfig, local_steps: int, hparams: dict[str, Any]
+) -> optax.GradientTransformation:
+    """The clients' optimiser ``inner`` with its traced values from ``hparams``."""
+    return optim_lib.from_hparams(inner, local_steps, hparams, "optim.inner")
 
 
 def client_sharding(mesh: Mesh | None, ndim: int, n: int) -> NamedSharding | None:
@@ -302,7 +305,8 @@ def param_count(tree: Any) -> int:
 
 
 class Dept:
-    """DEPT for one model size, one variant and one set of sources (static; arrays as constants).
+    """DEPT for one model size, one variant and one set of sources (static; arrays as constants),
+    with the optimisers ``optim`` (the outer schedule over ``rounds`` rounds).
 
     ``init(key) -> DeptState``; ``round_step(state, tokens [K, N, B, T+1]) -> (state, metrics)``
     (the tokens of every source; the sampled ones are gathered inside); ``evaluate(state,
@@ -310,7 +314,13 @@ class Dept:
     """
 
     def __init__(
-        self, cfg: DeptConfig, model_cfg: DecoderConfig, vocabs: Vocabs, mesh: Mesh | None = None
+        self,
+        cfg: DeptConfig,
+        model_cfg: DecoderConfig,
+        vocabs: Vocabs,
+        mesh: Mesh | None = None,
+        optim: DeptOptim = DeptOptim(),
+        rounds: int = 1,
     ):
         k = vocabs.rows.shape[0]
         if cfg.sources_per_round > k:
@@ -318,6 +328,7 @@ class Dept:
                 "dept.sources_per_round", cfg.sources_per_round, f"at most the {k} sources"
             )
         self.cfg, self.vocabs, self.mesh, self.k = cfg, vocabs, mesh, k
+        self.optim, self.rounds = optim, rounds
         self.local_model = Decoder(dataclasses.replace(model_cfg, vocab_size=vocabs.local_size))
         self.server_model = Decoder(
             dataclasses.replace(model_cfg, vocab_size=max(vocabs.server_size, 1))
@@ -347,24 +358,31 @@ class Dept:
             body, server_emb = split_params(self._init_params(self.server_model, k_body))
             client_emb = {}
         server = {"body": body, "emb": server_emb}
+        hparams = {
+            **optim_lib.hparams(self.optim.inner, "optim.inner"),
+            "optim.outer.lr": jnp.float32(self.optim.outer.lr),
+        }
         return DeptState(
             body=body,
             server_emb=server_emb,
-            outer_opt=outer_optimizer(cfg, cfg.outer_lr).init(server),
+            outer_opt=self.outer_optimizer(hparams).init(server),
             client_emb=client_emb,
             key=k_state,
             round=jnp.zeros((), jnp.int32),
             rows_sent=jnp.zeros((), jnp.int32),
-            hparams={
-                "dept.inner_lr": jnp.float32(cfg.inner_lr),
-                "dept.outer_lr": jnp.float32(cfg.outer_lr),
-            },
+            hparams=hparams,
         )
 
+    def outer_optimizer(self, hparams: dict[str, Any]) -> optax.GradientTransformation:
+        """The outer optimiser on the pseudo-gradient ``Δ``, its rate from ``hparams``."""
+        outer = {"optim.outer.lr": hparams["optim.outer.lr"]}
+        return optim_lib.from_hparams(self.optim.outer, self.rounds, outer, "optim.outer")
+
     # -- one client ---------------------------------------------------------------------------
-    def local_train(self, inner_lr, body, emb, tokens, valid):
-        """``N`` inner steps of one client (``tokens [N, B, T+1]``) -> (body, emb, losses [N])."""
-        opt = inner_optimizer(self.cfg, inner_lr)
+    def local_train(self, hparams, body, emb, tokens, valid):
+        """``N`` inner steps of one client (``tokens [N, B, T+1]``) -> (body, emb, losses [N]);
+        ``hparams``: the state's traced values."""
+        opt = inner_optimizer(self.optim.inner, self.cfg.local_steps, inner_hparams(hparams))
         params = merge_params(body, emb)
         loss = functools.partial(masked_loss, self.local_model)
 
@@ -410,9 +428,9 @@ class Dept:
             )
         else:
             emb0 = _constrain(jax.tree.map(lambda e: e[idx], state.client_emb), self.mesh)
-        bodies, embs, losses = jax.vmap(
-            functools.partial(self.local_train, state.hparams["dept.inner_lr"])
-        )(stack(state.body), emb0, toks, valid)
+        bodies, embs, losses = jax.vmap(functools.partial(self.local_train, state.hparams))(
+            stack(state.body), emb0, toks, valid
+        )
 
         delta_body = jax.tree.map(lambda g, b: g - jnp.mean(b, axis=0), state.body, bodies)
         client_emb, count = state.client_emb, None
@@ -438,7 +456,7 @@ class Dept:
             client_emb = jax.tree.map(lambda c, e: c.at[idx].set(e), state.client_emb, embs)
 
         server = {"body": state.body, "emb": state.server_emb}
-        outer = outer_optimizer(cfg, state.hparams["dept.outer_lr"])
+        outer = self.outer_optimizer(state.hparams)
         updates, outer_opt = outer.update({"body": delta_body, "emb": delta_emb}, state.outer_opt)
         new = optax.apply_updates(server, updates)
         new_emb = new["emb"]
@@ -517,22 +535,23 @@ class DpState:
 
 
 def make_dp(
-    cfg: DeptConfig, model_cfg: DecoderConfig, vocab_size: int
+    inner: OptimConfig, model_cfg: DecoderConfig, vocab_size: int, steps: int = 1
 ) -> tuple[Decoder, Callable, Callable]:
     """Standard data parallel over the same sources with the global vocabulary: ``init(key)``,
-    ``step(state, tokens [K, B, T+1])`` (one inner-optimizer step on the mean gradient of all
-    sources' batches)."""
+    ``step(state, tokens [K, B, T+1])`` (one step of the optimiser ``inner``, its schedule over
+    ``steps``, on the mean gradient of all sources' batches)."""
     model = Decoder(dataclasses.replace(model_cfg, vocab_size=vocab_size))
     valid = jnp.ones((vocab_size,), bool)
 
     def init(key):
         dummy = jnp.zeros((1, 1), jnp.int32)
         params = nn.meta.unbox(model.init(key, dummy)["params"])
-        opt = inner_optimizer(cfg, cfg.inner_lr)
-        return DpState(params, opt.init(params), {"dept.inner_lr": jnp.float32(cfg.inner_lr)})
+        hparams = optim_lib.hparams(inner, "optim.inner")
+        opt = inner_optimizer(inner, steps, hparams)
+        return DpState(params, opt.init(params), hparams)
 
     def step(state, tokens):
-        opt = inner_optimizer(cfg, state.hparams["dept.inner_lr"])
+        opt = inner_optimizer(inner, steps, state.hparams)
         flat = tokens.reshape((-1,) + tokens.shape[2:])
         loss, grads = jax.value_and_grad(masked_loss, argnums=1)(model, state.params, flat, valid)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
@@ -579,20 +598,20 @@ def adapt(
     key: jax.Array,
     body: Any,
     model_cfg: DecoderConfig,
-    cfg: DeptConfig,
+    inner: OptimConfig,
     vocab_size: int,
     tokens: Int[Array, "steps b t1"],
     lr: float | jax.Array,
 ) -> Float[Array, " steps"]:
     """Plasticity: continue a trained ``body`` on a new source with fresh random embeddings of
-    ``vocab_size`` rows, one inner-optimizer step per batch of ``tokens`` (``lax.scan``); returns
-    the training loss before each step."""
+    ``vocab_size`` rows, one step of the optimiser ``inner`` at rate ``lr`` per batch of ``tokens``
+    (``lax.scan``); returns the training loss before each step."""
     model = Decoder(dataclasses.replace(model_cfg, vocab_size=vocab_size))
     dummy = jnp.zeros((1, 1), jnp.int32)
     _, emb = split_params(nn.meta.unbox(model.init(key, dummy)["params"]))
     params = merge_params(body, emb)
     valid = jnp.ones((vocab_size,), bool)
-    opt = inner_optimizer(cfg, lr)
+    opt = optim_lib.make(inner, tokens.shape[0], lr=lr)
 
     def step(carry, batch):
         p, st = carry

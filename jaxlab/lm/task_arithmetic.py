@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
@@ -28,7 +28,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
+
+#: the fine-tuning optimiser: plain SGD at rate 0.5 (the paper's CPU check)
+SGD = OptimConfig(name="sgd", lr=0.5)
 
 Relation = Literal["irrelevant", "aligned", "contradictory"]
 RELATIONS: dict[str, float] = {"irrelevant": 0.0, "aligned": 0.7, "contradictory": -0.7}
@@ -146,6 +151,28 @@ def accuracy(
     return jnp.mean(jnp.sign(model.apply(params, x)) == y)
 
 
+def finetune_step(
+    key: PRNGKeyArray,
+    model: nn.Module,
+    params,
+    opt_state,
+    opt: optax.GradientTransformation,
+    cfg: TaskDataConfig,
+    mu: Float[Array, " d"],
+    irrelevant: Float[Array, "M d"],
+    batch: int,
+    place=lambda x: x,
+):
+    """One ``opt`` step on the hinge loss of a fresh batch of the task with pattern ``mu``
+    (``place``: applied to the batch's arrays, e.g. a sharding constraint); returns ``(params,
+    opt_state, loss)``."""
+    x, y = sample(key, cfg, mu, irrelevant, batch)
+    x, y = place(x), place(y)
+    loss, g = jax.value_and_grad(lambda q: hinge_loss(model.apply(q, x), y))(params)
+    u, opt_state = opt.update(g, opt_state, params)
+    return optax.apply_updates(params, u), opt_state, loss
+
+
 def finetune(
     key: PRNGKeyArray,
     model: nn.Module,
@@ -156,17 +183,17 @@ def finetune(
     *,
     steps: int = 200,
     batch: int = 32,
-    lr: float = 0.5,
+    optim: OptimConfig = SGD,
 ):
-    """SGD on the hinge loss of the task with pattern ``mu`` from ``params`` (``lax.scan``)."""
-    opt = optax.sgd(lr)
+    """``steps`` of :func:`finetune_step` from ``params`` (``lax.scan``), optimiser ``optim``."""
+    opt = optim_lib.make(optim, steps)
 
     def step(carry, t):
         p, s = carry
-        x, y = sample(jax.random.fold_in(key, t), cfg, mu, irrelevant, batch)
-        loss, g = jax.value_and_grad(lambda q: hinge_loss(model.apply(q, x), y))(p)
-        u, s = opt.update(g, s, p)
-        return (optax.apply_updates(p, u), s), loss
+        p, s, loss = finetune_step(
+            jax.random.fold_in(key, t), model, p, s, opt, cfg, mu, irrelevant, batch
+        )
+        return (p, s), loss
 
     (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(steps))
     return params, losses
@@ -219,7 +246,8 @@ class ExperimentConfig:
     Attributes:
       data: the data model's sizes.
       width: MLP width of the one-layer transformer.
-      steps, batch, lr: fine-tuning of each task from ``Ψ_0`` (SGD, hinge loss).
+      steps, batch: fine-tuning of each task from ``Ψ_0`` (hinge loss; the optimiser is
+        :func:`run_experiment`'s ``optim``).
       eval_samples: test samples per task.
       grid: values per axis of the ``λ`` grid over ``[grid_lo, grid_hi]``.
       rank: rank of the truncated task vectors.
@@ -230,13 +258,23 @@ class ExperimentConfig:
     width: int = 64
     steps: int = 200
     batch: int = 32
-    lr: float = 0.5
     eval_samples: int = 512
     grid: int = 9
     grid_lo: float = -2.0
     grid_hi: float = 2.0
     rank: int = 1
     keep: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("width", "steps", "batch", "eval_samples", "rank"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        if self.grid < 2:
+            raise ConfigError("grid", self.grid, "an integer >= 2")
+        if not self.grid_lo < self.grid_hi:
+            raise ConfigError("grid_hi", self.grid_hi, f"a value > grid_lo={self.grid_lo}")
+        if not 0.0 < self.keep <= 1.0:
+            raise ConfigError("keep", self.keep, "a fraction in (0, 1]")
 
 
 def setup(key: PRNGKeyArray, cfg: ExperimentConfig, alpha: Float[Array, ""] | float):
@@ -291,11 +329,15 @@ def evaluate_edits(
 
 
 def run_experiment(
-    key: PRNGKeyArray, cfg: ExperimentConfig, alpha: Float[Array, ""] | float
+    key: PRNGKeyArray,
+    cfg: ExperimentConfig,
+    alpha: Float[Array, ""] | float,
+    optim: OptimConfig = SGD,
 ) -> dict[str, Float[Array, "g g 3"]]:
     """Fine-tunes ``Ψ_1, Ψ_2`` from one ``Ψ_0`` on tasks with ``⟨μ_1, μ_2⟩ = alpha`` and evaluates
     the edits over the λ grid (:func:`evaluate_edits`) on ``T_1``, ``T_2`` and ``μ'`` (last axis).
-    Jit with ``cfg`` static; vmap over ``alpha`` (relations) and ``key`` (seeds).
+    Jit with ``cfg`` and ``optim`` (the fine-tuning optimiser) static; vmap over ``alpha``
+    (relations) and ``key`` (seeds).
 
     Returns:
       ``{"full", "low_rank", "pruned": [g, g, 3] accuracies, "grid": [g, g, 2],
@@ -303,7 +345,7 @@ def run_experiment(
     """
     k_setup, k1, k2 = jax.random.split(key, 3)
     model, p0, mu, irrelevant, tests = setup(k_setup, cfg, alpha)
-    kwargs = dict(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr)
+    kwargs = dict(steps=cfg.steps, batch=cfg.batch, optim=optim)
     # both fine-tunes are one vmapped program
     tuned, losses = jax.vmap(
         lambda k, m: finetune(k, model, p0, cfg.data, m, irrelevant, **kwargs)
@@ -323,3 +365,52 @@ def grid_index(grid: Float[ArrayLike, "g g 2"], lam1: float, lam2: float) -> tup
     if not (np.isclose(grid[i, 0, 0], lam1) and np.isclose(grid[0, j, 1], lam2)):
         raise ValueError(f"(λ1, λ2)=({lam1}, {lam2}): not a point of the grid")
     return i, j
+
+
+def summarize(grids: dict[str, np.ndarray], relations: tuple[str, ...]) -> dict[str, Any]:
+    """Per relation (``grids``' leading axis, in the order of ``relations``) and variant: the
+    accuracies at addition ``(1, 1)`` and negation ``(1, −1)``, the best ``min(T1, T2)`` over the
+    grid (with its λ) and the best out-of-domain accuracy (with its λ)."""
+    out: dict[str, Any] = {}
+    for r, rel in enumerate(relations):
+        grid = np.asarray(grids["grid"][r])
+        flat = grid.reshape(-1, 2)
+        rel_out = {}
+        for variant in ("full", "low_rank", "pruned"):
+            acc = np.asarray(grids[variant][r])
+
+            def at(l1, l2, acc=acc, grid=grid):
+                i, j = grid_index(grid, l1, l2)
+                return {t: round(float(acc[i, j, n]), 4) for n, t in enumerate(("T1", "T2", "OOD"))}
+
+            both = np.minimum(acc[..., 0], acc[..., 1]).reshape(-1)
+            ood = acc[..., 2].reshape(-1)
+            rel_out[variant] = {
+                "add": at(1.0, 1.0),
+                "negate": at(1.0, -1.0),
+                "best_both": round(float(both.max()), 4),
+                "best_both_lambda": flat[both.argmax()].tolist(),
+                "best_ood": round(float(ood.max()), 4),
+                "best_ood_lambda": flat[ood.argmax()].tolist(),
+            }
+        out[rel] = rel_out
+    return out
+
+
+def write_relation_heatmaps(
+    directory: str | Path, grids: dict[str, np.ndarray], relations: tuple[str, ...]
+) -> list[Path]:
+    """``heatmap_<relation>_{T1,T2,both,ood}.png`` of the full task vectors per relation: T1, T2,
+    ``min(T1, T2)`` and the out-of-domain target."""
+    paths = []
+    for r, rel in enumerate(relations):
+        full = np.asarray(grids["full"][r])
+        panels = {
+            "T1": full[..., 0],
+            "T2": full[..., 1],
+            "both": np.minimum(full[..., 0], full[..., 1]),
+            "ood": full[..., 2],
+        }
+        title = f"{rel} (α={RELATIONS[rel]:+.1f}):"
+        paths += write_heatmaps(directory, f"heatmap_{rel}", grids["grid"][r], panels, title)
+    return paths

@@ -1,17 +1,17 @@
 """The language-model train state and step shared by the LM recipes (``lm-tiny``, ``olmoe``, ...).
 
-AdamW with linear warmup and cosine decay and global-norm clipping (optax). The learning rate and
-weight decay are *traced* hyper-parameters: they live in ``LmState.hparams`` and the optimizer is
-built from them inside the compiled step, so ``jaxlab sweep lm-tiny optim.lr=1e-3,3e-3`` trains
+The optimiser is the recipe's ``optim`` (:class:`jaxlab.core.optim.OptimConfig`; :data:`OPTIM`:
+AdamW with linear warm-up, cosine decay and global-norm clipping). The learning rate and weight
+decay are *traced* hyper-parameters: they live in ``LmState.hparams`` and the optimiser is built
+from them inside the compiled step, so ``jaxlab sweep lm-tiny optim.lr=1e-3,3e-3`` trains
 both values in one vmapped program. Parameters are annotated with logical axes and placed on the
 mesh by ``jaxlab.core.sharding``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.struct
@@ -21,33 +21,28 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
+from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.run import batch_spec
 from jaxlab.lm.data import ByteLMDataConfig
 from jaxlab.lm.model import Decoder, next_token_loss
 
+#: the LM optimiser: AdamW (β2 = 0.95), a linear warm-up over 50 steps then cosine decay to
+#: ``0.1 · lr`` at the run's last step, global-norm clipping at 1
+OPTIM = OptimConfig(
+    name="adamw",
+    lr=3e-3,
+    schedule="cosine",
+    warmup_steps=50,
+    min_lr_ratio=0.1,
+    weight_decay=0.1,
+    b2=0.95,
+    clip_norm=1.0,
+)
+
 #: the LM recipes' traced hyper-parameters (dotted config keys)
-TRACED: tuple[str, ...] = ("optim.lr", "optim.weight_decay")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr``; global-norm clipping."""
-
-    lr: float = 3e-3
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    b1: float = 0.9
-    b2: float = 0.95
-    eps: float = 1e-8
-    clip_norm: float = 1.0
-
-    def __post_init__(self):
-        if not self.lr > 0:
-            raise ConfigError("optim.lr", self.lr, "a positive float")
-        if self.warmup_steps < 0:
-            raise ConfigError("optim.warmup_steps", self.warmup_steps, "an integer >= 0")
+TRACED: tuple[str, ...] = optim.traced_keys()
 
 
 def check_lm_config(cfg: Any) -> None:
@@ -72,90 +67,54 @@ class LmState:
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
 
 
-def lr_schedule(
-    cfg: OptimConfig, total_steps: int, lr: float | jax.Array | None = None
-) -> optax.Schedule:
-    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to
-    ``min_lr_ratio * lr`` at ``total_steps`` (held after). Linear in ``lr``, so ``lr`` may be a
-    traced value."""
-    lr = cfg.lr if lr is None else lr
-    unit = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=1.0,
-        warmup_steps=cfg.warmup_steps,
-        decay_steps=max(total_steps, cfg.warmup_steps + 1),
-        end_value=cfg.min_lr_ratio,
-    )
-    return lambda count: lr * unit(count)
-
-
-def make_optimizer(
-    cfg: OptimConfig,
-    total_steps: int,
-    lr: float | jax.Array | None = None,
-    weight_decay: float | jax.Array | None = None,
-) -> optax.GradientTransformation:
-    """The LM optimizer; ``lr``/``weight_decay`` (traced values allowed) default to ``cfg``'s."""
-    weight_decay = cfg.weight_decay if weight_decay is None else weight_decay
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.clip_norm),
-        optax.adamw(
-            lr_schedule(cfg, total_steps, lr),
-            b1=cfg.b1,
-            b2=cfg.b2,
-            eps=cfg.eps,
-            weight_decay=weight_decay,
-        ),
-    )
-
-
 def loss_fn(model: Decoder, params: Any, tokens: Int[Array, "batch seq1"]) -> Float[Array, ""]:
     """Mean next-token cross-entropy (nats/token) of packed windows ``tokens [B, T+1]``."""
     logits = model.apply(params, tokens[:, :-1])
     return next_token_loss(logits, tokens[:, 1:])
 
 
-Objective = Callable[[Decoder, Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+Objective = Callable[
+    [Decoder, Any, jax.Array, Mapping[str, jax.Array]], tuple[jax.Array, dict[str, jax.Array]]
+]
 
 
-def plain_objective(model: Decoder, params: Any, tokens: jax.Array):
+def plain_objective(model: Decoder, params: Any, tokens: jax.Array, hparams: Mapping) -> Any:
+    """The next-token loss, no metrics (``hparams``: the state's traced values, unused)."""
     return loss_fn(model, params, tokens), {}
 
 
 def make_init(
-    model: Decoder, optim: OptimConfig, total_steps: int, seq_len: int
+    model: Decoder,
+    optim_cfg: OptimConfig,
+    total_steps: int,
+    seq_len: int,
+    hparams: Mapping[str, Any] | None = None,
 ) -> Callable[[jax.Array], LmState]:
-    """``key -> LmState`` (parameters of ``model`` on a ``[1, seq_len]`` dummy batch)."""
-    opt = make_optimizer(optim, total_steps)
+    """``key -> LmState`` (parameters of ``model`` on a ``[1, seq_len]`` dummy batch); the state's
+    traced values are ``hparams`` (default: the optimiser's, :func:`jaxlab.core.optim.hparams`)."""
+    opt = optim.make(optim_cfg, total_steps)
+    values = optim.hparams(optim_cfg) if hparams is None else hparams
 
     def init(key: jax.Array) -> LmState:
         tokens = jnp.zeros((1, seq_len), jnp.int32)
         params = {"params": model.init(key, tokens)["params"]}
-        hparams = {
-            "optim.lr": jnp.float32(optim.lr),
-            "optim.weight_decay": jnp.float32(optim.weight_decay),
-        }
-        return LmState(params, opt.init(params), jnp.zeros((), jnp.int32), hparams)
+        traced = {k: jnp.float32(v) for k, v in values.items()}
+        return LmState(params, opt.init(params), jnp.zeros((), jnp.int32), traced)
 
     return init
 
 
 def make_train_step(
-    model: Decoder, optim: OptimConfig, total_steps: int, objective: Objective = plain_objective
+    model: Decoder, optim_cfg: OptimConfig, total_steps: int, objective: Objective = plain_objective
 ) -> Callable[[LmState, dict[str, jax.Array]], tuple[LmState, dict[str, jax.Array]]]:
-    """One AdamW step on ``objective(model, params, batch["tokens"]) -> (loss, metrics)``, the
-    optimizer built from the state's traced hyper-parameters."""
+    """One optimiser step on ``objective(model, params, batch["tokens"], state.hparams) -> (loss,
+    metrics)``, the optimiser built from the state's traced hyper-parameters."""
 
     def train_step(state: LmState, batch: dict[str, jax.Array]):
-        opt = make_optimizer(
-            optim,
-            total_steps,
-            lr=state.hparams["optim.lr"],
-            weight_decay=state.hparams["optim.weight_decay"],
-        )
+        opt = optim.from_hparams(optim_cfg, total_steps, state.hparams)
         (loss, extra), grads = jax.value_and_grad(
             functools.partial(objective, model), has_aux=True
-        )(state.params, batch["tokens"])
+        )(state.params, batch["tokens"], state.hparams)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), **extra}

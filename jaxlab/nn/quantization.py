@@ -72,14 +72,14 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         for name in ("w_bits", "a_bits", "kv_bits"):
-            check_bits(f"quant.{name}", getattr(self, name))
+            check_bits(name, getattr(self, name))
         if self.targets is not None:
             if isinstance(self.targets, str) or not isinstance(self.targets, Sequence):
-                raise ConfigError("quant.targets", self.targets, f"None or a tuple from {TARGETS}")
+                raise ConfigError("targets", self.targets, f"None or a tuple from {TARGETS}")
             object.__setattr__(self, "targets", tuple(self.targets))
             bad = [t for t in self.targets if t not in TARGETS]
             if bad:
-                raise ConfigError("quant.targets", self.targets, f"names from {TARGETS}")
+                raise ConfigError("targets", self.targets, f"names from {TARGETS}")
 
     @property
     def enabled(self) -> bool:

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import training
@@ -24,7 +25,7 @@ from jaxlab.lm.data import (
     unigram_entropy,
 )
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.lm.training import LmState, OptimConfig
+from jaxlab.lm.training import LmState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,7 @@ class LmTinyConfig:
         d_model=128, n_layers=2, n_heads=4, head_dim=32, d_ff=384, max_len=128
     )
     data: ByteLMDataConfig = ByteLMDataConfig(seq_len=128, batch_size=32)
-    optim: OptimConfig = OptimConfig()
+    optim: OptimConfig = training.OPTIM
     mesh: MeshConfig = MeshConfig()
     val_batches: int = 16
     loop: LoopConfig = LoopConfig(

@@ -5,62 +5,33 @@ Kumar et al., ICLR 2025).
 The decoder trains with forward-only fake quantisation (``model.quant``; :mod:`jaxlab.lm.quant`)
 through the shared LM train step (:mod:`jaxlab.lm.training`). ``D = loop.total_steps ×
 data.batch_size × data.seq_len`` tokens; ``N`` is the number of non-embedding parameters (the
-paper's convention), reported by :func:`non_embedding_params`. Evaluation reports the validation
-loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods`` (round-to-nearest and
-GPTQ on ``ptq.calib_batches`` training batches), the validation loss after post-training
-quantisation of the weights and its increase ``δ_PTQ``. A grid of runs over ``N``, ``D`` and the
-precisions (``experiments/precision_grid/precision_grid.py``, through ``jaxlab.core.sweep``)
-gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
+paper's convention, :func:`jaxlab.lm.ptq.non_embedding_params`). Evaluation reports the
+validation loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods``
+(round-to-nearest and GPTQ on ``ptq.calib_batches`` training batches), the validation loss after
+post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A
+grid of runs over ``N``, ``D`` and the precisions (``experiments/precision_grid/precision_grid.py``, through
+``jaxlab.core.sweep``) gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
 import jax
 import numpy as np
 
-from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import training
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.lm.quant import gptq_quantize, rtn_quantize, validate_bits_list
-from jaxlab.lm.training import LmState, OptimConfig
-from jaxlab.nn.quantization import QuantConfig
-
-PTQ_METHODS = ("rtn", "gptq")
-
-
-@dataclasses.dataclass(frozen=True)
-class PTQConfig:
-    """Post-training quantisation at evaluation.
-
-    Attributes:
-        bits: ``P_post`` values (each in [2, 32]); empty: no PTQ.
-        methods: subset of ``("rtn", "gptq")``.
-        calib_batches: training batches used as GPTQ calibration data.
-        block_size: GPTQ lazy block size.
-    """
-
-    bits: tuple[int, ...] = (3, 4, 6)
-    methods: tuple[str, ...] = ("rtn", "gptq")
-    calib_batches: int = 2
-    block_size: int = 64
-
-    def __post_init__(self):
-        if self.bits:
-            object.__setattr__(self, "bits", validate_bits_list("ptq.bits", self.bits))
-        bad = [m for m in self.methods if m not in PTQ_METHODS]
-        if bad or isinstance(self.methods, str):
-            raise ConfigError("ptq.methods", self.methods, f"names from {PTQ_METHODS}")
-        object.__setattr__(self, "methods", tuple(self.methods))
-        if self.calib_batches < 1:
-            raise ConfigError("ptq.calib_batches", self.calib_batches, "an integer >= 1")
+from jaxlab.lm.ptq import PTQConfig, non_embedding_params, ptq_losses
+from jaxlab.lm.training import LmState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +41,7 @@ class PrecisionConfig:
         d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=176, max_len=64
     )
     data: ByteLMDataConfig = ByteLMDataConfig(seq_len=64, batch_size=16)
-    optim: OptimConfig = OptimConfig(lr=3e-3, warmup_steps=20)
+    optim: OptimConfig = dataclasses.replace(training.OPTIM, warmup_steps=20)
     ptq: PTQConfig = PTQConfig()
     mesh: MeshConfig = MeshConfig()
     val_batches: int = 8
@@ -85,19 +56,6 @@ class PrecisionConfig:
     def tokens(self) -> int:
         """``D``: training tokens of the whole run."""
         return self.loop.total_steps * self.data.batch_size * self.data.seq_len
-
-
-def non_embedding_params(params: Any) -> int:
-    """``N``: parameters outside the token embedding and the output head."""
-    tree = params["params"] if "params" in params else params
-    return int(
-        sum(
-            math.prod(np.shape(x))
-            for k, sub in tree.items()
-            if k not in ("embed", "head")
-            for x in jax.tree.leaves(sub)
-        )
-    )
 
 
 def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
@@ -134,17 +92,8 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
                     for _, b in zip(range(cfg.ptq.calib_batches), calib_it, strict=False)
                 ]
             )
-            for bits in cfg.ptq.bits:
-                for method in cfg.ptq.methods:
-                    if method == "rtn":
-                        qp = rtn_quantize(cfg.model, params, bits)
-                    else:
-                        qp = gptq_quantize(
-                            cfg.model, params, calib, bits, block_size=cfg.ptq.block_size
-                        )
-                    loss = val_loss(qp, windows)
-                    out[f"ptq_{method}_{bits}_loss"] = loss
-                    out[f"ptq_{method}_{bits}_delta"] = loss - base
+            loss = functools.partial(val_loss, windows=windows)
+            out |= ptq_losses(cfg.model, params, calib, cfg.ptq, loss, base)
         return out
 
     return Parts(
@@ -167,4 +116,4 @@ RECIPE = register(
     )
 )
 
-__all__ = ["PTQConfig", "PrecisionConfig", "QuantConfig", "RECIPE", "non_embedding_params"]
+__all__ = ["PrecisionConfig", "RECIPE"]

@@ -24,11 +24,10 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 
-from jaxlab.core.config import ConfigError
+from jaxlab.core import optim
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.lm import task_arithmetic as ta
@@ -42,25 +41,23 @@ class TaskArithmeticConfig:
 
     Attributes:
       seed: PRNG seed.
-      experiment: data model, model width, batch, lr, grid, rank and pruning fraction.
+      experiment: data model, model width, batch, grid, rank and pruning fraction.
+      optim: the fine-tuning optimiser (SGD at 0.5; its rate traced).
     """
 
     seed: int = 0
     experiment: ta.ExperimentConfig = ta.ExperimentConfig()
+    optim: OptimConfig = ta.SGD
     mesh: MeshConfig = MeshConfig(data=1)
     loop: LoopConfig = LoopConfig(
         total_steps=200, steps_per_call=50, log_every=50, eval_every=100, checkpoint_every=100
     )
 
-    def __post_init__(self):
-        if self.experiment.grid < 2:
-            raise ConfigError("experiment.grid", self.experiment.grid, "an integer >= 2")
-
 
 @flax.struct.dataclass
 class EditState:
     """Per relation (leading axis 3): ``Ψ_0``, the two fine-tunes and their optimiser states;
-    ``hparams["experiment.lr"]`` is the (traced) SGD learning rate."""
+    ``hparams["optim.lr"]`` is the (traced) learning rate."""
 
     p0: Any
     p1: Any
@@ -77,50 +74,30 @@ class EditState:
 def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
     """The recipe's parts: data parallel over ``mesh`` (each fine-tuning batch is split over the
     data axes, the small state is replicated)."""
+    ex, total = cfg.experiment, cfg.loop.total_steps
+    alphas = jnp.asarray([ta.RELATIONS[r] for r in RELATIONS])
+    model = ta.OneLayerTransformer(width=ex.width)
 
     def spread(x):  # a batch made inside the step, split over the data axes
         return constrain_leading(x, mesh)
 
-    ex = cfg.experiment
-    alphas = jnp.asarray([ta.RELATIONS[r] for r in RELATIONS])
-    # SGD keeps no state, so the traced learning rate only scales the update in train_step
-    opt = optax.sgd(1.0)
-
-    def _setup(key):
-        return jax.vmap(lambda a: ta.setup(key, ex, a)[1:4], 0)(alphas)
-
-    model = ta.OneLayerTransformer(width=ex.width)
-
     def init(key: jax.Array) -> EditState:
         k_setup, k_data = jax.random.split(key)
-        p0, mu, irrelevant = _setup(k_setup)
-        o = jax.vmap(opt.init)(p0)
-        return EditState(
-            p0,
-            p0,
-            p0,
-            o,
-            o,
-            mu,
-            irrelevant,
-            k_data,
-            jnp.zeros((), jnp.int32),
-            hparams=hparams_of(RECIPE, cfg),
-        )
+        p0, mu, irrelevant = jax.vmap(lambda a: ta.setup(k_setup, ex, a)[1:4], 0)(alphas)
+        o = jax.vmap(optim.make(cfg.optim, total).init)(p0)
+        zero = jnp.zeros((), jnp.int32)
+        return EditState(p0, p0, p0, o, o, mu, irrelevant, k_data, zero, hparams_of(RECIPE, cfg))
 
     def train_step(state: EditState, batch: None) -> tuple[EditState, dict]:
         del batch
-        lr = state.hparams["experiment.lr"]
+        opt = optim.from_hparams(cfg.optim, total, state.hparams)
 
         def one(p, o, mu, irrelevant, key):
-            x, y = ta.sample(key, ex.data, mu, irrelevant, ex.batch)
-            x, y = spread(x), spread(y)
-            loss, g = jax.value_and_grad(lambda q: ta.hinge_loss(model.apply(q, x), y))(p)
-            u, o = opt.update(g, o, p)
-            return optax.apply_updates(p, jax.tree.map(lambda v: lr * v, u)), o, loss
+            return ta.finetune_step(
+                key, model, p, o, opt, ex.data, mu, irrelevant, ex.batch, spread
+            )
 
-        key = jax.random.fold_in(state.key, state.step)
-        k1, k2 = jax.random.split(key)
+        k1, k2 = jax.random.split(jax.random.fold_in(state.key, state.step))
         r = len(RELATIONS)
         p1, o1, l1 = jax.vmap(one)(
             state.p1, state.opt1, state.mu[:, 0], state.irrelevant, jax.random.split(k1, r)
@@ -146,7 +123,7 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
         return jax.device_get(_grids(state, jax.random.PRNGKey(cfg.seed + 7)))
 
     def evaluate(state: EditState) -> dict[str, float]:
-        out = summarize(_all(state))
+        out = ta.summarize(_all(state), RELATIONS)
         return {
             f"{rel}_{name}_{task}": v
             for rel, table in out.items()
@@ -156,23 +133,9 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
 
     def finalize(state: EditState, run_dir: Path) -> None:
         grids = _all(state)
-        run_dir = Path(run_dir)
-        table = summarize(grids)
-        (run_dir / "results.json").write_text(json.dumps(table, indent=1) + "\n")
-        for r, rel in enumerate(RELATIONS):
-            full = grids["full"][r]
-            ta.write_heatmaps(
-                run_dir,
-                f"heatmap_{rel}",
-                grids["grid"][r],
-                {
-                    "T1": full[..., 0],
-                    "T2": full[..., 1],
-                    "both": np.minimum(full[..., 0], full[..., 1]),
-                    "ood": full[..., 2],
-                },
-                title=f"{rel} (α={ta.RELATIONS[rel]:+.1f}):",
-            )
+        table = ta.summarize(grids, RELATIONS)
+        (Path(run_dir) / "results.json").write_text(json.dumps(table, indent=1) + "\n")
+        ta.write_relation_heatmaps(run_dir, grids, RELATIONS)
 
     return Parts(
         init=init,
@@ -183,35 +146,6 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
     )
 
 
-def summarize(grids: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Per relation and variant: accuracies at addition ``(1, 1)`` and negation ``(1, −1)`` and
-    the best ``min(T1, T2)`` over the grid (with its λ) and the best out-of-domain accuracy."""
-    out: dict[str, Any] = {}
-    for r, rel in enumerate(RELATIONS):
-        grid = np.asarray(grids["grid"][r])
-        flat = grid.reshape(-1, 2)
-        rel_out = {}
-        for variant in ("full", "low_rank", "pruned"):
-            acc = np.asarray(grids[variant][r])
-
-            def at(l1, l2, acc=acc, grid=grid):
-                i, j = ta.grid_index(grid, l1, l2)
-                return {t: round(float(acc[i, j, n]), 4) for n, t in enumerate(("T1", "T2", "OOD"))}
-
-            both = np.minimum(acc[..., 0], acc[..., 1]).reshape(-1)
-            ood = acc[..., 2].reshape(-1)
-            rel_out[variant] = {
-                "add": at(1.0, 1.0),
-                "negate": at(1.0, -1.0),
-                "best_both": round(float(both.max()), 4),
-                "best_both_lambda": flat[both.argmax()].tolist(),
-                "best_ood": round(float(ood.max()), 4),
-                "best_ood_lambda": flat[ood.argmax()].tolist(),
-            }
-        out[rel] = rel_out
-    return out
-
-
 RECIPE = register(
     Recipe(
         name="task-arithmetic",
@@ -220,6 +154,6 @@ RECIPE = register(
         description="task vectors (add / negate, rank-1, pruned) on the one-layer transformer of "
         "the task-vector theory, for irrelevant, aligned and contradictory tasks",
         default_preset="cpu",
-        traced=("experiment.lr",),
+        traced=("optim.lr",),
     )
 )

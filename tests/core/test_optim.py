@@ -142,3 +142,19 @@ def test_registry_finds_installed_recipes_by_entry_point_and_defaults_their_pres
     with pytest.raises(ConfigError) as e:
         recipe_lib.get("lm-tiyn")
     assert "did you mean 'lm-tiny'" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_state_structure_follows_the_config_not_the_traced_values(name):
+    params = {"w": jnp.ones(3)}
+    with_decay = optim.OptimConfig(name=name, lr=0.1, weight_decay=0.01)
+    made = jax.tree.structure(optim.make(with_decay, 10).init(params))
+    swept = optim.from_hparams(with_decay, 10, {"optim.lr": 0.2, "optim.weight_decay": 0.0})
+    assert jax.tree.structure(swept.init(params)) == made  # a point at 0 keeps the decay slot
+    without = optim.OptimConfig(name=name, lr=0.1)
+    with pytest.raises(ConfigError, match="'optim.weight_decay'"):
+        optim.from_hparams(without, 10, optim.hparams(without))
+    rate_only = optim.from_hparams(without, 10, {"optim.lr": jnp.float32(0.2)})
+    assert jax.tree.structure(rate_only.init(params)) == jax.tree.structure(
+        optim.make(without, 10).init(params)
+    )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import MeshConfig, make_mesh
 from jaxlab.lm import dept as D
 from jaxlab.lm import sources as S
@@ -49,17 +50,17 @@ def _run(dept, state, src, rounds, n, seed=0):
 @pytest.fixture(scope="module")
 def glob_case(texts):
     src = D.tokenize_sources(texts[:3], "glob", 40)
-    cfg = D.DeptConfig(
-        variant="glob", sources_per_round=3, local_steps=1, inner="sgd", inner_lr=0.5,
-        outer_lr=1.0, outer_momentum=0.0
-    )  # fmt: skip
-    return src, cfg, D.Dept(cfg, MODEL, src.vocabs)
+    cfg = D.DeptConfig(variant="glob", sources_per_round=3, local_steps=1)
+    optim = D.DeptOptim(
+        inner=OptimConfig(name="sgd", lr=0.5), outer=OptimConfig(name="sgd", lr=1.0)
+    )
+    return src, optim, D.Dept(cfg, MODEL, src.vocabs, optim=optim)
 
 
 def test_glob_one_step_equals_data_parallel(glob_case):
-    src, cfg, dept = glob_case
+    src, optim, dept = glob_case
     state = dept.init(jax.random.PRNGKey(0))
-    _, dp_init, dp_step = D.make_dp(cfg, MODEL, src.vocabs.server_size)
+    _, dp_init, dp_step = D.make_dp(optim.inner, MODEL, src.vocabs.server_size)
     dp = dp_init(jax.random.PRNGKey(1))
     dp = dp.replace(params=D.merge_params(state.body, state.server_emb))
     dp_step = jax.jit(dp_step)
@@ -109,7 +110,7 @@ def test_glob_learns_and_counts_bytes(glob_case):
             jax.random.PRNGKey(9),
             state.body,
             MODEL,
-            D.DeptConfig(),
+            D.DeptOptim().inner,
             tok.get_vocab_size(),
             toks,
             1e-2,
@@ -129,9 +130,10 @@ def trim_case(texts):
 
 def test_trim_rows(trim_case):
     src, cfg, dept = trim_case
-    mu = cfg.outer_momentum
+    mu = dept.optim.outer.momentum
     state0 = dept.init(jax.random.PRNGKey(2))
-    state0 = state0.replace(hparams={**state0.hparams, "dept.outer_lr": jnp.float32(1 / (1 + mu))})
+    lr0 = {"optim.outer.lr": jnp.float32(1 / (1 + mu))}
+    state0 = state0.replace(hparams={**state0.hparams, **lr0})
     toks = D.round_windows(src.train, 3, 0, cfg.local_steps, B, T)
     state1, m = jax.jit(dept.round_step)(state0, toks)
     idx = np.asarray(dept.sample(jax.random.split(state0.key)[1]))
@@ -151,7 +153,7 @@ def test_trim_rows(trim_case):
     emb0 = jax.tree.map(lambda e: jnp.take(e, rows[0], axis=0, mode="fill", fill_value=0),
                         state0.server_emb)  # fmt: skip
     _, emb_k, _ = jax.jit(dept.local_train)(
-        state0.hparams["dept.inner_lr"], state0.body, emb0, toks[idx[0]], valid[0]
+        state0.hparams, state0.body, emb0, toks[idx[0]], valid[0]
     )
     only = valid[0] & (holders[rows[0].clip(max=src.vocabs.server_size - 1)] == 1)
     assert only.any()
@@ -173,7 +175,7 @@ def test_trim_rows(trim_case):
     # it learns: 30 more rounds (DiLoCo outer lr 0.7, Nesterov 0.9; same compiled step);
     # stated bound: per-source perplexity below 90% of the source's unigram perplexity
     step = jax.jit(dept.round_step)
-    state = state1.replace(hparams={**state1.hparams, "dept.outer_lr": jnp.float32(0.7)})
+    state = state1.replace(hparams={**state1.hparams, "optim.outer.lr": jnp.float32(0.7)})
     for r in range(1, 31):
         state, _ = step(state, D.round_windows(src.train, 3, r, cfg.local_steps, B, T))
     ppl = np.exp(np.asarray(jax.jit(dept.evaluate)(state, D.eval_windows(src.val, 8, T))))
@@ -237,7 +239,7 @@ def test_spec_private_persistent_and_sharded(texts8):
 def test_bad_input(texts):
     with pytest.raises(ConfigError, match="sources\\[1\\]"):
         D.tokenize_sources([texts[0], ""], "spec", 40)
-    with pytest.raises(ConfigError, match="dept.variant"):
+    with pytest.raises(ConfigError, match="'variant'"):
         D.DeptConfig(variant="global")
     with pytest.raises(ConfigError, match="variant"):
         D.tokenize_sources(texts[:2], "trimmed", 40)

@@ -13,16 +13,18 @@ import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.lm import distill
 from jaxlab.lm import sparse_parity as sp
 from tests.typecheck import unchecked
 
+SGD_02 = OptimConfig(name="sgd", lr=0.2)
 TASK = sp.SparseParity(n=16, k=3)
 TEACHER = distill.ParityMLP(width=512)
 STUDENT = distill.ParityMLP(width=64)
-TEACHER_SPEC = distill.TrainSpec(steps=600, batch=256, every=20, optimizer="sgd", lr=0.2)
+TEACHER_SPEC = distill.TrainSpec(steps=600, batch=256, every=20, optim=SGD_02)
 MULTIPLIER = 2.0
-LONG_STUDENT_SPEC = distill.TrainSpec(steps=2000, batch=64, every=50, optimizer="sgd", lr=0.2)
+LONG_STUDENT_SPEC = distill.TrainSpec(steps=2000, batch=64, every=50, optim=SGD_02)
 
 
 # ----------------------------------------------------------------------------- pure pieces
@@ -178,7 +180,7 @@ def test_teacher_run_round_trips_through_the_checkpointer(teacher_run, tmp_path)
 def student_curves():
     """n=20, k=4 (harder for a 32-wide student than n=16, k=3): one teacher, 2 seeds x 4 methods."""
     task = sp.SparseParity(n=20, k=4)
-    spec = distill.TrainSpec(steps=800, batch=256, every=20, optimizer="sgd", lr=0.2)
+    spec = distill.TrainSpec(steps=800, batch=256, every=20, optim=SGD_02)
     run = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))(
         jax.random.PRNGKey(0), TEACHER, task, spec
     )
@@ -226,7 +228,7 @@ def test_two_shot_student_gets_the_curriculum_early(student_curves):
 
 def test_transformer_teacher_trains_with_checkpoints():
     model = distill.ParityTransformer(d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1)
-    spec = distill.TrainSpec(steps=4, batch=8, every=2, optimizer="adam", lr=1e-3)
+    spec = distill.TrainSpec(steps=4, batch=8, every=2, optim=OptimConfig(name="adam", lr=1e-3))
     run = jax.jit(distill.train_teacher, static_argnums=(1, 2, 3))(
         jax.random.PRNGKey(0), model, sp.SparseParity(8, 2), spec
     )
@@ -255,11 +257,13 @@ def test_weighted_loss_schedule_and_torch_init():
         jnp.asarray(s), jnp.asarray(t), jnp.asarray(y), alpha=0.4, weights=jnp.asarray(w)
     )
     np.testing.assert_allclose(got, np.dot(w, full) / w.sum(), rtol=1e-5)
-    spec = distill.TrainSpec(steps=100, every=10, lr=0.5, schedule="warmup_cosine")
+    spec = distill.TrainSpec(
+        steps=100, every=10, optim=distill.warmup_cosine(0.5, 100, name="sgd", b2=0.999)
+    )
     lr = spec.learning_rate()
     assert float(lr(0)) == 0.0 and float(lr(6)) == pytest.approx(0.5) and float(lr(100)) < 1e-6
     with pytest.raises(ConfigError, match="schedule"):
-        distill.TrainSpec(steps=100, every=10, schedule="linear")
+        distill.TrainSpec(steps=100, every=10, optim=OptimConfig(schedule="step"))
     params = distill.ParityMLP(64, torch_init=True).init(jax.random.PRNGKey(0), jnp.ones((1, 16)))
     k = np.asarray(params["params"]["hidden"]["kernel"])
     assert np.abs(k).max() <= 0.25 and np.abs(k).max() > 0.2  # U(±1/√16)

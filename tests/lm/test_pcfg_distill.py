@@ -93,7 +93,7 @@ def test_teacher_learns_with_checkpoints():
     corpus, _ = pd.make_corpus(np.random.default_rng(0), g, 256, SHORT)
     teacher = pd.MaskedLM(SHORT.vocab, 3, d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1)
     spec = distill.TrainSpec(
-        steps=120, batch=16, every=40, optimizer="adam", lr=1e-2, schedule="warmup_cosine"
+        steps=120, batch=16, every=40, optim=distill.warmup_cosine(1e-2, 120, b2=0.999)
     )
     run = jax.device_get(
         jax.jit(pd.train_teacher, static_argnums=(1, 3, 4))(

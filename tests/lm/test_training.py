@@ -1,6 +1,8 @@
-"""The LM optimizer: warmup and cosine values of the schedule at given steps, the AdamW update
-follows it, and the traced learning rate gives the same update as a constant one."""
+"""The LM optimiser (``jaxlab.lm.training.OPTIM``, built by ``jaxlab.core.optim``): warmup and
+cosine values of the schedule at given steps, the AdamW update follows it, and the traced learning
+rate gives the same update as a constant one."""
 
+import dataclasses
 import math
 
 import jax
@@ -9,10 +11,19 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlab.lm.training import OptimConfig, lr_schedule, make_optimizer
+from jaxlab.core import optim
+from jaxlab.lm.training import OPTIM
 
-CFG = OptimConfig(lr=1e-2, warmup_steps=10, min_lr_ratio=0.1, weight_decay=0.0)
+CFG = dataclasses.replace(OPTIM, lr=1e-2, warmup_steps=10, min_lr_ratio=0.1, weight_decay=0.0)
 TOTAL = 110
+
+
+def make_optimizer(cfg, total, lr=None):
+    return optim.make(cfg, total, lr=lr)
+
+
+def lr_schedule(cfg, total):
+    return optim.learning_rate(cfg, total)
 
 
 def _expected(step: int) -> float:

@@ -13,7 +13,7 @@ RECIPE = recipe_lib.get("dept")
 
 
 def test_tiny_preset_runs_end_to_end(tmp_path):
-    cfg = C.replace(RECIPE.config("tiny"), variant="trim")
+    cfg = C.replace(RECIPE.config("tiny"), **{"dept.variant": "trim"})
     result = loop.run(RECIPE, cfg, tmp_path)
     assert result.step == cfg.loop.total_steps
     m = result.eval_metrics
@@ -27,16 +27,16 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
 def test_sharded_round_equals_single_device():
     cfg = C.replace(
         RECIPE.config("tiny"),
-        **{"variant": "spec", "data.n_sources": 4, "dept.sources_per_round": 4},
+        **{"dept.variant": "spec", "data.n_sources": 4, "dept.sources_per_round": 4},
     )
     sharded_step_matches(RECIPE, cfg, {"mesh.data": 4}, steps=1, rtol=2e-5, atol=2e-6)
 
 
 def test_config_errors():
-    with pytest.raises(C.ConfigError, match="variant"):
-        RECIPE.config("tiny", ["variant=global"])
+    with pytest.raises(C.ConfigError, match="'dept.variant'"):
+        RECIPE.config("tiny", ["dept.variant=global"])
     with pytest.raises(C.ConfigError, match="sources_per_round"):
         RECIPE.config("tiny", ["dept.sources_per_round=4"])
-    with pytest.raises(C.ConfigError, match="dept.variant"):
-        RECIPE.config("tiny", ["variant=spec", "dept.variant=trim"])
-    assert RECIPE.config("tiny", ["variant=spec"]).dept.variant == "spec"
+    with pytest.raises(C.ConfigError, match="'optim.outer.momentum'"):
+        RECIPE.config("tiny", ["optim.outer.momentum=1.0"])
+    assert RECIPE.config("tiny", ["dept.variant=spec"]).dept.variant == "spec"

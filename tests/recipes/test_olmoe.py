@@ -1,17 +1,17 @@
-"""olmoe recipe: end to end on the loop, routing analysis, load balancing learning behaviour,
-expert-parallel step == single-device step, config errors before compilation."""
+"""olmoe recipe: end to end on the loop, routing analysis of a run, load balancing learning
+behaviour, expert-parallel step == single-device step, config errors before compilation."""
 
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxlab.core import config as C
+from jaxlab.core import loop, run
 from jaxlab.core import recipe as recipe_lib
-from jaxlab.core import run
 from jaxlab.core.testing import sharded_step_matches
+from jaxlab.lm import olmoe as olmoe_lib
 from jaxlab.lm import training
 from jaxlab.lm.data import train_iterator, validation_iterator
 from jaxlab.lm.model import Decoder
@@ -24,7 +24,7 @@ RECIPE = recipe_lib.get("olmoe")
 def tiny_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("olmoe_tiny")
     cfg = RECIPE.config("tiny")
-    result = olmoe.train(cfg, run_dir)
+    result = loop.run(RECIPE, cfg, run_dir)  # RECIPE.hooks adds the early checkpoint
     return cfg, run_dir, result
 
 
@@ -43,7 +43,7 @@ def test_tiny_preset_runs_end_to_end(tiny_run):
         want = r["ce_loss"] + 0.01 * r["moe/lb_loss"] + 0.001 * r["moe/z_loss"]
         assert r["loss"] == pytest.approx(want, rel=1e-5)
     assert (run_dir / "checkpoints").exists()
-    assert (olmoe.early_dir(run_dir) / str(cfg.analysis_early_step)).exists()
+    assert (olmoe_lib.early_dir(run_dir) / str(cfg.analysis_early_step)).exists()
 
 
 def test_routing_analysis_on_tiny_run(tiny_run, capsys):
@@ -66,19 +66,6 @@ def test_routing_analysis_on_tiny_run(tiny_run, capsys):
         "coactivation_layer1.png",
     ):
         assert (run_dir / "analysis" / name).stat().st_size > 1000
-
-
-def test_saturation_and_coactivation_analytic():
-    a = jnp.array([[0, 1], [2, 3], [4, 5]])
-    b = jnp.array([[1, 0], [2, 7], [6, 7]])
-    # per token: 2/2, 1/2, 0/2
-    assert float(olmoe.router_saturation(a, b)) == pytest.approx(0.5)
-    assert float(olmoe.router_saturation(a, a)) == 1.0
-    co = np.asarray(olmoe.coactivation(jnp.array([[0, 1], [0, 2], [0, 1], [3, 1]]), 4))
-    # expert 0 is used by 3 tokens, with 1 twice and 2 once
-    np.testing.assert_allclose(co[0], [0, 2 / 3, 1 / 3, 0])
-    np.testing.assert_allclose(co[1], [2 / 3, 0, 0, 1 / 3])
-    assert co[2, 0] == 1.0
 
 
 def _train(recipe, cfg, steps: int, chunks: int = 4):

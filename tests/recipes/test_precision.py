@@ -28,9 +28,9 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
 
 def test_bad_config_names_the_field():
     base = RECIPE.config("tiny")
-    with pytest.raises(ConfigError, match="ptq.bits"):
+    with pytest.raises(ConfigError, match="'ptq.bits'"):
         C.replace(base, **{"ptq.bits": (4, 1)})
-    with pytest.raises(ConfigError, match="ptq.methods"):
+    with pytest.raises(ConfigError, match="'ptq.methods'"):
         C.replace(base, **{"ptq.methods": ("awq",)})
-    with pytest.raises(ConfigError, match="quant.w_bits"):
+    with pytest.raises(ConfigError, match="'model.quant.w_bits'"):
         C.replace(base, **{"model.quant.w_bits": 40})
