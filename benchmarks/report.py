@@ -81,7 +81,9 @@ def committed_on(path: Path) -> str | None:
                               cwd=path.parent, capture_output=True, text=True)  # fmt: skip
     except OSError:
         return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
 
 
 def flatten(row: dict, prefix: str = "") -> dict:
@@ -137,6 +139,14 @@ def distinct(values: list[str], most: int | None = None) -> str:
     return "; ".join(seen)
 
 
+def counted(values: list[str]) -> str:
+    """The distinct values in first-seen order, each with its number of lines when they differ."""
+    counts = {v: values.count(v) for v in dict.fromkeys(values)}
+    if len(counts) == 1:
+        return values[0]
+    return "; ".join(f"{v} ({n} line{'s' if n > 1 else ''})" for v, n in counts.items())
+
+
 def provenance(rows: list[dict], commands: dict[str, str], committed: str | None) -> list[str]:
     """The lines above a table: commands, machines and dates of ``rows``; lines without their
     own take ``commands`` (``sources.json``'s what -> command) and ``committed`` (the date of the
@@ -148,7 +158,7 @@ def provenance(rows: list[dict], commands: dict[str, str], committed: str | None
     return [
         "- command: "
         + "; ".join(f"`{c}`" if c != NOT_RECORDED else c for c in dict.fromkeys(cmds)),
-        "- machine: " + distinct([machine_of(r) for r in rows]),
+        "- machine: " + counted([machine_of(r) for r in rows]),
         "- date: " + distinct(dates, most=3),
     ]
 

@@ -156,8 +156,10 @@ def test_a_bad_results_file_names_file_and_line_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]
 
 
-def test_cells_are_formatted_to_four_significant_digits():
+def test_cells_have_four_significant_digits_and_mixed_machines_their_line_counts():
     assert [report.fmt(v) for v in (2.75851, 1296512.7, 124710.9, 0.00031, 6.3e-05, 3277192)] == [
         "2.759", "1.297e+06", "124700", "0.00031", "6.3e-05", "3277192"]  # fmt: skip
     assert [report.fmt(v) for v in (float("nan"), float("inf"), None, False, "a|b")] == [
         "nan", "inf", "null", "false", "a\\|b"]  # fmt: skip
+    assert report.counted(["m1", "m2", "m1"]) == "m1 (2 lines); m2 (1 line)"
+    assert report.counted(["m1", "m1"]) == "m1"
