@@ -163,3 +163,16 @@ def test_cells_have_four_significant_digits_and_mixed_machines_their_line_counts
         "nan", "inf", "null", "false", "a\\|b"]  # fmt: skip
     assert report.counted(["m1", "m2", "m1"]) == "m1 (2 lines); m2 (1 line)"
     assert report.counted(["m1", "m1"]) == "m1"
+
+
+def test_the_committed_pages_match_the_results_they_come_from():
+    """docs/results/ is regenerated whenever benchmarks/results/ changes (``python -m
+    benchmarks.report``); dates of old lines come from git, so a shallow clone is skipped."""
+    shallow = subprocess.run(["git", "-C", str(report.ROOT), "rev-parse", "--is-shallow-repository"],
+                             capture_output=True, text=True)  # fmt: skip
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        pytest.skip("needs a full git checkout")
+    pages = report.render(report.ROOT / "benchmarks" / "results")
+    docs = report.ROOT / "docs" / "results"
+    committed = {p.relative_to(docs).as_posix(): p.read_text() for p in docs.rglob("*.md")}
+    assert committed == pages, "docs/results is stale: run `python -m benchmarks.report`"
