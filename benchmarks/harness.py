@@ -1,5 +1,6 @@
 """The one helper every benchmark uses: steady-state timing, the JSON-line emitter (each line
-carries the machine and the device it was measured on), and the runner of peer scripts in the
+carries the machine and the device it was measured on, the UTC date and the command that printed
+it, so ``python -m benchmarks.report`` can say where every figure came from), and the runner of peer scripts in the
 original Jax2D / Kinetix virtual environment (``benchmarks/peers/.venv-kinetix``, made by
 ``setup_kinetix_peer.sh``; ``JAXLAB_PEER_PYTHON`` names another interpreter).
 
@@ -14,10 +15,12 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jax
@@ -48,11 +51,30 @@ def machine() -> dict:
     }
 
 
+def invocation() -> str:
+    """How this process was started: ``python -m <module> <args>`` for a module run (``python -m
+    benchmarks.bench_x`` or ``jaxlab bench x``), else ``python <script> <args>``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        head = "python -m " + spec.name.removesuffix(".__main__")
+    else:
+        head = "python " + (sys.argv[0] if sys.argv else "")
+    return " ".join([head, shlex.join(sys.argv[1:])]).rstrip()
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second (``2026-12-07T14:22:56Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def emit(record: dict | None = None, **fields) -> dict:
-    """Print one JSON line: ``record`` and ``fields`` plus ``device`` (unless given) and
-    ``machine``; floats are kept as measured. Returns the line's dict."""
+    """Print one JSON line: ``record`` and ``fields`` plus ``device``, ``date`` (UTC, ISO 8601)
+    and ``command`` (:func:`invocation`), each unless given, and ``machine``; floats are kept as
+    measured. Returns the line's dict."""
     row = {**(record or {}), **fields}
     row.setdefault("device", device())
+    row.setdefault("date", utc_now())
+    row.setdefault("command", invocation())
     row["machine"] = machine()
     print(json.dumps(row, default=float), flush=True)
     return row

@@ -1,6 +1,6 @@
 """``benchmarks/accelerator.sh --smoke`` end to end on the CPU, restricted to its cheapest step
 (``--only moe``) so the suite stays within budget: argument parsing, the import check, the step
-runner, the per-step JSON lines (with machine info from the harness) and the summary with its
+runner, the per-step JSON lines (with the machine, date and command from the harness) and the summary with its
 exit status. The full ``--smoke`` (all six steps) takes minutes on 2 cores and is run by hand."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def test_smoke_run_writes_json_lines_and_a_summary(tmp_path):
     assert [s["step"] for s in summary] == ["moe"] and summary[0]["rc"] == "0"
     rows = [json.loads(x) for x in (tmp_path / "moe.jsonl").read_text().splitlines()]
     assert rows and all(r["machine"]["backend"] == "cpu" for r in rows)
+    assert all(r["command"].startswith("python -m benchmarks.bench_moe") for r in rows)
+    assert all(r["date"].endswith("Z") for r in rows)
     assert "moe_layer/fwd/dense" in {r["what"] for r in rows}
 
 
