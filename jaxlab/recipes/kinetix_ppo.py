@@ -5,9 +5,11 @@ fine-tuning, on the shared training loop.
 One loop step is one PPO update (a rollout of ``ppo.num_envs x ppo.num_steps`` env steps, then
 ``update_epochs x num_minibatches`` Adam steps); the env state and the PRNG key live in the train
 state (no batch), so checkpoints resume bit-identically on the CPU. ``make_train(cfg)(key)`` is
-the same run as one pure function (``jax.vmap`` it over keys for many seeds). The learning rate,
-clip range and loss coefficients are traced (``state.hparams``), so ``jaxlab sweep kinetix-ppo
-ppo.lr=1e-4,3e-4 --seeds 3`` is one program.
+the same run as one pure function (``jax.vmap`` it over keys for many seeds). The optimiser is
+``optim`` (``jaxlab.core.optim``; default ``jaxlab.rl.ppo.OPTIM``, ``optim.schedule=linear``
+anneals the rate to 0 over the run's Adam steps). The learning rate, clip range and loss
+coefficients are traced (``state.hparams``), so ``jaxlab sweep kinetix-ppo optim.lr=1e-4,3e-4
+--seeds 3`` is one program.
 
 Levels (``env.train_levels``, ``eval.levels``) are level specs
 (``jaxlab.envs.kinetix.level_sets``) or ``random`` (the procedural generator, optionally through
@@ -41,6 +43,7 @@ import numpy as np
 from jaxlab.core import config as config_lib
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import Hook, LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.run import RunNotFoundError, open_run, read_run
 from jaxlab.core.sharding import MeshConfig
@@ -62,6 +65,7 @@ class KinetixPPOConfig:
     env: KinetixEnvConfig = KinetixEnvConfig()
     network: NetworkConfig = NetworkConfig()
     ppo: PPOConfig = PPOConfig()
+    optim: OptimConfig = ppo_lib.OPTIM
     curriculum: CurriculumConfig = CurriculumConfig()
     eval: ke.KinetixEvalConfig = ke.KinetixEvalConfig()
     init_from: str = ""
@@ -107,7 +111,9 @@ class KinetixPPOConfig:
 
 def agent(cfg: KinetixPPOConfig) -> KinetixAgent:
     """Env, network and PPO of ``cfg`` (on one device)."""
-    return make_agent(cfg.env, cfg.network, cfg.ppo, cfg.curriculum, cfg.loop.total_steps)
+    return make_agent(
+        cfg.env, cfg.network, cfg.ppo, cfg.optim, cfg.curriculum, cfg.loop.total_steps
+    )
 
 
 def make_train(cfg: KinetixPPOConfig):
@@ -198,7 +204,7 @@ def finetune(cfg: KinetixPPOConfig, state: PPOState) -> PPOState:
     pretrained = open_run(run_dir, recipe=RECIPE, cfg=config_lib.replace(pre, **over))
     where = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
     params = jax.device_put(pretrained.state.params, where(state.params))
-    opt = ppo_lib.make_optimizer(cfg.ppo, cfg.loop.total_steps).init(params)
+    opt = ppo_lib.make_optimizer(cfg.ppo, cfg.optim, cfg.loop.total_steps).init(params)
     return state.replace(params=params, opt_state=jax.device_put(opt, where(state.opt_state)))
 
 

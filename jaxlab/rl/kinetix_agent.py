@@ -17,7 +17,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import shard_map
 from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
 from jaxlab.envs.kinetix import level_sets as ls
@@ -37,6 +37,7 @@ class KinetixAgent:
     env_cfg: ls.KinetixEnvConfig
     network_cfg: NetworkConfig
     ppo_cfg: PPOConfig
+    optim_cfg: OptimConfig
     curriculum_cfg: CurriculumConfig
     num_updates: int
     levels: ls.TrainLevels
@@ -62,22 +63,16 @@ class KinetixAgent:
     ) -> PPO:
         return _make_ppo(
             self.levels, self.env, self.network, self.mutate, self.num_updates,
-            ppo_cfg, curriculum_cfg, axis_name,
+            ppo_cfg, self.optim_cfg, curriculum_cfg, axis_name,
         )  # fmt: skip
 
     def update_on(self, mesh: jax.sharding.Mesh) -> Callable[[PPOState], tuple[PPOState, Any]]:
         """The PPO update for ``mesh``: ``ppo.update`` on one data shard, else the per-device
-        update (``num_envs / D`` envs, ``1 / D`` of the SFL buffer) under ``shard_map``."""
+        update (``num_envs / D`` envs, ``1 / D`` of the SFL buffer) under ``shard_map``; the
+        config checked that ``D`` divides them (``KinetixPPOConfig``)."""
         data = mesh.shape["data"]
         if data == 1:
             return self.ppo.update
-        for key, value in (
-            ("ppo.num_envs", self.ppo_cfg.num_envs),
-            ("curriculum.sfl.buffer_size", self.curriculum_cfg.sfl.buffer_size),
-            ("curriculum.sfl.batch_size", self.curriculum_cfg.sfl.batch_size),
-        ):
-            if value % data:
-                raise ConfigError(key, value, f"a multiple of the {data} data shards")
         local_ppo = dataclasses.replace(self.ppo_cfg, num_envs=self.ppo_cfg.num_envs // data)
         sfl = self.curriculum_cfg.sfl
         local_cur = dataclasses.replace(
@@ -98,6 +93,7 @@ def _make_ppo(
     mutate: Callable | None,
     num_updates: int,
     ppo_cfg: PPOConfig,
+    optim_cfg: OptimConfig,
     curriculum_cfg: CurriculumConfig,
     axis_name: str | None,
 ) -> PPO:
@@ -107,6 +103,7 @@ def _make_ppo(
         env,
         levels.env_params,
         network,
+        optim=optim_cfg,
         num_updates=num_updates,
         curriculum=curriculum,
         axis_name=axis_name,
@@ -117,6 +114,7 @@ def make_agent(
     env_cfg: ls.KinetixEnvConfig,
     network_cfg: NetworkConfig,
     ppo_cfg: PPOConfig,
+    optim_cfg: OptimConfig,
     curriculum_cfg: CurriculumConfig,
     num_updates: int,
 ) -> KinetixAgent:
@@ -129,11 +127,14 @@ def make_agent(
     mutate = None
     if curriculum_cfg.kind == "accel":
         mutate = ls.mutate_function(levels.static, levels.env_params)
-    ppo = _make_ppo(levels, env, network, mutate, num_updates, ppo_cfg, curriculum_cfg, None)
+    ppo = _make_ppo(
+        levels, env, network, mutate, num_updates, ppo_cfg, optim_cfg, curriculum_cfg, None
+    )
     return KinetixAgent(
         env_cfg,
         network_cfg,
         ppo_cfg,
+        optim_cfg,
         curriculum_cfg,
         num_updates,
         levels,
@@ -157,3 +158,4 @@ def state_specs(state: PPOState) -> PPOState:
 def state_shardings(abstract: PPOState, mesh: jax.sharding.Mesh) -> PPOState:
     """NamedShardings of :func:`state_specs` on ``mesh``."""
     return jax.tree.map(lambda _, s: NamedSharding(mesh, s), abstract, state_specs(abstract))
+
