@@ -10,9 +10,9 @@ so the run is a pure function of the config and resumes from a checkpoint bit fo
 are the data-parallel axis: their stacked states are split over the mesh's data axes (the graph is
 replicated), so ``num_seeds`` seeds train on as many devices as divide them.
 
-Traced hyper-parameters (``state.hparams``): ``lr`` and ``weight_decay``. The JDR rates
-(``jdr.eta_*``), ``graph.phi`` and the rewiring run in ``init`` (they make the data), so they are
-static: a sweep over them is a sequence of runs.
+Traced hyper-parameters (``state.hparams``): ``optim.lr`` and ``optim.weight_decay``. The JDR
+rates (``jdr.eta_*``), ``graph.phi`` and the rewiring run in ``init`` (they make the data), so
+they are static: a sweep over them is a sequence of runs.
 
 Examples::
 
@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import leading_axis_sharding, state_shardings
 from jaxlab.graph.experiment import GnnConfig, make_data_fn, trainer_spec
@@ -56,7 +57,7 @@ class GnnState:
       step: epochs done.
       data: features, labels and normalised graph shared by all seeds.
       seeds: per-seed states stacked on a leading ``num_seeds`` axis.
-      hparams: the traced ``{"lr": ..., "weight_decay": ...}``.
+      hparams: the traced ``{"optim.lr": ..., "optim.weight_decay": ...}``.
     """
 
     step: Int[Array, ""]
@@ -65,7 +66,7 @@ class GnnState:
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
 
 
-TRACED: tuple[str, ...] = ("lr", "weight_decay")
+TRACED: tuple[str, ...] = optim_lib.traced_keys()
 
 
 def _summary(state: GnnState, current: dict[str, np.ndarray]) -> dict[str, float]:
@@ -105,14 +106,15 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
     spec = trainer_spec(cfg)
     data_fn = make_data_fn(cfg)
     model = make_model(spec)
+    optim_args = dict(optim=cfg.optim, total_steps=cfg.loop.total_steps)
 
     def init(key: jax.Array) -> GnnState:
         data = data_fn()
         return GnnState(
             step=jnp.zeros((), jnp.int32),
             data=data,
-            seeds=init_seeds(key, data, spec, cfg.num_seeds),
-            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
+            seeds=init_seeds(key, data, spec, cfg.num_seeds, **optim_args),
+            hparams=optim_lib.hparams(cfg.optim),
         )
 
     def state_sharding(abstract: GnnState) -> GnnState:
@@ -122,8 +124,9 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
 
     def train_step(state: GnnState, batch: None) -> tuple[GnnState, dict]:
         del batch
-        rates = (state.hparams["lr"], state.hparams["weight_decay"])
-        seeds, metrics = train_epoch(state.data, state.seeds, spec, rates)
+        seeds, metrics = train_epoch(
+            state.data, state.seeds, spec, hparams=state.hparams, **optim_args
+        )
         return state.replace(step=state.step + 1, seeds=seeds), metrics
 
     def evaluate(state: GnnState) -> dict[str, float]:
