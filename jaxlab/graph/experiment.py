@@ -67,17 +67,15 @@ class GraphConfig:
 
     def __post_init__(self):
         if not -1.0 <= self.phi <= 1.0:
-            raise ConfigError("graph.phi", self.phi, "a value in [-1, 1]")
+            raise ConfigError("phi", self.phi, "a value in [-1, 1]")
         if self.n < 8:
-            raise ConfigError("graph.n", self.n, "an integer >= 8")
+            raise ConfigError("n", self.n, "an integer >= 8")
         if self.p < 1:
-            raise ConfigError("graph.p", self.p, "an integer >= 1")
+            raise ConfigError("p", self.p, "an integer >= 1")
         if self.epsilon < 0:
-            raise ConfigError("graph.epsilon", self.epsilon, "a value >= 0")
+            raise ConfigError("epsilon", self.epsilon, "a value >= 0")
         if not 0 < self.d or self.d + math.sqrt(self.d * (1 + self.epsilon)) > self.n:
-            raise ConfigError(
-                "graph.d", self.d, "a mean degree > 0 with d + sqrt(d (1 + epsilon)) <= n"
-            )
+            raise ConfigError("d", self.d, "a mean degree > 0 with d + sqrt(d (1 + epsilon)) <= n")
 
     @property
     def num_nodes(self) -> int:
@@ -135,14 +133,14 @@ class JdrConfig:
     def __post_init__(self):
         for name in ("iterations", "l_x", "l_a", "lobpcg_iterations"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"jdr.{name}", getattr(self, name), "an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
         for name in ("eta_x", "eta_a", "eta_final"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"jdr.{name}", getattr(self, name), "a rate in [0, 1]")
+                raise ConfigError(name, getattr(self, name), "a rate in [0, 1]")
         if self.top_k < 0:
-            raise ConfigError("jdr.top_k", self.top_k, "an integer >= 0 (0 = threshold at eps)")
+            raise ConfigError("top_k", self.top_k, "an integer >= 0 (0 = threshold at eps)")
         if self.offset < 0:
-            raise ConfigError("jdr.offset", self.offset, "an integer >= 0")
+            raise ConfigError("offset", self.offset, "an integer >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,9 +152,9 @@ class DiglConfig:
 
     def __post_init__(self):
         if not 0.0 < self.alpha <= 1.0:
-            raise ConfigError("digl.alpha", self.alpha, "a teleport probability in (0, 1]")
+            raise ConfigError("alpha", self.alpha, "a teleport probability in (0, 1]")
         if self.top_k < 1:
-            raise ConfigError("digl.top_k", self.top_k, "an integer >= 1")
+            raise ConfigError("top_k", self.top_k, "an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,14 +204,8 @@ class GnnConfig:
     )
 
     def __post_init__(self):
-        for name in ("num_seeds", "hidden", "patience", "gpr_k"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, getattr(self, name), "an integer >= 1")
-        for name in ("dropout", "dprate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(name, getattr(self, name), "a rate in [0, 1)")
-        if not 0.0 <= self.gpr_alpha <= 1.0:
-            raise ConfigError("gpr_alpha", self.gpr_alpha, "a value in [0, 1]")
+        if self.num_seeds < 1:
+            raise ConfigError("num_seeds", self.num_seeds, "an integer >= 1")
         n, f = self.graph.num_nodes, self.graph.num_features
         if self.rewire == "jdr":
             try:
@@ -231,6 +223,7 @@ class GnnConfig:
             split_sizes(n, 2, self.graph.split)
         except ValueError as e:
             raise ConfigError("graph.split", self.graph.split, str(e)) from None
+        trainer_spec(self)  # the model's settings (hidden, dropout, ...) are checked there
 
 
 def abs_ordering(cfg: GnnConfig) -> bool:

@@ -29,6 +29,7 @@ import optax
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core import optim as optim_lib
+from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.graph.gnn import GCN, GPRGNN, Graph
 from jaxlab.graph.splits import Split, planetoid_split
@@ -69,19 +70,17 @@ class TrainerSpec:
         self.check()  # a spec validates itself when made, as every config of the house does
 
     def check(self) -> None:
-        """Raises ValueError naming the field for invalid settings."""
+        """Raises ConfigError (a ValueError) naming the field for invalid settings."""
         if self.model not in ("gcn", "gprgnn"):
-            raise ValueError(f"model: got {self.model!r}, expected 'gcn' or 'gprgnn'")
-        for name in ("num_classes", "hidden", "patience", "train_per_class", "num_val"):
+            raise ConfigError("model", self.model, "'gcn' or 'gprgnn'")
+        for name in ("num_classes", "hidden", "patience", "train_per_class", "num_val", "gpr_k"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: got {getattr(self, name)}, expected an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
         for name in ("dropout", "dprate"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name}: got {getattr(self, name)}, expected a rate in [0, 1)")
-        if self.gpr_k < 1:
-            raise ValueError(f"gpr_k: got {self.gpr_k}, expected an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "a rate in [0, 1)")
         if not 0.0 <= self.gpr_alpha <= 1.0:
-            raise ValueError(f"gpr_alpha: got {self.gpr_alpha}, expected a value in [0, 1]")
+            raise ConfigError("gpr_alpha", self.gpr_alpha, "a value in [0, 1]")
 
 
 @flax.struct.dataclass
