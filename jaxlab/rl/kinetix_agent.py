@@ -17,6 +17,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import shard_map
 from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
@@ -159,3 +160,68 @@ def state_shardings(abstract: PPOState, mesh: jax.sharding.Mesh) -> PPOState:
     """NamedShardings of :func:`state_specs` on ``mesh``."""
     return jax.tree.map(lambda _, s: NamedSharding(mesh, s), abstract, state_specs(abstract))
 
+
+def check_data_shards(ppo_cfg: PPOConfig, curriculum_cfg: CurriculumConfig, data: int) -> None:
+    """ConfigError (by the recipe's dotted key) unless the envs, each device's minibatches and
+    the curriculum split over ``data > 1`` shards: ``ppo.num_envs`` and the SFL buffer and batch
+    multiples of ``data``, PLR/ACCEL (single-device buffers) refused."""
+    if data == 1:
+        return
+    if ppo_cfg.num_envs % data:
+        raise ConfigError("ppo.num_envs", ppo_cfg.num_envs, f"a multiple of mesh.data={data}")
+    local = ppo_cfg.num_envs // data * ppo_cfg.num_steps
+    if local % ppo_cfg.num_minibatches:
+        raise ConfigError(
+            "ppo.num_minibatches",
+            ppo_cfg.num_minibatches,
+            f"a divisor of the per-device batch {local}",
+        )
+    if curriculum_cfg.kind in ("plr", "accel"):
+        raise ConfigError(
+            "curriculum.kind",
+            curriculum_cfg.kind,
+            "'uniform' or 'sfl' when mesh.data > 1 (PLR/ACCEL buffers are single-device)",
+        )
+    if curriculum_cfg.kind == "sfl":
+        for name in ("buffer_size", "batch_size"):
+            value = getattr(curriculum_cfg.sfl, name)
+            if value % data:
+                raise ConfigError(
+                    f"curriculum.sfl.{name}", value, f"a multiple of mesh.data={data}"
+                )
+
+
+def finetune_keys(
+    env_cfg: ls.KinetixEnvConfig, network_cfg: NetworkConfig, ppo_cfg: PPOConfig
+) -> dict[str, Any]:
+    """The settings a run fine-tuned from a pretrained run must share with it, by dotted key:
+    the network, the observation and action types and observation normalisation (and, for a
+    network on flat observations, the size)."""
+    keys = {
+        "network": network_cfg,
+        "env.observation_type": env_cfg.observation_type,
+        "env.action_type": env_cfg.action_type,
+        "ppo.normalize_obs": ppo_cfg.normalize_obs,
+    }
+    if network_cfg.kind != "transformer":
+        keys["env.size"] = env_cfg.size
+    return keys
+
+
+def with_params(state: PPOState, params: Any, optimizer: Any) -> PPOState:
+    """``state`` with ``params`` (placed as its own parameters are) and a fresh state of the
+    optax ``optimizer``: the start of a fine-tuning run."""
+    where = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+    params = jax.device_put(params, where(state.params))
+    opt = jax.device_put(optimizer.init(params), where(state.opt_state))
+    return state.replace(params=params, opt_state=opt)
+
+
+def progress_line(step: int, total: int, env_steps_per_update: int, m: dict[str, Any]) -> str:
+    """A one-line training summary after update ``step`` of ``total`` from its metrics ``m``."""
+    return (
+        f"update {step}/{total}  env steps {step * env_steps_per_update:,}  "
+        f"train solve rate {float(m['solve_rate']):.2f}  "
+        f"return {float(m['episode_return']):.3f}  "
+        f"episode length {float(m['episode_length']):.0f}  entropy {float(m['entropy']):.2f}"
+    )
