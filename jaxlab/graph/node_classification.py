@@ -25,6 +25,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float, Int
 
@@ -334,3 +335,49 @@ def train(
         return train_epoch(data, s, spec, optim=optim, total_steps=epochs)
 
     return jax.lax.scan(body, seeds, None, length=epochs)
+
+
+@partial(jax.jit, static_argnums=0)
+def current_accuracy(
+    model: nn.Module, data: NodeData, seeds: SeedState
+) -> dict[str, Float[Array, " seeds"]]:
+    """Per-seed validation and test accuracy of the current parameters (no dropout)."""
+
+    def one(params, split):
+        logp = model.apply({"params": params}, data.features, data.graph)
+        correct = jnp.argmax(logp, axis=-1) == data.labels
+        return {
+            name: jnp.sum(correct & mask) / jnp.maximum(jnp.sum(mask), 1)
+            for name, mask in (("val", split.val), ("test", split.test))
+        }
+
+    return jax.vmap(one)(seeds.params, seeds.split)
+
+
+def seeds_summary(seeds: SeedState, current: dict[str, Any]) -> dict[str, float]:
+    """The run's result over its seeds (host floats): mean best validation accuracy, the mean
+    test accuracy at it with its standard deviation and 95 % interval half-width, the mean best
+    epoch, the seeds still training, and the mean ``current`` accuracies
+    (:func:`current_accuracy`)."""
+    s, current = jax.device_get((seeds, current))
+    test = np.asarray(s.test_acc_at_best, np.float64)
+    return {
+        "best_val_acc": float(np.mean(s.best_val_acc)),
+        "test_acc_at_best": float(np.mean(test)),
+        "test_acc_at_best_std": float(np.std(test)),
+        "test_acc_at_best_ci95": float(1.96 * np.std(test) / np.sqrt(test.shape[0])),
+        "best_epoch": float(np.mean(s.best_epoch)),
+        "active_seeds": float(np.sum(~np.asarray(s.stopped))),
+        "val_acc": float(np.mean(current["val"])),
+        "test_acc": float(np.mean(current["test"])),
+    }
+
+
+def per_seed_results(seeds: SeedState) -> dict[str, list]:
+    """Each seed's test accuracy at its best validation accuracy, that accuracy and its epoch."""
+    s = jax.device_get(seeds)
+    return {
+        "test_acc_at_best": [float(v) for v in s.test_acc_at_best],
+        "best_val_acc": [float(v) for v in s.best_val_acc],
+        "best_epoch": [int(v) for v in s.best_epoch],
+    }

@@ -23,15 +23,12 @@ Examples::
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Int
 
 from jaxlab.core import optim as optim_lib
@@ -41,8 +38,11 @@ from jaxlab.graph.experiment import GnnConfig, make_data_fn, trainer_spec
 from jaxlab.graph.node_classification import (
     NodeData,
     SeedState,
+    current_accuracy,
     init_seeds,
     make_model,
+    per_seed_results,
+    seeds_summary,
     train_epoch,
 )
 
@@ -67,37 +67,6 @@ class GnnState:
 
 
 TRACED: tuple[str, ...] = optim_lib.traced_keys()
-
-
-def _summary(state: GnnState, current: dict[str, np.ndarray]) -> dict[str, float]:
-    s = jax.device_get(state.seeds)
-    test = np.asarray(s.test_acc_at_best, np.float64)
-    num = test.shape[0]
-    return {
-        "best_val_acc": float(np.mean(s.best_val_acc)),
-        "test_acc_at_best": float(np.mean(test)),
-        "test_acc_at_best_std": float(np.std(test)),
-        "test_acc_at_best_ci95": float(1.96 * np.std(test) / np.sqrt(num)),
-        "best_epoch": float(np.mean(s.best_epoch)),
-        "active_seeds": float(np.sum(~np.asarray(s.stopped))),
-        "val_acc": float(np.mean(current["val"])),
-        "test_acc": float(np.mean(current["test"])),
-    }
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _current_accuracy(model: nn.Module, state: GnnState) -> dict[str, jax.Array]:
-    """Per-seed validation and test accuracy of the current parameters (no dropout)."""
-
-    def one(params, split):
-        logp = model.apply({"params": params}, state.data.features, state.data.graph)
-        correct = jnp.argmax(logp, axis=-1) == state.data.labels
-        return {
-            name: jnp.sum(correct & mask) / jnp.maximum(jnp.sum(mask), 1)
-            for name, mask in (("val", split.val), ("test", split.test))
-        }
-
-    return jax.vmap(one)(state.seeds.params, state.seeds.split)
 
 
 def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
@@ -130,10 +99,9 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
         return state.replace(step=state.step + 1, seeds=seeds), metrics
 
     def evaluate(state: GnnState) -> dict[str, float]:
-        return _summary(state, jax.device_get(_current_accuracy(model, state)))
+        return seeds_summary(state.seeds, current_accuracy(model, state.data, state.seeds))
 
     def finalize(state: GnnState, run_dir: Path) -> None:
-        s = jax.device_get(state.seeds)
         out = {
             "graph": cfg.graph.name,
             "phi": cfg.graph.phi if cfg.graph.name == "csbm" else None,
@@ -141,11 +109,7 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
             "rewire": cfg.rewire,
             "epochs": int(state.step),
             "summary": evaluate(state),
-            "per_seed": {
-                "test_acc_at_best": [float(v) for v in s.test_acc_at_best],
-                "best_val_acc": [float(v) for v in s.best_val_acc],
-                "best_epoch": [int(v) for v in s.best_epoch],
-            },
+            "per_seed": per_seed_results(state.seeds),
         }
         (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
 
