@@ -56,7 +56,6 @@ def main() -> None:
             num_expansions=args.k,
             batch_size=args.batch,
             eval_episodes=args.eval,
-            learning_rate=args.lr,
             demo_length=3 * args.size,
             maze_model=args.model,
             channels=args.channels,
@@ -67,7 +66,8 @@ def main() -> None:
             gamma=args.gamma,
         )
         t0 = time.perf_counter()
-        train = jax.jit(jax.vmap(training.make_train(cfg, args.steps)))
+        optim = dataclasses.replace(training.OPTIM, lr=args.lr)
+        train = jax.jit(jax.vmap(training.make_train(cfg, args.steps, optim=optim)))
         state, metrics = train(jax.random.split(jax.random.key(0), args.seeds))
         jax.block_until_ready(state)
         train_s = time.perf_counter() - t0

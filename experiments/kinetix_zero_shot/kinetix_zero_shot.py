@@ -72,7 +72,7 @@ def small_transformer(args) -> dict:
         "ppo.num_steps": args.steps,
         "ppo.num_minibatches": mb,
         "ppo.update_epochs": args.epochs,
-        "ppo.lr": args.lr,
+        "optim.lr": args.lr,
         "eval.num_attempts": args.attempts,
         "eval.gif_levels": 0,
         "loop.progress": False,

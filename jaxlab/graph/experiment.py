@@ -27,6 +27,7 @@ import numpy as np
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.graph.csbm import CSBMParams, sample_csbm
 from jaxlab.graph.datasets import KARATE_NUM_NODES, NodeGraph, karate_club
@@ -34,7 +35,7 @@ from jaxlab.graph.digl import digl
 from jaxlab.graph.gnn import gcn_normalize
 from jaxlab.graph.graph import DenseGraph, dense_to_edges
 from jaxlab.graph.jdr import JDRParams, JDRStatic, jdr
-from jaxlab.graph.node_classification import NodeData, SeedState, TrainerSpec, train
+from jaxlab.graph.node_classification import OPTIM, NodeData, SeedState, TrainerSpec, train
 from jaxlab.graph.splits import split_sizes
 
 
@@ -66,17 +67,15 @@ class GraphConfig:
 
     def __post_init__(self):
         if not -1.0 <= self.phi <= 1.0:
-            raise ConfigError("graph.phi", self.phi, "a value in [-1, 1]")
+            raise ConfigError("phi", self.phi, "a value in [-1, 1]")
         if self.n < 8:
-            raise ConfigError("graph.n", self.n, "an integer >= 8")
+            raise ConfigError("n", self.n, "an integer >= 8")
         if self.p < 1:
-            raise ConfigError("graph.p", self.p, "an integer >= 1")
+            raise ConfigError("p", self.p, "an integer >= 1")
         if self.epsilon < 0:
-            raise ConfigError("graph.epsilon", self.epsilon, "a value >= 0")
+            raise ConfigError("epsilon", self.epsilon, "a value >= 0")
         if not 0 < self.d or self.d + math.sqrt(self.d * (1 + self.epsilon)) > self.n:
-            raise ConfigError(
-                "graph.d", self.d, "a mean degree > 0 with d + sqrt(d (1 + epsilon)) <= n"
-            )
+            raise ConfigError("d", self.d, "a mean degree > 0 with d + sqrt(d (1 + epsilon)) <= n")
 
     @property
     def num_nodes(self) -> int:
@@ -134,14 +133,14 @@ class JdrConfig:
     def __post_init__(self):
         for name in ("iterations", "l_x", "l_a", "lobpcg_iterations"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"jdr.{name}", getattr(self, name), "an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
         for name in ("eta_x", "eta_a", "eta_final"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"jdr.{name}", getattr(self, name), "a rate in [0, 1]")
+                raise ConfigError(name, getattr(self, name), "a rate in [0, 1]")
         if self.top_k < 0:
-            raise ConfigError("jdr.top_k", self.top_k, "an integer >= 0 (0 = threshold at eps)")
+            raise ConfigError("top_k", self.top_k, "an integer >= 0 (0 = threshold at eps)")
         if self.offset < 0:
-            raise ConfigError("jdr.offset", self.offset, "an integer >= 0")
+            raise ConfigError("offset", self.offset, "an integer >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +152,9 @@ class DiglConfig:
 
     def __post_init__(self):
         if not 0.0 < self.alpha <= 1.0:
-            raise ConfigError("digl.alpha", self.alpha, "a teleport probability in (0, 1]")
+            raise ConfigError("alpha", self.alpha, "a teleport probability in (0, 1]")
         if self.top_k < 1:
-            raise ConfigError("digl.top_k", self.top_k, "an integer >= 1")
+            raise ConfigError("top_k", self.top_k, "an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,9 +172,10 @@ class GnnConfig:
       dprate: GPRGNN dropout before propagation (paper 0.5).
       gpr_k: GPRGNN hops (paper 10).
       gpr_alpha: GPRGNN PPR init (paper 0.1).
-      lr: Adam learning rate (paper 0.01); traced (a sweep over it is one program).
-      weight_decay: L2 (paper 5e-4); traced.
       patience: early-stopping patience in epochs on validation accuracy (paper 200).
+      optim: the optimiser (paper: Adam at 0.01 with an L2 term 5e-4 added to the gradient;
+        :func:`jaxlab.graph.node_classification.make_optimizer`); ``optim.lr`` and
+        ``optim.weight_decay`` are traced (a sweep over them is one program).
       graph: the data.
       jdr: JDR settings (used when ``rewire=jdr``).
       digl: DIGL settings (used when ``rewire=digl``).
@@ -193,9 +193,8 @@ class GnnConfig:
     dprate: float = 0.5
     gpr_k: int = 10
     gpr_alpha: float = 0.1
-    lr: float = 0.01
-    weight_decay: float = 5e-4
     patience: int = 200
+    optim: OptimConfig = OPTIM
     graph: GraphConfig = GraphConfig()
     jdr: JdrConfig = JdrConfig()
     digl: DiglConfig = DiglConfig()
@@ -205,18 +204,8 @@ class GnnConfig:
     )
 
     def __post_init__(self):
-        for name in ("num_seeds", "hidden", "patience", "gpr_k"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, getattr(self, name), "an integer >= 1")
-        for name in ("dropout", "dprate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(name, getattr(self, name), "a rate in [0, 1)")
-        if self.lr <= 0:
-            raise ConfigError("lr", self.lr, "a learning rate > 0")
-        if self.weight_decay < 0:
-            raise ConfigError("weight_decay", self.weight_decay, "a value >= 0")
-        if not 0.0 <= self.gpr_alpha <= 1.0:
-            raise ConfigError("gpr_alpha", self.gpr_alpha, "a value in [0, 1]")
+        if self.num_seeds < 1:
+            raise ConfigError("num_seeds", self.num_seeds, "an integer >= 1")
         n, f = self.graph.num_nodes, self.graph.num_features
         if self.rewire == "jdr":
             try:
@@ -234,6 +223,7 @@ class GnnConfig:
             split_sizes(n, 2, self.graph.split)
         except ValueError as e:
             raise ConfigError("graph.split", self.graph.split, str(e)) from None
+        trainer_spec(self)  # the model's settings (hidden, dropout, ...) are checked there
 
 
 def abs_ordering(cfg: GnnConfig) -> bool:
@@ -277,8 +267,6 @@ def trainer_spec(cfg: GnnConfig) -> TrainerSpec:
         dprate=cfg.dprate,
         gpr_k=cfg.gpr_k,
         gpr_alpha=cfg.gpr_alpha,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
         patience=cfg.patience,
         train_per_class=per_class,
         num_val=num_val,
@@ -360,5 +348,6 @@ def run_experiment(cfg: GnnConfig) -> tuple[SeedState, dict[str, np.ndarray]]:
         trainer_spec(cfg),
         num_seeds=cfg.num_seeds,
         epochs=cfg.loop.total_steps,
+        optim=cfg.optim,
     )
     return seeds, jax.device_get(history)

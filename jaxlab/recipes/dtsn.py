@@ -2,8 +2,9 @@
 
 The run is a pure function of the config: ``init`` generates the demonstrations (BFS shortest
 paths on procedurally generated mazes, or solution sequences of training Game of 24 instances)
-and the networks; each step draws a batch with the key kept in the state and takes one Adam step
-on ``jax.grad`` of the D-TSN objective (``jaxlab.rl.search.dtsn.dtsn_loss``), or of the
+and the networks; each step draws a batch with the key kept in the state and takes one step of
+``optim`` (default: clipping at 10, then Adam at 1e-3; ``optim.lr`` traced) on ``jax.grad`` of
+the D-TSN objective (``jaxlab.rl.search.dtsn.dtsn_loss``), or of the
 baselines' (``learner.method=bc`` behaviour cloning, ``learner.method=fixed`` breadth-first
 search). Evaluation plays greedy episodes on held-out layouts / instances and reports the
 success rate and the path-length ratio to the BFS optimum; ``finalize`` writes ``results.json``
@@ -26,6 +27,7 @@ import jax
 
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import MeshConfig, constrain_leading
 from jaxlab.rl.search import render, training
@@ -34,11 +36,13 @@ from jaxlab.rl.search.training import LearnerConfig
 
 @dataclasses.dataclass(frozen=True)
 class DtsnConfig:
-    """Attributes: ``seed``; ``learner`` (env, method, sizes, K, T, losses); ``eval_seed`` of the
-    held-out layouts; ``gif`` writes the maze episode GIF at the end; ``loop``."""
+    """Attributes: ``seed``; ``learner`` (env, method, sizes, K, T, losses); ``optim`` (the
+    optimiser; ``optim.lr`` traced); ``eval_seed`` of the held-out layouts; ``gif`` writes the
+    maze episode GIF at the end; ``loop``."""
 
     seed: int = 0
     learner: LearnerConfig = LearnerConfig()
+    optim: OptimConfig = training.OPTIM
     eval_seed: int = 1234
     gif: bool = True
     mesh: MeshConfig = MeshConfig(data=1)
@@ -55,6 +59,7 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
     """Data parallel over ``mesh``: each step's sampled transitions are split over the data axes;
     the parameters and the demonstrations are replicated."""
     learner = cfg.learner
+    run = dict(optim=cfg.optim, total_steps=cfg.loop.total_steps)
 
     def spread(x):  # a batch made inside the step, split over the data axes
         return constrain_leading(x, mesh)
@@ -85,8 +90,8 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
         (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
 
     return Parts(
-        init=lambda key: training.init(key, learner),
-        train_step=lambda state, batch: training.train_step(state, learner, spread),
+        init=lambda key: training.init(key, learner, **run),
+        train_step=lambda state, batch: training.train_step(state, learner, spread, **run),
         evaluate=evaluate,
         finalize=finalize,
         units_per_step=(learner.batch_size, "transition"),
@@ -100,6 +105,7 @@ RECIPE = register(
         build=build,
         description="D-TSN: learning to search from demonstrations (grid mazes, Game of 24)",
         default_preset="cpu",
+        traced=training.TRACED,
     )
 )
 

@@ -10,9 +10,9 @@ so the run is a pure function of the config and resumes from a checkpoint bit fo
 are the data-parallel axis: their stacked states are split over the mesh's data axes (the graph is
 replicated), so ``num_seeds`` seeds train on as many devices as divide them.
 
-Traced hyper-parameters (``state.hparams``): ``lr`` and ``weight_decay``. The JDR rates
-(``jdr.eta_*``), ``graph.phi`` and the rewiring run in ``init`` (they make the data), so they are
-static: a sweep over them is a sequence of runs.
+Traced hyper-parameters (``state.hparams``): ``optim.lr`` and ``optim.weight_decay``. The JDR
+rates (``jdr.eta_*``), ``graph.phi`` and the rewiring run in ``init`` (they make the data), so
+they are static: a sweep over them is a sequence of runs.
 
 Examples::
 
@@ -23,25 +23,26 @@ Examples::
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Int
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import leading_axis_sharding, state_shardings
 from jaxlab.graph.experiment import GnnConfig, make_data_fn, trainer_spec
 from jaxlab.graph.node_classification import (
     NodeData,
     SeedState,
+    current_accuracy,
     init_seeds,
     make_model,
+    per_seed_results,
+    seeds_summary,
     train_epoch,
 )
 
@@ -56,7 +57,7 @@ class GnnState:
       step: epochs done.
       data: features, labels and normalised graph shared by all seeds.
       seeds: per-seed states stacked on a leading ``num_seeds`` axis.
-      hparams: the traced ``{"lr": ..., "weight_decay": ...}``.
+      hparams: the traced ``{"optim.lr": ..., "optim.weight_decay": ...}``.
     """
 
     step: Int[Array, ""]
@@ -65,38 +66,7 @@ class GnnState:
     hparams: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
 
 
-TRACED: tuple[str, ...] = ("lr", "weight_decay")
-
-
-def _summary(state: GnnState, current: dict[str, np.ndarray]) -> dict[str, float]:
-    s = jax.device_get(state.seeds)
-    test = np.asarray(s.test_acc_at_best, np.float64)
-    num = test.shape[0]
-    return {
-        "best_val_acc": float(np.mean(s.best_val_acc)),
-        "test_acc_at_best": float(np.mean(test)),
-        "test_acc_at_best_std": float(np.std(test)),
-        "test_acc_at_best_ci95": float(1.96 * np.std(test) / np.sqrt(num)),
-        "best_epoch": float(np.mean(s.best_epoch)),
-        "active_seeds": float(np.sum(~np.asarray(s.stopped))),
-        "val_acc": float(np.mean(current["val"])),
-        "test_acc": float(np.mean(current["test"])),
-    }
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _current_accuracy(model: nn.Module, state: GnnState) -> dict[str, jax.Array]:
-    """Per-seed validation and test accuracy of the current parameters (no dropout)."""
-
-    def one(params, split):
-        logp = model.apply({"params": params}, state.data.features, state.data.graph)
-        correct = jnp.argmax(logp, axis=-1) == state.data.labels
-        return {
-            name: jnp.sum(correct & mask) / jnp.maximum(jnp.sum(mask), 1)
-            for name, mask in (("val", split.val), ("test", split.test))
-        }
-
-    return jax.vmap(one)(state.seeds.params, state.seeds.split)
+TRACED: tuple[str, ...] = optim_lib.traced_keys()
 
 
 def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
@@ -105,14 +75,15 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
     spec = trainer_spec(cfg)
     data_fn = make_data_fn(cfg)
     model = make_model(spec)
+    optim_args = dict(optim=cfg.optim, total_steps=cfg.loop.total_steps)
 
     def init(key: jax.Array) -> GnnState:
         data = data_fn()
         return GnnState(
             step=jnp.zeros((), jnp.int32),
             data=data,
-            seeds=init_seeds(key, data, spec, cfg.num_seeds),
-            hparams={k: jnp.float32(getattr(cfg, k)) for k in TRACED},
+            seeds=init_seeds(key, data, spec, cfg.num_seeds, **optim_args),
+            hparams=optim_lib.hparams(cfg.optim),
         )
 
     def state_sharding(abstract: GnnState) -> GnnState:
@@ -122,15 +93,15 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
 
     def train_step(state: GnnState, batch: None) -> tuple[GnnState, dict]:
         del batch
-        rates = (state.hparams["lr"], state.hparams["weight_decay"])
-        seeds, metrics = train_epoch(state.data, state.seeds, spec, rates)
+        seeds, metrics = train_epoch(
+            state.data, state.seeds, spec, hparams=state.hparams, **optim_args
+        )
         return state.replace(step=state.step + 1, seeds=seeds), metrics
 
     def evaluate(state: GnnState) -> dict[str, float]:
-        return _summary(state, jax.device_get(_current_accuracy(model, state)))
+        return seeds_summary(state.seeds, current_accuracy(model, state.data, state.seeds))
 
     def finalize(state: GnnState, run_dir: Path) -> None:
-        s = jax.device_get(state.seeds)
         out = {
             "graph": cfg.graph.name,
             "phi": cfg.graph.phi if cfg.graph.name == "csbm" else None,
@@ -138,11 +109,7 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
             "rewire": cfg.rewire,
             "epochs": int(state.step),
             "summary": evaluate(state),
-            "per_seed": {
-                "test_acc_at_best": [float(v) for v in s.test_acc_at_best],
-                "best_val_acc": [float(v) for v in s.best_val_acc],
-                "best_epoch": [int(v) for v in s.best_epoch],
-            },
+            "per_seed": per_seed_results(state.seeds),
         }
         (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
 

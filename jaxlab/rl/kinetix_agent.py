@@ -18,6 +18,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import shard_map
 from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
 from jaxlab.envs.kinetix import level_sets as ls
@@ -37,6 +38,7 @@ class KinetixAgent:
     env_cfg: ls.KinetixEnvConfig
     network_cfg: NetworkConfig
     ppo_cfg: PPOConfig
+    optim_cfg: OptimConfig
     curriculum_cfg: CurriculumConfig
     num_updates: int
     levels: ls.TrainLevels
@@ -62,22 +64,16 @@ class KinetixAgent:
     ) -> PPO:
         return _make_ppo(
             self.levels, self.env, self.network, self.mutate, self.num_updates,
-            ppo_cfg, curriculum_cfg, axis_name,
+            ppo_cfg, self.optim_cfg, curriculum_cfg, axis_name,
         )  # fmt: skip
 
     def update_on(self, mesh: jax.sharding.Mesh) -> Callable[[PPOState], tuple[PPOState, Any]]:
         """The PPO update for ``mesh``: ``ppo.update`` on one data shard, else the per-device
-        update (``num_envs / D`` envs, ``1 / D`` of the SFL buffer) under ``shard_map``."""
+        update (``num_envs / D`` envs, ``1 / D`` of the SFL buffer) under ``shard_map``; the
+        config checked that ``D`` divides them (``KinetixPPOConfig``)."""
         data = mesh.shape["data"]
         if data == 1:
             return self.ppo.update
-        for key, value in (
-            ("ppo.num_envs", self.ppo_cfg.num_envs),
-            ("curriculum.sfl.buffer_size", self.curriculum_cfg.sfl.buffer_size),
-            ("curriculum.sfl.batch_size", self.curriculum_cfg.sfl.batch_size),
-        ):
-            if value % data:
-                raise ConfigError(key, value, f"a multiple of the {data} data shards")
         local_ppo = dataclasses.replace(self.ppo_cfg, num_envs=self.ppo_cfg.num_envs // data)
         sfl = self.curriculum_cfg.sfl
         local_cur = dataclasses.replace(
@@ -98,6 +94,7 @@ def _make_ppo(
     mutate: Callable | None,
     num_updates: int,
     ppo_cfg: PPOConfig,
+    optim_cfg: OptimConfig,
     curriculum_cfg: CurriculumConfig,
     axis_name: str | None,
 ) -> PPO:
@@ -107,6 +104,7 @@ def _make_ppo(
         env,
         levels.env_params,
         network,
+        optim=optim_cfg,
         num_updates=num_updates,
         curriculum=curriculum,
         axis_name=axis_name,
@@ -117,6 +115,7 @@ def make_agent(
     env_cfg: ls.KinetixEnvConfig,
     network_cfg: NetworkConfig,
     ppo_cfg: PPOConfig,
+    optim_cfg: OptimConfig,
     curriculum_cfg: CurriculumConfig,
     num_updates: int,
 ) -> KinetixAgent:
@@ -129,11 +128,14 @@ def make_agent(
     mutate = None
     if curriculum_cfg.kind == "accel":
         mutate = ls.mutate_function(levels.static, levels.env_params)
-    ppo = _make_ppo(levels, env, network, mutate, num_updates, ppo_cfg, curriculum_cfg, None)
+    ppo = _make_ppo(
+        levels, env, network, mutate, num_updates, ppo_cfg, optim_cfg, curriculum_cfg, None
+    )
     return KinetixAgent(
         env_cfg,
         network_cfg,
         ppo_cfg,
+        optim_cfg,
         curriculum_cfg,
         num_updates,
         levels,
@@ -157,3 +159,69 @@ def state_specs(state: PPOState) -> PPOState:
 def state_shardings(abstract: PPOState, mesh: jax.sharding.Mesh) -> PPOState:
     """NamedShardings of :func:`state_specs` on ``mesh``."""
     return jax.tree.map(lambda _, s: NamedSharding(mesh, s), abstract, state_specs(abstract))
+
+
+def check_data_shards(ppo_cfg: PPOConfig, curriculum_cfg: CurriculumConfig, data: int) -> None:
+    """ConfigError (by the recipe's dotted key) unless the envs, each device's minibatches and
+    the curriculum split over ``data > 1`` shards: ``ppo.num_envs`` and the SFL buffer and batch
+    multiples of ``data``, PLR/ACCEL (single-device buffers) refused."""
+    if data == 1:
+        return
+    if ppo_cfg.num_envs % data:
+        raise ConfigError("ppo.num_envs", ppo_cfg.num_envs, f"a multiple of mesh.data={data}")
+    local = ppo_cfg.num_envs // data * ppo_cfg.num_steps
+    if local % ppo_cfg.num_minibatches:
+        raise ConfigError(
+            "ppo.num_minibatches",
+            ppo_cfg.num_minibatches,
+            f"a divisor of the per-device batch {local}",
+        )
+    if curriculum_cfg.kind in ("plr", "accel"):
+        raise ConfigError(
+            "curriculum.kind",
+            curriculum_cfg.kind,
+            "'uniform' or 'sfl' when mesh.data > 1 (PLR/ACCEL buffers are single-device)",
+        )
+    if curriculum_cfg.kind == "sfl":
+        for name in ("buffer_size", "batch_size"):
+            value = getattr(curriculum_cfg.sfl, name)
+            if value % data:
+                raise ConfigError(
+                    f"curriculum.sfl.{name}", value, f"a multiple of mesh.data={data}"
+                )
+
+
+def finetune_keys(
+    env_cfg: ls.KinetixEnvConfig, network_cfg: NetworkConfig, ppo_cfg: PPOConfig
+) -> dict[str, Any]:
+    """The settings a run fine-tuned from a pretrained run must share with it, by dotted key:
+    the network, the observation and action types and observation normalisation (and, for a
+    network on flat observations, the size)."""
+    keys = {
+        "network": network_cfg,
+        "env.observation_type": env_cfg.observation_type,
+        "env.action_type": env_cfg.action_type,
+        "ppo.normalize_obs": ppo_cfg.normalize_obs,
+    }
+    if network_cfg.kind != "transformer":
+        keys["env.size"] = env_cfg.size
+    return keys
+
+
+def with_params(state: PPOState, params: Any, optimizer: Any) -> PPOState:
+    """``state`` with ``params`` (placed as its own parameters are) and a fresh state of the
+    optax ``optimizer``: the start of a fine-tuning run."""
+    where = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+    params = jax.device_put(params, where(state.params))
+    opt = jax.device_put(optimizer.init(params), where(state.opt_state))
+    return state.replace(params=params, opt_state=opt)
+
+
+def progress_line(step: int, total: int, env_steps_per_update: int, m: dict[str, Any]) -> str:
+    """A one-line training summary after update ``step`` of ``total`` from its metrics ``m``."""
+    return (
+        f"update {step}/{total}  env steps {step * env_steps_per_update:,}  "
+        f"train solve rate {float(m['solve_rate']):.2f}  "
+        f"return {float(m['episode_return']):.3f}  "
+        f"episode length {float(m['episode_length']):.0f}  entropy {float(m['entropy']):.2f}"
+    )

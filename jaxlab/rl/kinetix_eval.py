@@ -2,7 +2,8 @@
 random / no-op baselines (``evaluate.evaluate_levels`` per static size group).
 
 The evaluation levels of a run (:func:`eval_files`) are ``eval.levels``, else the training levels,
-else the shipped ``library``. A policy on a flat observation (MLP) plays only the levels that fit
+else the shipped ``library``. :class:`RunEvaluation` is a training run's evaluation (its summary
+during training, its table and GIF at the end); :func:`report` is ``jaxlab eval``'s table. A policy on a flat observation (MLP) plays only the levels that fit
 its training size ``env.size``; the entity transformer plays every level at the smallest size it
 fits. Levels that the policy cannot play are left out of the evaluation (and named); a level set
 with none left is a ConfigError before training.
@@ -49,9 +50,10 @@ class KinetixEvalConfig:
 
     def __post_init__(self):
         if self.num_attempts < 1:
-            raise ConfigError("eval.num_attempts", self.num_attempts, "an integer >= 1")
-        if self.max_steps < 0 or self.gif_levels < 0:
-            raise ConfigError("eval.max_steps/gif_levels", self.max_steps, "integers >= 0")
+            raise ConfigError("num_attempts", self.num_attempts, "an integer >= 1")
+        for name in ("max_steps", "gif_levels"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "an integer >= 0")
 
 
 def eval_level_spec(env_cfg: ls.KinetixEnvConfig, eval_cfg: KinetixEvalConfig) -> str:
@@ -215,3 +217,95 @@ def write_table(
     if left_out:
         out["left_out"] = list(left_out)
     (run_dir / "eval_levels.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+def write_line(line: str) -> None:
+    """Prints a line without breaking a training loop's progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line)
+
+
+class RunEvaluation:
+    """A training run's evaluation on its evaluation levels (:func:`eval_files`, checked when
+    made, so an unplayable level set fails before training).
+
+    ``evaluate(state)`` gives the solve rate, return and episode length over all levels (and,
+    with ``progress``, prints a summary line); ``finalize(state, run_dir)`` writes the per-level
+    table and ``agent.gif``, reusing the last evaluation when it was of the same update. The
+    compiled evaluation is built on first use; every evaluation draws from ``PRNGKey(seed)``."""
+
+    def __init__(
+        self, agent: KinetixAgent, eval_cfg: KinetixEvalConfig, *, seed: int, progress: bool
+    ):
+        files, left_out = eval_files(agent.env_cfg, agent.network_cfg, eval_cfg)
+        self.agent, self.cfg, self.files = agent, eval_cfg, files
+        self.left_names = [ev.level_name(f) for f in left_out]
+        self.max_steps = eval_cfg.max_steps or agent.env_cfg.max_timesteps
+        self.seed, self.progress = seed, progress
+        self._evaluator: Evaluator | None = None
+        self._last: dict[str, Any] = {}
+
+    @property
+    def evaluator(self) -> Evaluator:
+        if self._evaluator is None:
+            self._evaluator = Evaluator(
+                self.agent,
+                self.files,
+                num_attempts=self.cfg.num_attempts,
+                max_steps=self.max_steps,
+                record=self.cfg.gif_levels,
+            )
+        return self._evaluator
+
+    def evaluate(self, state: PPOState) -> dict[str, float]:
+        names, res, shown = self.evaluator(state, jax.random.PRNGKey(self.seed))
+        update = int(jax.device_get(state.update))
+        self._last = {"update": update, "out": (names, res, shown)}
+        s = ev.summary(res)
+        if self.progress:
+            left = len(self.left_names)
+            skipped = f" ({left} larger than env.size left out)" if left else ""
+            write_line(
+                f"eval @ update {update}: solve rate {s['solve_rate']:.2f} on "
+                f"{len(names)} level(s){skipped} x {res.num_attempts} attempts, "
+                f"return {s['return']:.3f}"
+            )
+        return {"solve_rate": s["solve_rate"], "return": s["return"], "length": s["length"]}
+
+    def finalize(self, state: PPOState, run_dir: Path) -> None:
+        if self._last.get("update") == int(jax.device_get(state.update)):
+            names, res, shown = self._last["out"]  # the loop's final evaluation of this state
+        else:
+            names, res, shown = self.evaluator(state, jax.random.PRNGKey(self.seed))
+        write_table(Path(run_dir), names, res, left_out=self.left_names)
+        if self.cfg.gif_levels > 0 and shown is not None:
+            write_gif(self.evaluator.groups[0], shown, Path(run_dir) / "agent.gif")
+
+
+def report(
+    evaluator: Evaluator,
+    state: PPOState,
+    key: jax.Array,
+    *,
+    step: int,
+    baselines: bool = False,
+    as_json: bool = False,
+) -> str:
+    """``jaxlab eval``'s output for the checkpoint ``state`` of step ``step``: the per-level
+    solve table (or one JSON line), with the random and no-op policies' solve rates when
+    ``baselines``."""
+    names, res, _ = evaluator(state, key)
+    extra = {}
+    if baselines:
+        for kind in ("random", "noop"):
+            extra[kind] = evaluator(state, key, kind)[1].solve_rate
+    if not as_json:
+        return ev.format_table(names, res, extra=extra)
+    out = {
+        "step": step,
+        "levels": {n: float(res.solve_rate[i]) for i, n in enumerate(names)},
+        "summary": ev.summary(res),
+    }
+    out.update({f"{k}_solve_rate": float(np.mean(v)) for k, v in extra.items()})
+    return json.dumps(out)

@@ -24,15 +24,18 @@ GAE (Schulman et al. 2016, eq. 11-16) with ``d_t`` the end of an episode at step
 
 Truncated episodes are treated as ended (like the original Kinetix code) unless
 ``bootstrap_truncation``, which adds ``gamma V(s_final)`` to the reward of a truncated step.
-Gradients are clipped by global norm and the Adam learning rate is optionally annealed linearly
-to 0 over the run. With ``axis_name`` set (inside ``shard_map`` over the ``data`` mesh axis) each
-device steps its own share of the envs and gradients, metrics and observation statistics are
-averaged over devices.
+The optimiser is a :class:`jaxlab.core.optim.OptimConfig` (recipes hold it at ``optim``; default
+:data:`OPTIM`: global-norm clipping at 0.5, then Adam with eps 1e-5); its schedule counts
+optimiser steps, ``update_epochs x num_minibatches`` per update (:func:`optimizer_steps`), so
+``schedule="linear"`` anneals the rate linearly to 0 over the run as the original does. With
+``axis_name`` set (inside ``shard_map`` over the ``data`` mesh axis) each device steps its own
+share of the envs and gradients, metrics and observation statistics are averaged over devices.
 
-Traced hyper-parameters: the learning rate, clip range and the two loss coefficients live in
-``PPOState.hparams`` (float32 scalars keyed by their dotted config keys, :data:`TRACED`) and are
-read inside the compiled update (the optimizer is built there from the traced learning rate), so a
-sweep vmaps over them in one program. ``init`` fills them from the config.
+Traced hyper-parameters: the learning rate (``optim.lr``), clip range and the two loss
+coefficients live in ``PPOState.hparams`` (float32 scalars keyed by their dotted config keys,
+:data:`TRACED`) and are read inside the compiled update (the optimizer is built there from the
+traced learning rate), so a sweep vmaps over them in one program. ``init`` fills them from the
+configs.
 
 Shard invariance (``shard_invariant``): every random draw of an env (actions, env steps) uses the
 key of the env's *global* index, the advantages are standardised with statistics over all devices,
@@ -58,15 +61,21 @@ import optax
 from flax import struct
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.envs.base import Environment
 from jaxlab.envs.wrappers import EpisodeStatistics, EpisodeStatisticsState
 from jaxlab.rl import normalization as norm
 from jaxlab.rl.ued import Curriculum, RolloutStats, success_rate
 
 #: the traced hyper-parameters of PPO (keys of ``PPOState.hparams``: recipes hold PPOConfig at
-#: the config key ``ppo``)
-TRACED: tuple[str, ...] = ("ppo.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef")
+#: the config key ``ppo`` and its OptimConfig at ``optim``)
+TRACED: tuple[str, ...] = ("optim.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef")
+
+#: PPO's optimiser (the original Kinetix ``ppo-base``): global-norm clipping at 0.5, then Adam
+#: (eps 1e-5) at 3e-4; ``schedule="linear"`` is the original's ``anneal_lr``
+OPTIM = OptimConfig(name="adam", lr=3e-4, eps=1e-5, clip_norm=0.5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +100,6 @@ class PPOConfig:
         clip_value: clip the value loss around the old values.
         ent_coef: entropy bonus coefficient ``c_H``.
         vf_coef: value loss coefficient ``c_V``.
-        lr: Adam learning rate (peak when annealed).
-        anneal_lr: decay the learning rate linearly to 0 over the run.
-        max_grad_norm: global-norm gradient clipping.
-        adam_eps: Adam epsilon.
         normalize_advantages: standardise advantages per minibatch.
         normalize_obs: running observation normalisation (``normalization.py``).
         bootstrap_truncation: bootstrap the value of truncated episodes.
@@ -113,10 +118,6 @@ class PPOConfig:
     clip_value: bool = True
     ent_coef: float = 0.01
     vf_coef: float = 0.5
-    lr: float = 3e-4
-    anneal_lr: bool = False
-    max_grad_norm: float = 0.5
-    adam_eps: float = 1e-5
     normalize_advantages: bool = True
     normalize_obs: bool = False
     bootstrap_truncation: bool = False
@@ -125,36 +126,35 @@ class PPOConfig:
     def __post_init__(self):
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "grad_chunks"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"ppo.{name}", getattr(self, name), "an integer >= 1")
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
         batch = self.num_envs * self.num_steps
         if batch % self.num_minibatches:
             raise ConfigError(
-                "ppo.num_minibatches",
+                "num_minibatches",
                 self.num_minibatches,
                 f"a divisor of num_envs x num_steps = {batch}",
             )
         if (batch // self.num_minibatches) % self.grad_chunks:
             raise ConfigError(
-                "ppo.grad_chunks",
+                "grad_chunks",
                 self.grad_chunks,
                 f"a divisor of the minibatch size {batch // self.num_minibatches}",
             )
         if self.shard_invariant and self.num_steps % self.num_minibatches:
             raise ConfigError(
-                "ppo.num_minibatches",
+                "num_minibatches",
                 self.num_minibatches,
-                f"a divisor of num_steps={self.num_steps} with ppo.shard_invariant "
+                f"a divisor of num_steps={self.num_steps} with shard_invariant "
                 "(each minibatch holds the same steps of every env)",
             )
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"ppo.{name}", getattr(self, name), "in [0, 1]")
-        for name in ("clip_eps", "lr", "max_grad_norm", "adam_eps"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"ppo.{name}", getattr(self, name), "a float > 0")
+                raise ConfigError(name, getattr(self, name), "in [0, 1]")
+        if not self.clip_eps > 0:
+            raise ConfigError("clip_eps", self.clip_eps, "a float > 0")
         for name in ("ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"ppo.{name}", getattr(self, name), "a float >= 0")
+                raise ConfigError(name, getattr(self, name), "a float >= 0")
 
     @property
     def batch_size(self) -> int:
@@ -166,9 +166,10 @@ class PPOConfig:
         return self.batch_size // self.num_minibatches
 
 
-def hparams_from(cfg: PPOConfig) -> dict[str, jax.Array]:
-    """The traced hyper-parameters (:data:`TRACED`) valued from ``cfg``."""
-    return {k: jnp.float32(getattr(cfg, k.split(".", 1)[1])) for k in TRACED}
+def hparams_from(cfg: PPOConfig, optim: OptimConfig) -> dict[str, jax.Array]:
+    """The traced hyper-parameters (:data:`TRACED`) valued from ``cfg`` and ``optim``."""
+    own = {"ppo": cfg, "optim": optim}
+    return {k: jnp.float32(getattr(own[k.split(".")[0]], k.split(".", 1)[1])) for k in TRACED}
 
 
 @struct.dataclass
@@ -276,22 +277,19 @@ def ppo_loss(
     return total, aux
 
 
+def optimizer_steps(cfg: PPOConfig, num_updates: int) -> int:
+    """Optimiser steps in a run of ``num_updates`` updates (the schedule's length): one per
+    minibatch, ``update_epochs x num_minibatches`` per update."""
+    return max(1, num_updates * cfg.update_epochs * cfg.num_minibatches)
+
+
 def make_optimizer(
-    cfg: PPOConfig, num_updates: int, lr: float | jax.Array | None = None
+    cfg: PPOConfig, optim: OptimConfig, num_updates: int, lr: float | jax.Array | None = None
 ) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam, with (``anneal_lr``) a linear decay to 0 over
-    ``num_updates`` updates. ``lr`` (a traced value allowed) defaults to ``cfg.lr``; the schedule
-    is ``lr * unit(count)``, linear in ``lr``, so a traced learning rate keeps its annealing."""
-    peak = cfg.lr if lr is None else lr
-    if cfg.anneal_lr:
-        steps = max(1, num_updates * cfg.update_epochs * cfg.num_minibatches)
-        unit = optax.linear_schedule(1.0, 0.0, steps)
-        lr_arg: Any = lambda count: peak * unit(count)
-    else:
-        lr_arg = peak
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr_arg, eps=cfg.adam_eps)
-    )
+    """``optim``'s transformation over a run of ``num_updates`` updates
+    (:func:`optimizer_steps`); ``lr`` (a traced value allowed) defaults to ``optim.lr``. The
+    schedule is ``lr * unit(count)``, linear in ``lr``, so a traced rate keeps its annealing."""
+    return optim_lib.make(optim, optimizer_steps(cfg, num_updates), lr=lr)
 
 
 def _is_empty(tree) -> bool:
@@ -315,6 +313,7 @@ class PPO:
         env: a functional env (``jaxlab.envs`` contract; auto-reset on).
         env_params: its traced parameters.
         network: a flax module ``obs -> (distribution, value)`` accepting batched observations.
+        optim: the optimiser (default :data:`OPTIM`).
         num_updates: updates in the whole run (for the learning-rate schedule).
         curriculum: level curriculum (``ued.make_curriculum``); ``None`` = the env's own resets.
         axis_name: mesh axis to average over when run per device inside ``shard_map``.
@@ -327,6 +326,7 @@ class PPO:
         env_params: Any,
         network: nn.Module,
         *,
+        optim: OptimConfig = OPTIM,
         num_updates: int = 1,
         curriculum: Curriculum | None = None,
         axis_name: str | None = None,
@@ -334,13 +334,14 @@ class PPO:
         if not getattr(env, "auto_reset", True):
             raise ValueError("PPO needs an auto-resetting env (auto_reset=True)")
         self.cfg = cfg
+        self.optim = optim
         self.env = EpisodeStatistics(env)
         self.env_params = env_params
         self.network = network
         self.num_updates = num_updates
         self.curriculum = curriculum
         self.axis_name = axis_name
-        self.optimizer = make_optimizer(cfg, num_updates)
+        self.optimizer = make_optimizer(cfg, optim, num_updates)
         # one observation's shapes and dtypes, as zeros: only shapes matter for the network's
         # init and the statistics, and an abstract sample never runs the env's reset (for
         # procedurally generated levels that is a whole generator and filter run at build time)
@@ -370,7 +371,7 @@ class PPO:
 
     def hparams(self, state: PPOState) -> dict[str, Any]:
         """The state's traced hyper-parameters (the config's value for a missing key)."""
-        own = hparams_from(self.cfg)
+        own = hparams_from(self.cfg, self.optim)
         return {k: state.hparams.get(k, v) for k, v in own.items()}
 
     def _sample(self, key, pi, n: int):
@@ -437,7 +438,7 @@ class PPO:
             curriculum=curriculum,
             key=key,
             update=jnp.zeros((), jnp.int32),
-            hparams=hparams_from(cfg),
+            hparams=hparams_from(cfg, self.optim),
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -488,8 +489,8 @@ class PPO:
         """``update_epochs`` epochs of ``num_minibatches`` Adam steps on one rollout ``[T, B]``;
         the optimizer and loss read the traced ``hparams`` (default: the config's values)."""
         cfg = self.cfg
-        hp = hparams_from(cfg) if hparams is None else hparams
-        optimizer = make_optimizer(cfg, self.num_updates, lr=hp["ppo.lr"])
+        hp = hparams_from(cfg, self.optim) if hparams is None else hparams
+        optimizer = make_optimizer(cfg, self.optim, self.num_updates, lr=hp["optim.lr"])
         steps, envs = traj.reward.shape
         n = steps * envs
         data = {
@@ -666,9 +667,12 @@ def make_train(
     network: nn.Module,
     num_updates: int,
     *,
+    optim: OptimConfig = OPTIM,
     curriculum: Curriculum | None = None,
 ) -> Callable[[PRNGKeyArray], Any]:
     """purejaxrl-style entry point: ``make_train(...)(key) -> (final_state, metrics)``;
     ``jax.vmap`` it over keys to train several seeds in one call."""
-    ppo = PPO(cfg, env, env_params, network, num_updates=num_updates, curriculum=curriculum)
+    ppo = PPO(
+        cfg, env, env_params, network, optim=optim, num_updates=num_updates, curriculum=curriculum
+    )
     return ppo.make_train()

@@ -10,6 +10,7 @@ from jaxlab.graph.datasets import karate_club
 from jaxlab.graph.gnn import gcn_normalize
 from jaxlab.graph.graph import DenseGraph, dense_to_edges
 from jaxlab.graph.node_classification import (
+    OPTIM,
     NodeData,
     TrainerSpec,
     init_seeds,
@@ -120,17 +121,18 @@ def test_bad_spec():
 def test_optimizer_decays_every_weight_but_gprgnn_gamma():
     """Coupled L2 (PyTorch Adam semantics): the first Adam step of a zero gradient moves a
     weight by -lr * sign(wd * w) (Adam normalises wd * w), and leaves GPRGNN's propagation
-    coefficients (``prop1``) untouched; the traced rates give the same update as the spec's."""
-    spec = TrainerSpec(model="gprgnn", lr=0.01, weight_decay=5e-4)
+    coefficients (``prop1``) untouched; the traced rates give the same update as the config's."""
+    assert (OPTIM.name, OPTIM.lr, OPTIM.weight_decay) == ("adam", 0.01, 5e-4)
     params = {
         "lin1": {"kernel": jnp.array([[2.0, -3.0]])},
         "prop1": {"gamma": jnp.array([0.5, 0.25, 1.0])},
     }
     zeros = jax.tree.map(jnp.zeros_like, params)
-    opt = make_optimizer(spec)
+    opt = make_optimizer(OPTIM, 1)
     upd, _ = opt.update(zeros, opt.init(params), params)
     np.testing.assert_allclose(upd["lin1"]["kernel"], [[-0.01, 0.01]], rtol=1e-4)
     np.testing.assert_array_equal(upd["prop1"]["gamma"], np.zeros(3))
-    traced = make_optimizer(spec, jnp.float32(0.01), jnp.float32(5e-4))
+    rates = {"optim.lr": jnp.float32(0.01), "optim.weight_decay": jnp.float32(5e-4)}
+    traced = make_optimizer(OPTIM, 1, rates)
     upd2, _ = traced.update(zeros, traced.init(params), params)
     np.testing.assert_allclose(upd2["lin1"]["kernel"], upd["lin1"]["kernel"], rtol=1e-6)

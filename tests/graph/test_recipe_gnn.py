@@ -41,9 +41,9 @@ def test_presets_resolve():
 
 
 def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
-    """``jaxlab sweep gnn graph.phi=... rewire=... lr=... --seeds N``: phi and the rewiring make
-    the data in ``init`` (static keys: one program per cell), the traced ``lr`` and the seeds are
-    vmapped in that program."""
+    """``jaxlab sweep gnn graph.phi=... rewire=... optim.lr=... --seeds N``: phi and the rewiring
+    make the data in ``init`` (static keys: one program per cell), the traced ``optim.lr`` and the
+    seeds are vmapped in that program."""
     from jaxlab import cli
 
     status = cli.main(
@@ -53,7 +53,7 @@ def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
             "--preset=tiny",
             "graph.phi=-0.5,0.5",
             "rewire=none,digl",
-            "lr=0.01,0.05",
+            "optim.lr=0.01,0.05",
             "graph.layout=dense",
             "loop.total_steps=5",
             "--seeds=2",
@@ -64,7 +64,7 @@ def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
     captured = capsys.readouterr()
     assert "16 runs, 4 compiled programs" in captured.err
     text = captured.out.splitlines()
-    assert text[0].split()[:4] == ["graph.phi", "rewire", "lr", "graph.layout"]
+    assert text[0].split()[:4] == ["graph.phi", "rewire", "optim.lr", "graph.layout"]
     cells = [line.split()[:3] for line in text[1:]]
     assert len(cells) == 8 and {tuple(c[:2]) for c in cells} == {
         ("-0.5", "none"),
@@ -81,9 +81,9 @@ def test_sweep_over_phi_and_rewiring_prints_one_row_per_cell(capsys, tmp_path):
         json.loads(r) for r in (tmp_path / "sweep" / "summary.jsonl").read_text().splitlines()
     ]
     assert len(summary) == 8 and all(r["seeds"] == 2 for r in summary)
-    # lr is traced: the two rates give different parameters inside one program
+    # optim.lr is traced: the two rates give different parameters inside one program
     by_lr = {
-        r["lr"]: r["loss"]
+        r["optim.lr"]: r["loss"]
         for r in rows
         if r["rewire"] == "none" and r["seed"] == 0 and r["graph.phi"] == 0.5
     }
@@ -96,4 +96,4 @@ def test_eight_devices_equal_one():
     cfg = gnn.RECIPE.config("tiny", ["num_seeds=8", "rewire=none", "graph.layout=dense"])
     s1, s8 = sharded_step_matches(gnn.RECIPE, cfg, {"mesh.data": 8}, steps=2)
     assert int(s8.step) == 2 and s8.seeds.best_val_acc.shape == (8,)
-    assert set(s8.hparams) == set(gnn.TRACED) == {"lr", "weight_decay"}
+    assert set(s8.hparams) == set(gnn.TRACED) == {"optim.lr", "optim.weight_decay"}

@@ -11,6 +11,7 @@ import pytest
 
 from jaxlab.core import loop, run
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.config import ConfigError
 from jaxlab.core.tracking import read_metrics
 
 RECIPE = recipe_lib.get("dtsn")
@@ -88,3 +89,20 @@ def test_step_data_parallel_equals_one_device(full):
     sharded_step_matches(
         RECIPE, cfg, {"mesh.data": 8}, steps=4, rtol=1e-4, atol=1e-5, parts=parts, chunk=4
     )
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("learner.wall_prob=1.5", "learner.wall_prob"),
+        ("learner.height=2", "learner.height"),
+        ("learner.latent_weight=-1", "learner.latent_weight"),
+        ("learner.temperature=0", "learner.temperature"),
+        ("optim.lr=-1", "optim.lr"),
+    ],
+)
+def test_config_errors_name_the_dotted_key(override, key):
+    """A bad value is refused when the config is resolved, by its full dotted key."""
+    with pytest.raises(ConfigError) as e:
+        RECIPE.config("tiny", [override])
+    assert e.value.key == key, str(e.value)

@@ -164,12 +164,13 @@ def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
 
 def test_traced_hyperparameters():
     """PPO's swept hyper-parameters are the recipe's traced keys and live in the state."""
-    assert set(RECIPE.traced) == {"ppo.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef"}
-    cfg = RECIPE.config("tiny", ["ppo.lr=1e-3", "ppo.ent_coef=0.05"])
+    assert set(RECIPE.traced) == {"optim.lr", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef"}
+    cfg = RECIPE.config("tiny", ["optim.lr=1e-3", "ppo.ent_coef=0.05"])
     state = jax.eval_shape(run_lib.build(RECIPE, cfg).init, jax.random.PRNGKey(0))
     assert set(state.hparams) == set(RECIPE.traced)
     hp = recipe_lib.hparams_of(RECIPE, cfg)
-    assert float(hp["ppo.lr"]) == np.float32(1e-3) and float(hp["ppo.ent_coef"]) == np.float32(0.05)
+    assert float(hp["optim.lr"]) == np.float32(1e-3)
+    assert float(hp["ppo.ent_coef"]) == np.float32(0.05)
 
 
 def test_config_errors():

@@ -1,6 +1,8 @@
 """PPO: GAE against a NumPy loop, the clipped loss's gradients, learning on the point mass (and
 not learning with the advantage sign flipped), and vmap-over-seeds equal to separate runs."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,9 +26,9 @@ CFG = PPOConfig(
     num_minibatches=4,
     gamma=0.99,
     gae_lambda=0.95,
-    lr=3e-3,
     ent_coef=0.0,
 )
+OPTIM = dataclasses.replace(ppo_mod.OPTIM, lr=3e-3)
 NET = ActorCritic(
     NetworkConfig(kind="mlp", width=32, actor_depth=2, critic_depth=2),
     head_for_space(ENV.action_space(PARAMS)),
@@ -99,7 +101,7 @@ def test_config_validation():
 
 
 def _train(seed=0):
-    ppo = PPO(CFG, ENV, PARAMS, NET, num_updates=UPDATES)
+    ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
     return jax.jit(ppo.make_train())(jax.random.PRNGKey(seed))
 
 
@@ -135,7 +137,7 @@ def test_flipped_advantage_does_not_learn(monkeypatch):
 def test_vmap_over_seeds_equals_separate_runs(trained):
     """Seed 0 of a vmapped run follows the separate run (RL amplifies float round-off, so the
     first 8 updates are compared tightly), seed 1 differs, and both seeds learn."""
-    ppo = PPO(CFG, ENV, PARAMS, NET, num_updates=UPDATES)
+    ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     _, metrics = jax.jit(jax.vmap(ppo.make_train()))(keys)
     _, m0 = trained
@@ -180,7 +182,6 @@ def test_continuous_head_with_obs_normalisation_learns():
         num_steps=4,
         update_epochs=4,
         num_minibatches=4,
-        lr=3e-3,
         ent_coef=0.0,
         normalize_obs=True,
         gamma=0.0,
@@ -189,7 +190,7 @@ def test_continuous_head_with_obs_normalisation_learns():
         NetworkConfig(kind="mlp", width=32, actor_depth=1, critic_depth=1),
         head_for_space(env.action_space()),
     )
-    ppo = PPO(cfg, env, (), net, num_updates=40)
+    ppo = PPO(cfg, env, (), net, optim=OPTIM, num_updates=40)
     state, m = jax.jit(ppo.make_train())(jax.random.PRNGKey(0))
     r = np.asarray(m["episode_return"])
     assert r[-5:].mean() > 0.5 * r[:2].mean()  # squared error at least halved
@@ -221,11 +222,10 @@ def test_gradient_chunks_give_the_minibatch_gradient():
     """One update with each minibatch's gradient accumulated over 4 chunks equals the one-pass
     update: same parameters, losses and gradient norms up to round-off (a chunk that normalised
     its own advantages or a sum instead of a mean would move them by percents)."""
-    import dataclasses
 
     def one_update(chunks):
         cfg = dataclasses.replace(CFG, grad_chunks=chunks)
-        ppo = PPO(cfg, ENV, PARAMS, NET, num_updates=UPDATES)
+        ppo = PPO(cfg, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
         state = ppo.init(jax.random.PRNGKey(3))
         return jax.jit(ppo.update)(state)
 
@@ -240,13 +240,13 @@ def test_gradient_chunks_give_the_minibatch_gradient():
 
 def test_traced_hyperparameters_are_read_in_the_compiled_update():
     """The learning rate, clip range and loss coefficients live in ``state.hparams`` (valued from
-    the config) and are read inside the compiled update: one compiled update with ``ppo.lr = 0``
-    leaves the parameters unchanged, with the config's rate it moves them, a traced
+    the configs) and are read inside the compiled update: one compiled update with ``optim.lr =
+    0`` leaves the parameters unchanged, with the config's rate it moves them, a traced
     ``ppo.vf_coef`` changes the loss, and a vmap over two learning rates equals the two updates."""
-    ppo = PPO(CFG, ENV, PARAMS, NET, num_updates=1)
+    ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=1)
     state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
     assert set(state.hparams) == set(ppo_mod.TRACED)
-    np.testing.assert_allclose(float(state.hparams["ppo.lr"]), CFG.lr, rtol=1e-7)
+    np.testing.assert_allclose(float(state.hparams["optim.lr"]), OPTIM.lr, rtol=1e-7)
     traces = []
 
     def update(s):
@@ -254,8 +254,9 @@ def test_traced_hyperparameters_are_read_in_the_compiled_update():
         return ppo.update(s)
 
     step = jax.jit(update)
+    key = lambda k: "optim.lr" if k == "lr" else f"ppo.{k}"
     with_hp = lambda **kw: state.replace(
-        hparams={**state.hparams, **{f"ppo.{k}": jnp.float32(v) for k, v in kw.items()}}
+        hparams={**state.hparams, **{key(k): jnp.float32(v) for k, v in kw.items()}}
     )
     frozen, _ = step(with_hp(lr=0.0))
     moved, m = step(state)
@@ -319,22 +320,18 @@ def test_value_loss_clipping():
             np.testing.assert_allclose(g, (value - batch["target"]) / 3, rtol=1e-6)
 
 
-def test_anneal_lr_decays_linearly_to_zero():
-    """anneal_lr: the Adam step of a constant gradient is -lr (1 - t / (updates x epochs x
-    minibatches)) at every optimiser step t; without it, -lr throughout."""
-    cfg = PPOConfig(
-        num_envs=4,
-        num_steps=4,
-        update_epochs=2,
-        num_minibatches=2,
-        lr=1e-2,
-        anneal_lr=True,
-        max_grad_norm=1e6,
-    )
+def test_linear_schedule_anneals_to_zero_per_optimiser_step():
+    """optim.schedule=linear: the Adam step of a constant gradient is -lr (1 - t / (updates x
+    epochs x minibatches)) at every optimiser step t; with the constant schedule, -lr throughout."""
+    cfg = PPOConfig(num_envs=4, num_steps=4, update_epochs=2, num_minibatches=2)
     total = 5 * 2 * 2
+    assert ppo_mod.optimizer_steps(cfg, 5) == total
     p = {"w": jnp.zeros(1)}
     for anneal in (True, False):
-        opt = ppo_mod.make_optimizer(PPOConfig(**{**cfg.__dict__, "anneal_lr": anneal}), 5)
+        optim = dataclasses.replace(
+            ppo_mod.OPTIM, lr=1e-2, clip_norm=1e6, schedule="linear" if anneal else "constant"
+        )
+        opt = ppo_mod.make_optimizer(cfg, optim, 5)
         state = opt.init(p)
         for t in (0, 1, 5, 10, 19):
             while True:

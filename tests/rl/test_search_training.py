@@ -10,6 +10,8 @@ differences +0.065, +0.04, +0.01); from 100 demonstrations on 8x8 layouts (2000 
 it does not (0.57 vs 0.61, 2 seeds). The maze test below is the 6x6 low-data claim for seed 0 of
 the study."""
 
+import dataclasses
+
 import jax
 import pytest
 
@@ -25,9 +27,9 @@ def _run(method: str):
         num_expansions=10,
         hidden=32,
         batch_size=32,
-        learning_rate=3e-3,
     )
-    state, _ = jax.jit(training.make_train(cfg, 150))(jax.random.key(0))
+    optim = dataclasses.replace(training.OPTIM, lr=3e-3)
+    state, _ = jax.jit(training.make_train(cfg, 150, optim=optim))(jax.random.key(0))
     res = jax.jit(lambda p: training.evaluate(jax.random.key(1), p, cfg))(state.params)
     return float(res["success_rate"]), models.param_count(state.params)
 
@@ -83,6 +85,10 @@ def test_spatial_maze_model_bc_width_matches():
         ("env", {"env": "chess"}),
         ("num_demos", {"num_demos": 0}),
         ("maze_model", {"maze_model": "graph"}),
+        ("wall_prob", {"wall_prob": 1.0}),
+        ("height", {"height": 2}),
+        ("latent_weight", {"latent_weight": -1.0}),
+        ("holdout_fraction", {"holdout_fraction": 0.0}),
     ],
 )
 def test_bad_learner_config_names_the_field(field, kwargs):

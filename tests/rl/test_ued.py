@@ -2,6 +2,8 @@
 replay distribution, insertion and score updates match hand computations; ACCEL mutates replayed
 levels; both run inside PPO on the point mass."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from jaxlab.envs.point_mass import PointMass, PointMassState
 from jaxlab.rl.action_heads import head_for_space
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
-from jaxlab.rl.ppo import PPO, PPOConfig
+from jaxlab.rl.ppo import OPTIM, PPO, PPOConfig
 from jaxlab.rl.ued import (
     REPLAY,
     CurriculumConfig,
@@ -163,7 +165,8 @@ def test_accel_needs_mutator():
 
 @pytest.mark.parametrize("kind", ["sfl", "plr"])
 def test_curriculum_inside_ppo(kind):
-    cfg = PPOConfig(num_envs=8, num_steps=20, update_epochs=1, num_minibatches=2, lr=1e-3)
+    cfg = PPOConfig(num_envs=8, num_steps=20, update_epochs=1, num_minibatches=2)
+    optim = dataclasses.replace(OPTIM, lr=1e-3)
     cur_cfg = CurriculumConfig(
         kind=kind,
         sfl=SFLConfig(update_every=2, batch_size=8, num_batches=1, rollout_steps=20, buffer_size=4),
@@ -174,7 +177,7 @@ def test_curriculum_inside_ppo(kind):
         head_for_space(ENV.action_space()),
     )
     cur = make_curriculum(cur_cfg, sample_level, cfg.num_envs)
-    ppo = PPO(cfg, ENV, ENV.default_params, net, num_updates=6, curriculum=cur)
+    ppo = PPO(cfg, ENV, ENV.default_params, net, optim=optim, num_updates=6, curriculum=cur)
     state, m = jax.jit(ppo.make_train())(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(m["loss"])))
     assert isinstance(state.levels, PointMassState) and state.levels.x.shape == (8,)

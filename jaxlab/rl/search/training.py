@@ -15,6 +15,10 @@ with the key kept in the state, so a run is a pure function of its config and se
 resume). Evaluation plays greedy episodes on held-out layouts (maze keys disjoint from the
 training ones) or held-out instances (a fixed 20 % split of the solvable pool): success rate and,
 for mazes, the ratio of steps taken to the BFS optimum on solved episodes.
+
+The optimiser is a :class:`jaxlab.core.optim.OptimConfig` (default :data:`OPTIM`: global-norm
+clipping at 10, then Adam at 1e-3); its learning rate is traced (``LearnerState.hparams``, keyed
+``optim.lr``), so a sweep over it is one program.
 """
 
 from __future__ import annotations
@@ -31,10 +35,19 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.envs import demonstrations as demos_lib
 from jaxlab.envs import game24, grid_maze
 from jaxlab.rl.search import bc, dtsn, models
+
+#: the learner's optimiser: global-norm clipping at 10, then Adam at 1e-3
+OPTIM = OptimConfig(name="adam", lr=1e-3, clip_norm=10.0)
+
+#: the traced hyper-parameters (keys of ``LearnerState.hparams``; recipes hold the optimiser at
+#: ``optim``): the learning rate (the update rule has no weight decay)
+TRACED: tuple[str, ...] = ("optim.lr",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +70,7 @@ class LearnerConfig:
             ``"spatial"`` (the latent is a ``[H, W, channels]`` map, convolutional transition;
             ``models.SpatialMazeWorldModel``); BC uses the same encoder either way.
         latent_weight, reward_weight: consistency-loss weights (maze; 0 for the known model).
-        learning_rate, batch_size: Adam step size and transitions per step.
+        batch_size: transitions per step.
         eval_episodes: held-out episodes (maze) per evaluation; Game of 24 uses every held-out
             instance.
         eval_max_steps: step limit of a maze evaluation episode.
@@ -80,7 +93,6 @@ class LearnerConfig:
     maze_model: str = "vector"  # "vector" | "spatial"
     latent_weight: float = 0.01
     reward_weight: float = 0.1
-    learning_rate: float = 1e-3
     batch_size: int = 64
     eval_episodes: int = 200
     eval_max_steps: int = 48
@@ -97,9 +109,15 @@ class LearnerConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(name, v, "an int >= 1")
-        if not self.learning_rate > 0:
-            raise ConfigError("learning_rate", self.learning_rate, "a float > 0")
+        for name in ("latent_dim", "hidden", "channels"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "an int >= 1")
+        if not 0.0 < self.holdout_fraction < 1.0:
+            raise ConfigError("holdout_fraction", self.holdout_fraction, "a float in (0, 1)")
         self.search_config()  # validates K, T, gamma
+        self.loss_config()  # validates the consistency-loss weights
+        if self.env == "maze":
+            maze_env(self)  # validates height, width, wall_prob and eval_max_steps
 
     @property
     def num_actions(self) -> int:
@@ -124,14 +142,16 @@ class LearnerConfig:
 
 @flax.struct.dataclass
 class LearnerState:
-    """Train state: ``params``, Adam ``opt_state``, the step's PRNG ``key``, ``step`` count and
-    the demonstration ``data`` (transitions, fixed during the run)."""
+    """Train state: ``params``, the optimiser's ``opt_state``, the step's PRNG ``key``, ``step``
+    count, the demonstration ``data`` (transitions, fixed during the run) and the traced
+    ``hparams`` (:data:`TRACED` -> float32 scalar)."""
 
     params: Any
     opt_state: Any
     key: PRNGKeyArray
     step: Int[Array, ""]
     data: dtsn.Transitions
+    hparams: dict[str, Array] = flax.struct.field(default_factory=dict)
 
 
 def maze_env(cfg: LearnerConfig):
@@ -217,12 +237,19 @@ def make_demonstrations(key: PRNGKeyArray, cfg: LearnerConfig) -> dtsn.Transitio
     )
 
 
-def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(10.0), optax.adam(cfg.learning_rate))
+def optimizer(
+    optim: OptimConfig, total_steps: int, hparams: dict[str, Array] | None = None
+) -> optax.GradientTransformation:
+    """``optim``'s transformation for a run of ``total_steps`` steps, its learning rate read from
+    ``hparams`` (traced; default ``optim.lr``)."""
+    return optim_lib.from_hparams(optim, total_steps, hparams or {})
 
 
-def init(key: PRNGKeyArray, cfg: LearnerConfig) -> LearnerState:
-    """Demonstrations (from a key split off ``key``), parameters and optimizer state."""
+def init(
+    key: PRNGKeyArray, cfg: LearnerConfig, *, optim: OptimConfig = OPTIM, total_steps: int = 1
+) -> LearnerState:
+    """Demonstrations (from a key split off ``key``), parameters, the state of ``optim`` (for a
+    run of ``total_steps`` steps) and the traced hyper-parameters."""
     k_data, k_params, k_run = jax.random.split(key, 3)
     data = make_demonstrations(k_data, cfg)
     net, obs = networks(cfg)
@@ -233,10 +260,11 @@ def init(key: PRNGKeyArray, cfg: LearnerConfig) -> LearnerState:
         params = net.init(k_params, obs)
     return LearnerState(
         params=params,
-        opt_state=optimizer(cfg).init(params),
+        opt_state=optimizer(optim, total_steps).init(params),
         key=k_run,
         step=jnp.zeros((), jnp.int32),
         data=data,
+        hparams={"optim.lr": jnp.float32(optim.lr)},
     )
 
 
@@ -264,11 +292,17 @@ def objective(key, params, batch: dtsn.Transitions, cfg: LearnerConfig):
 
 
 def train_step(
-    state: LearnerState, cfg: LearnerConfig, constrain: Callable[[Array], Array] | None = None
+    state: LearnerState,
+    cfg: LearnerConfig,
+    constrain: Callable[[Array], Array] | None = None,
+    *,
+    optim: OptimConfig = OPTIM,
+    total_steps: int = 1,
 ) -> tuple[LearnerState, dict[str, Array]]:
-    """One Adam step on ``jax.grad`` of the method's objective. ``constrain`` (e.g.
-    ``lambda x: jaxlab.core.sharding.constrain_leading(x, mesh)``) places every leaf of the sampled batch, so the
-    step runs data parallel."""
+    """One step of ``optim`` (a run of ``total_steps`` steps; rate from ``state.hparams``) on
+    ``jax.grad`` of the method's objective. ``constrain`` (e.g. ``lambda x:
+    jaxlab.core.sharding.constrain_leading(x, mesh)``) places every leaf of the sampled batch, so
+    the step runs data parallel."""
     key, k_batch, k_search = jax.random.split(state.key, 3)
     batch = sample_batch(k_batch, state.data, cfg.batch_size)
     if constrain is not None:
@@ -276,7 +310,8 @@ def train_step(
     grads, metrics = jax.grad(lambda p: objective(k_search, p, batch, cfg), has_aux=True)(
         state.params
     )
-    updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
+    tx = optimizer(optim, total_steps, state.hparams)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad_norm"] = optax.global_norm(grads)
     new = state.replace(params=params, opt_state=opt_state, key=key, step=state.step + 1)
@@ -351,12 +386,13 @@ def evaluate(key: PRNGKeyArray, params, cfg: LearnerConfig) -> dict[str, Float[A
     return {"success_rate": jnp.mean(solved), "path_length_ratio": jnp.float32(1.0)}
 
 
-def make_train(cfg: LearnerConfig, num_steps: int):
-    """``train(key) -> (state, metrics [num_steps])``: a whole run as one pure function (vmappable
-    over seeds)."""
+def make_train(cfg: LearnerConfig, num_steps: int, *, optim: OptimConfig = OPTIM):
+    """``train(key) -> (state, metrics [num_steps])``: a whole run of ``optim`` as one pure
+    function (vmappable over seeds)."""
+    run = dict(optim=optim, total_steps=num_steps)
 
     def train(key):
-        state = init(key, cfg)
-        return jax.lax.scan(lambda s, _: train_step(s, cfg), state, None, length=num_steps)
+        state = init(key, cfg, **run)
+        return jax.lax.scan(lambda s, _: train_step(s, cfg, **run), state, None, length=num_steps)
 
     return train
