@@ -443,11 +443,19 @@ def _free_position(
 
 
 def _joint_settings(
-    u, sp: StaticEnvParams, gp: GeneratorParams, joint, both_rect, force_rjoint, force_motor_on
+    u,
+    sp: StaticEnvParams,
+    gp: GeneratorParams,
+    joint,
+    is_rect,
+    is_target_rect,
+    force_rjoint,
+    force_motor_on,
 ):
     """Revolute or fixed, and the motor and limit fields of the new joint (``u[21:29]``)."""
     n_rjoints = jnp.sum(joint.active & ~joint.is_fixed_joint)
     is_rjoint = (u[21] < gp.rjoint_chance) | force_rjoint | (n_rjoints < gp.min_rjoints_bias)
+    both_rect = is_rect & is_target_rect
     motor_on = (u[22] < gp.motor_on_chance) | force_motor_on
     speed = gp.motor_min_speed + u[23] * (gp.motor_max_speed - gp.motor_min_speed)
     max_power = jnp.where(both_rect, gp.motor_max_power, gp.wheel_max_power)
@@ -536,7 +544,7 @@ def propose_shape(
     b_rel = jnp.where(swap, local_anchor, t_anchor)
     a_rot, b_rot = jnp.where(swap, t_rot, rotation), jnp.where(swap, rotation, t_rot)
     is_rjoint, joint_fields = _joint_settings(
-        u, sp, gp, joint, is_rect & is_target_rect, force_rjoint, force_motor_on
+        u, sp, gp, joint, is_rect, is_target_rect, force_rjoint, force_motor_on
     )
 
     new = (is_rect, jnp.where(is_rect, verts, 0.0), radius, local_anchor)
