@@ -199,6 +199,216 @@ def _discriminating_theta(m, alpha_node: int, beta: int, gamma: int):
     return None
 
 
+def _impose_background(adj: np.ndarray, background: np.ndarray, s) -> None:
+    """Imposes every tail or arrowhead of ``background`` on the edges of ``adj``."""
+    for i, j in zip(*np.nonzero(adj), strict=True):
+        bi, bj = int(background[j, i]), int(background[i, j])
+        s(
+            int(i),
+            int(j),
+            bi if bi in (TAIL, ARROW) else None,
+            bj if bj in (TAIL, ARROW) else None,
+        )
+
+
+def _r0(adj: np.ndarray, s, sepset) -> None:
+    """R0: an unshielded triple ``a *-* b *-* c`` with ``b`` not in sepset(a, c) is a collider."""
+    for b in range(adj.shape[0]):
+        nb = np.flatnonzero(adj[b])
+        for a, c in combinations(nb, 2):
+            if adj[a, c]:
+                continue
+            sep = sepset(int(a), int(c))
+            if sep is not None and b not in sep:
+                s(int(a), b, None, ARROW)
+                s(int(c), b, None, ARROW)
+
+
+def _r1(m: np.ndarray, s, sepset) -> bool:
+    """R1: ``a *-> b o-* c`` with ``a, c`` not adjacent orients ``b --> c``."""
+    ch = False
+    for a, b in zip(*np.nonzero(m == ARROW), strict=True):
+        for c in np.flatnonzero(m[:, b] == CIRCLE):
+            if c != a and m[a, c] == NONE:
+                ch |= s(int(b), int(c), TAIL, ARROW)
+    return ch
+
+
+def _r2(m: np.ndarray, s, sepset) -> bool:
+    """R2: ``a -> b *-> c`` or ``a *-> b -> c`` with ``a *-o c`` orients ``a *-> c``."""
+    ch = False
+    for a, c in zip(*np.nonzero(m == CIRCLE), strict=True):
+        for b in np.flatnonzero((m[a] == ARROW) & (m[:, c] == ARROW)):
+            if m[b, a] == TAIL or m[c, b] == TAIL:
+                ch |= s(int(a), int(c), None, ARROW)
+                break
+    return ch
+
+
+def _r3(m: np.ndarray, s, sepset) -> bool:
+    """R3: ``a *-> b <-* c``, ``a *-o t o-* c``, ``a, c`` not adjacent, ``t *-o b``: ``t *-> b``."""
+    ch = False
+    for b in range(m.shape[0]):
+        into = np.flatnonzero(m[:, b] == ARROW)
+        for a, c in combinations(into, 2):
+            if m[a, c] != NONE:
+                continue
+            for t in np.flatnonzero((m[a] == CIRCLE) & (m[c] == CIRCLE) & (m[:, b] == CIRCLE)):
+                if t in (a, c):
+                    continue
+                ch |= s(int(t), b, None, ARROW)
+    return ch
+
+
+def _r4(m: np.ndarray, s, sepset) -> bool:
+    """R4: a discriminating path for ``b`` to ``g`` orients ``b -> g`` or ``a <-> b <-> g``."""
+    ch = False
+    for g, b in zip(*np.nonzero(m == CIRCLE), strict=True):
+        b, g = int(b), int(g)  # edge b o-* g (the mark at b, m[g, b], is a circle)
+        if m[g, b] != CIRCLE:
+            continue
+        for a in np.flatnonzero(m[b] == ARROW):
+            theta = _discriminating_theta(m, int(a), b, g)
+            if theta is None:
+                continue
+            sep = sepset(theta, g)
+            if sep is not None and b in sep:
+                ch |= s(b, g, TAIL, ARROW)
+            else:
+                ch |= s(int(a), b, ARROW, ARROW)
+                ch |= s(b, g, ARROW, ARROW)
+            break
+    return ch
+
+
+def _r5(m: np.ndarray, s, sepset) -> bool:
+    """R5: ``a o-o b`` closing an uncovered circle path makes every edge on it ``--``."""
+    ch = False
+    for a, b in combinations(range(m.shape[0]), 2):
+        if not _circ_edge(m, a, b):
+            continue
+        for g in np.flatnonzero(m[a] == CIRCLE):
+            g = int(g)
+            if g == b or not _circ_edge(m, a, g) or m[b, g] != NONE:
+                continue
+            # uncovered circle path a, g, ..., t, b with t not adjacent to a
+            stack = [(a, g, (a, g))]
+            done = False
+            while stack and not done:
+                prev, cur, path = stack.pop()
+                for nxt in np.flatnonzero(m[cur] == CIRCLE):
+                    nxt = int(nxt)
+                    if nxt in path or not _circ_edge(m, cur, nxt) or m[prev, nxt] != NONE:
+                        continue
+                    if nxt == b:
+                        if cur != g and m[a, cur] == NONE:
+                            full = (*path, b)
+                            ch |= s(a, b, TAIL, TAIL)
+                            for u, v in zip(full[:-1], full[1:], strict=True):
+                                ch |= s(u, v, TAIL, TAIL)
+                            done = True
+                            break
+                        continue
+                    stack.append((cur, nxt, (*path, nxt)))
+            if done:
+                break
+    return ch
+
+
+def _r6(m: np.ndarray, s, sepset) -> bool:
+    """R6: ``a -- b o-* c`` orients ``b --* c``."""
+    ch = False
+    for a, b in zip(*np.nonzero((m == TAIL) & (m.T == TAIL)), strict=True):
+        for c in np.flatnonzero(m[:, b] == CIRCLE):
+            if c != a:
+                ch |= s(int(b), int(c), TAIL, None)
+    return ch
+
+
+def _r7(m: np.ndarray, s, sepset) -> bool:
+    """R7: ``a --o b o-* c`` with ``a, c`` not adjacent orients ``b --* c``."""
+    ch = False
+    for a, b in zip(*np.nonzero((m.T == TAIL) & (m == CIRCLE)), strict=True):
+        # a -o b: mark at a tail (m[b, a]), at b circle (m[a, b])
+        for c in np.flatnonzero(m[:, b] == CIRCLE):
+            if c != a and m[a, c] == NONE:
+                ch |= s(int(b), int(c), TAIL, None)
+    return ch
+
+
+def _r8(m: np.ndarray, s, sepset) -> bool:
+    """R8: ``a -> b -> c`` or ``a --o b -> c`` with ``a o-> c`` orients ``a -> c``."""
+    ch = False
+    for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
+        for b in np.flatnonzero((m.T[a] == TAIL) & ((m[a] == ARROW) | (m[a] == CIRCLE))):
+            if m[b, c] == ARROW and m[c, b] == TAIL:
+                ch |= s(int(a), int(c), TAIL, None)
+                break
+    return ch
+
+
+def _r9(m: np.ndarray, s, sepset) -> bool:
+    """R9: ``a o-> c`` with an uncovered p.d. path ``a, b, ..., c`` (b, c not adjacent): ``a -> c``."""
+    ch = False
+    for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
+        a, c = int(a), int(c)
+        for b in np.flatnonzero(m[a] != NONE):
+            b = int(b)
+            if b == c or m[b, c] != NONE or not _pd_edge(m, a, b):
+                continue
+            if _uncovered_path_exists(m, a, b, c, lambda u, v: _pd_edge(m, u, v)):
+                ch |= s(a, c, TAIL, None)
+                break
+    return ch
+
+
+def _r10(m: np.ndarray, s, sepset) -> bool:
+    """R10: ``a o-> c``, ``b -> c <- t``, uncovered p.d. paths from ``a`` to b and t: ``a -> c``."""
+    ch = False
+    for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
+        a, c = int(a), int(c)
+        parents = [int(p) for p in np.flatnonzero((m[:, c] == ARROW) & (m[c] == TAIL)) if p != a]
+        if len(parents) < 2:
+            continue
+        firsts = [int(u) for u in np.flatnonzero(m[a] != NONE) if u != c and _pd_edge(m, a, u)]
+        done = False
+        for bb, tt in combinations(parents, 2):
+            for mu in firsts:
+                if not _uncovered_path_exists(m, a, mu, bb, lambda u, v: _pd_edge(m, u, v)):
+                    continue
+                for om in firsts:
+                    if om == mu or m[mu, om] != NONE:
+                        continue
+                    if _uncovered_path_exists(m, a, om, tt, lambda u, v: _pd_edge(m, u, v)):
+                        ch |= s(a, c, TAIL, None)
+                        done = True
+                        break
+                if done:
+                    break
+            if done:
+                break
+    return ch
+
+
+def _r_no_latents(m: np.ndarray, s, sepset) -> bool:
+    """Causal sufficiency: ``a o-> c`` becomes ``a -> c``."""
+    ch = False
+    for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
+        ch |= s(int(a), int(c), TAIL, None)
+    return ch
+
+
+def _r_no_selection(m: np.ndarray, s, sepset) -> bool:
+    """No selection: ``a o-- c`` becomes ``a <-- c``."""
+    ch = False
+    for a, c in zip(*np.nonzero((m == TAIL) & (m.T == CIRCLE)), strict=True):
+        ch |= s(int(a), int(c), ARROW, None)
+    return ch
+
+
+_RULES = {1: _r1, 2: _r2, 3: _r3, 4: _r4, 5: _r5, 6: _r6, 7: _r7, 8: _r8, 9: _r9, 10: _r10}
+
+
 def orient(
     adj: np.ndarray,
     sepset,
@@ -223,7 +433,6 @@ def orient(
         (d, d) int8 marks.
     """
     adj = np.asarray(adj, bool)
-    d = adj.shape[0]
     m = np.where(adj, CIRCLE, NONE).astype(np.int8)
     nl, ns = no_latents, no_selection
 
@@ -231,196 +440,18 @@ def orient(
         return _set(m, i, j, a, b, nl, ns)
 
     if background is not None:
-        for i, j in zip(*np.nonzero(adj), strict=True):
-            bi, bj = int(background[j, i]), int(background[i, j])
-            s(
-                int(i),
-                int(j),
-                bi if bi in (TAIL, ARROW) else None,
-                bj if bj in (TAIL, ARROW) else None,
-            )
+        _impose_background(adj, background, s)
+    _r0(adj, s, sepset)
 
-    # R0: unshielded colliders
-    for b in range(d):
-        nb = np.flatnonzero(adj[b])
-        for a, c in combinations(nb, 2):
-            if adj[a, c]:
-                continue
-            sep = sepset(int(a), int(c))
-            if sep is not None and b not in sep:
-                s(int(a), b, None, ARROW)
-                s(int(c), b, None, ARROW)
-
-    def r1():
-        ch = False
-        for a, b in zip(*np.nonzero(m == ARROW), strict=True):
-            for c in np.flatnonzero(m[:, b] == CIRCLE):
-                if c != a and m[a, c] == NONE:
-                    ch |= s(int(b), int(c), TAIL, ARROW)
-        return ch
-
-    def r2():
-        ch = False
-        for a, c in zip(*np.nonzero(m == CIRCLE), strict=True):
-            for b in np.flatnonzero((m[a] == ARROW) & (m[:, c] == ARROW)):
-                if m[b, a] == TAIL or m[c, b] == TAIL:
-                    ch |= s(int(a), int(c), None, ARROW)
-                    break
-        return ch
-
-    def r3():
-        ch = False
-        for b in range(d):
-            into = np.flatnonzero(m[:, b] == ARROW)
-            for a, c in combinations(into, 2):
-                if m[a, c] != NONE:
-                    continue
-                for t in np.flatnonzero((m[a] == CIRCLE) & (m[c] == CIRCLE) & (m[:, b] == CIRCLE)):
-                    if t in (a, c):
-                        continue
-                    ch |= s(int(t), b, None, ARROW)
-        return ch
-
-    def r4():
-        ch = False
-        for g, b in zip(*np.nonzero(m == CIRCLE), strict=True):
-            b, g = int(b), int(g)  # edge b o-* g (the mark at b, m[g, b], is a circle)
-            if m[g, b] != CIRCLE:
-                continue
-            for a in np.flatnonzero(m[b] == ARROW):
-                theta = _discriminating_theta(m, int(a), b, g)
-                if theta is None:
-                    continue
-                sep = sepset(theta, g)
-                if sep is not None and b in sep:
-                    ch |= s(b, g, TAIL, ARROW)
-                else:
-                    ch |= s(int(a), b, ARROW, ARROW)
-                    ch |= s(b, g, ARROW, ARROW)
-                break
-        return ch
-
-    def r5():
-        ch = False
-        for a, b in combinations(range(d), 2):
-            if not _circ_edge(m, a, b):
-                continue
-            for g in np.flatnonzero(m[a] == CIRCLE):
-                g = int(g)
-                if g == b or not _circ_edge(m, a, g) or m[b, g] != NONE:
-                    continue
-                # uncovered circle path a, g, ..., t, b with t not adjacent to a
-                stack = [(a, g, (a, g))]
-                done = False
-                while stack and not done:
-                    prev, cur, path = stack.pop()
-                    for nxt in np.flatnonzero(m[cur] == CIRCLE):
-                        nxt = int(nxt)
-                        if nxt in path or not _circ_edge(m, cur, nxt) or m[prev, nxt] != NONE:
-                            continue
-                        if nxt == b:
-                            if cur != g and m[a, cur] == NONE:
-                                full = (*path, b)
-                                ch |= s(a, b, TAIL, TAIL)
-                                for u, v in zip(full[:-1], full[1:], strict=True):
-                                    ch |= s(u, v, TAIL, TAIL)
-                                done = True
-                                break
-                            continue
-                        stack.append((cur, nxt, (*path, nxt)))
-                if done:
-                    break
-        return ch
-
-    def r6():
-        ch = False
-        for a, b in zip(*np.nonzero((m == TAIL) & (m.T == TAIL)), strict=True):
-            for c in np.flatnonzero(m[:, b] == CIRCLE):
-                if c != a:
-                    ch |= s(int(b), int(c), TAIL, None)
-        return ch
-
-    def r7():
-        ch = False
-        for a, b in zip(*np.nonzero((m.T == TAIL) & (m == CIRCLE)), strict=True):
-            # a -o b: mark at a tail (m[b, a]), at b circle (m[a, b])
-            for c in np.flatnonzero(m[:, b] == CIRCLE):
-                if c != a and m[a, c] == NONE:
-                    ch |= s(int(b), int(c), TAIL, None)
-        return ch
-
-    def r8():
-        ch = False
-        for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
-            for b in np.flatnonzero((m.T[a] == TAIL) & ((m[a] == ARROW) | (m[a] == CIRCLE))):
-                if m[b, c] == ARROW and m[c, b] == TAIL:
-                    ch |= s(int(a), int(c), TAIL, None)
-                    break
-        return ch
-
-    def r9():
-        ch = False
-        for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
-            a, c = int(a), int(c)
-            for b in np.flatnonzero(m[a] != NONE):
-                b = int(b)
-                if b == c or m[b, c] != NONE or not _pd_edge(m, a, b):
-                    continue
-                if _uncovered_path_exists(m, a, b, c, lambda u, v: _pd_edge(m, u, v)):
-                    ch |= s(a, c, TAIL, None)
-                    break
-        return ch
-
-    def r10():
-        ch = False
-        for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
-            a, c = int(a), int(c)
-            parents = [
-                int(p) for p in np.flatnonzero((m[:, c] == ARROW) & (m[c] == TAIL)) if p != a
-            ]
-            if len(parents) < 2:
-                continue
-            firsts = [int(u) for u in np.flatnonzero(m[a] != NONE) if u != c and _pd_edge(m, a, u)]
-            done = False
-            for bb, tt in combinations(parents, 2):
-                for mu in firsts:
-                    if not _uncovered_path_exists(m, a, mu, bb, lambda u, v: _pd_edge(m, u, v)):
-                        continue
-                    for om in firsts:
-                        if om == mu or m[mu, om] != NONE:
-                            continue
-                        if _uncovered_path_exists(m, a, om, tt, lambda u, v: _pd_edge(m, u, v)):
-                            ch |= s(a, c, TAIL, None)
-                            done = True
-                            break
-                    if done:
-                        break
-                if done:
-                    break
-        return ch
-
-    def r_no_latents():
-        ch = False
-        for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
-            ch |= s(int(a), int(c), TAIL, None)
-        return ch
-
-    def r_no_selection():
-        ch = False
-        for a, c in zip(*np.nonzero((m == TAIL) & (m.T == CIRCLE)), strict=True):
-            ch |= s(int(a), int(c), ARROW, None)
-        return ch
-
-    table = {1: r1, 2: r2, 3: r3, 4: r4, 5: r5, 6: r6, 7: r7, 8: r8, 9: r9, 10: r10}
-    active = [table[r] for r in rules]
+    active = [_RULES[r] for r in rules]
     if nl:
-        active.append(r_no_latents)
+        active.append(_r_no_latents)
     if ns:
-        active.append(r_no_selection)
+        active.append(_r_no_selection)
     while True:
         changed = False
         for rule in active:
-            changed |= bool(rule())
+            changed |= bool(rule(m, s, sepset))
         if not changed:
             return m
 

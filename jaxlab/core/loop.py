@@ -259,6 +259,70 @@ def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
     return b
 
 
+def _checkpointer(cfg: Any, run_dir: Path, allow_change: Sequence[str]) -> Checkpointer:
+    """The run's checkpointer on ``run_dir/checkpoints``, set up from ``cfg.loop``."""
+    return Checkpointer(
+        run_dir / "checkpoints",
+        cfg,
+        keep=cfg.loop.keep_checkpoints,
+        async_save=cfg.loop.async_checkpoint,
+        allow_change=allow_change,
+    )
+
+
+def _restore_or_init(
+    recipe: Recipe, cfg: Any, task: Parts, ckpt: Checkpointer, key: Any, data_it: Any, resume: bool
+) -> tuple[Any, int]:
+    """The starting ``(state, step)``: the newest checkpoint when resuming, else a fresh state."""
+    step = 0
+    start = resume_lib.check_resume(ckpt, resume)
+    if start is not None:
+        state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it, step=start)
+        state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
+    else:
+        state = run_lib.init_state(task, key)
+        if recipe.finetune is not None:
+            state = recipe.finetune(cfg, state)
+    return state, step
+
+
+def _open_tracker(recipe: Recipe, cfg: Any, run_dir: Path, step: int) -> Tracker:
+    """The run's tracker, after cutting ``metrics.jsonl`` back to ``step`` and writing the config."""
+    if jax.process_index() == 0:
+        resume_lib.truncate_metrics(run_dir, step)
+    tracker = Tracker(run_dir, tensorboard=cfg.loop.tensorboard)
+    if tracker.active:
+        (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
+        (run_dir / "recipe.txt").write_text(recipe.name + "\n")
+    return tracker
+
+
+def _progress_bar(loop: LoopConfig, step: int) -> Any:
+    """A tqdm bar over ``loop.total_steps`` that starts at ``step``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=loop.total_steps, initial=step, unit="step", dynamic_ncols=True)
+
+
+def _check_finite(cfg: Any, ckpt: Checkpointer, metrics: dict, step: int, n: int) -> None:
+    """Raises :class:`NonFiniteLossError` on a chunk's first non-finite step; drops the flag."""
+    bad, what = finite.first_bad_step(metrics, n)
+    if bad is not None:
+        ckpt.wait()
+        raise _non_finite(cfg, step + bad + 1, what, ckpt)
+    metrics.pop(finite.FLAG, None)
+
+
+def _advance_bar(bar: Any, task: Parts, last_metrics: dict[str, Any], n: int, dt: float) -> None:
+    """Moves the progress bar ``n`` steps and shows the loss and the recipe's units per second."""
+    bar.update(n)
+    post = {"loss": f"{float(last_metrics['loss']):.4g}"} if "loss" in last_metrics else {}
+    if task.units_per_step and dt > 0:
+        count, unit = task.units_per_step
+        post[f"{unit}/s"] = f"{count * n / dt:,.0f}"
+    bar.set_postfix(post, refresh=False)
+
+
 @run_lock.exclusive_run_dir
 def run(
     recipe: Recipe,
@@ -284,17 +348,10 @@ def run(
     loop: LoopConfig = cfg.loop
     run_dir = Path(run_dir)
     task = parts if parts is not None else run_lib.build(recipe, cfg, devices)
-    ckpt = Checkpointer(
-        run_dir / "checkpoints",
-        cfg,
-        keep=loop.keep_checkpoints,
-        async_save=loop.async_checkpoint,
-        allow_change=allow_change,
-    )
+    ckpt = _checkpointer(cfg, run_dir, allow_change)
     key = jax.random.PRNGKey(cfg.seed)
     data_it = task.data() if task.data is not None else None
 
-    step = 0
     place = (
         None
         if task.abstract_batch is None
@@ -302,31 +359,15 @@ def run(
     )
     with ckpt.closed_on_error():  # nothing in run_dir changes before these checks pass
         resume_lib.check_batch_placement(place, data_it)
-        start = resume_lib.check_resume(ckpt, resume)
-        if start is not None:
-            state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it, step=start)
-            state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
-        else:
-            state = run_lib.init_state(task, key)
-            if recipe.finetune is not None:
-                state = recipe.finetune(cfg, state)
-    if jax.process_index() == 0:
-        resume_lib.truncate_metrics(run_dir, step)
-    tracker = Tracker(run_dir, tensorboard=loop.tensorboard)
-    if tracker.active:
-        (run_dir / "config.yaml").write_text(config_lib.to_yaml(cfg))
-        (run_dir / "recipe.txt").write_text(recipe.name + "\n")
+        state, step = _restore_or_init(recipe, cfg, task, ckpt, key, data_it, resume)
+    tracker = _open_tracker(recipe, cfg, run_dir, step)
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
     last_metrics: dict[str, Any] = {}
     eval_metrics: dict[str, Any] = {}
     last_saved = step if ckpt.latest_step() == step else -1
-    bar = None
-    if loop.progress and tracker.active:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=loop.total_steps, initial=step, unit="step", dynamic_ncols=True)
+    bar = _progress_bar(loop, step) if loop.progress and tracker.active else None
 
     def save(s: int, st: Any) -> None:
         nonlocal last_saved
@@ -345,22 +386,11 @@ def run(
                 state, metrics = step_fn(state, batches)
                 metrics = jax.device_get(metrics)
                 dt = time.perf_counter() - t0
-                bad, what = finite.first_bad_step(metrics, n)
-                if bad is not None:
-                    ckpt.wait()
-                    raise _non_finite(cfg, step + bad + 1, what, ckpt)
-                metrics.pop(finite.FLAG, None)
+                _check_finite(cfg, ckpt, metrics, step, n)
                 step += n
                 last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
                 if bar is not None:
-                    bar.update(n)
-                    post = (
-                        {"loss": f"{float(last_metrics['loss']):.4g}"} if "loss" in metrics else {}
-                    )
-                    if task.units_per_step and dt > 0:
-                        count, unit = task.units_per_step
-                        post[f"{unit}/s"] = f"{count * n / dt:,.0f}"
-                    bar.set_postfix(post, refresh=False)
+                    _advance_bar(bar, task, last_metrics, n, dt)
                 if step % loop.log_every == 0 or step == loop.total_steps:
                     row = dict(last_metrics)
                     row["steps_per_s"] = n / dt if dt > 0 else math.nan

@@ -156,6 +156,33 @@ def _select(mask: Bool[Array, " n"], new, old):
     return jax.tree.map(pick, new, old)
 
 
+def _check_smc_args(
+    prompt: Array, eos: int, condition: Potential | None, critic: Potential | None
+) -> None:
+    """Raises ValueError on an empty or batched prompt or a potential over another vocabulary."""
+    if prompt.ndim != 1 or prompt.shape[0] < 1:
+        raise ValueError(f"prompt.shape={prompt.shape}: expected [prompt_len >= 1]")
+    for name, pot in (("condition", condition), ("critic", critic)):
+        if pot is not None and pot.vocab_size != eos:
+            raise ValueError(
+                f"{name}.vocab_size={pot.vocab_size}: expected lm.vocab_size - 1 = {eos} "
+                "(potentials exclude EOS, the LM's last id)"
+            )
+
+
+def _resample_if_degenerate(key_res, particles, log_w, done, ess_threshold, method: str):
+    """Resamples the particles (and equalises their weights) when ESS < threshold · N."""
+    n = log_w.shape[0]
+    current_ess = resampling.ess(log_w)
+    do_resample = (current_ess < ess_threshold * n) & jnp.any(~done) & jnp.any(log_w > -jnp.inf)
+    ancestors = resampling.resample(key_res, log_w, method)
+    ancestors = jnp.where(do_resample, ancestors, jnp.arange(n, dtype=jnp.int32))
+    particles = jax.tree.map(lambda x: x[ancestors], particles)
+    mean_log_w = jax.nn.logsumexp(log_w) - jnp.log(n)
+    log_w = jnp.where(do_resample, jnp.full_like(log_w, mean_log_w), log_w)
+    return particles, log_w, current_ess, do_resample
+
+
 def smc(
     key: PRNGKeyArray,
     lm: CausalLM,
@@ -187,14 +214,7 @@ def smc(
     n, steps = config.num_particles, config.max_tokens + 1
     eos = lm.vocab_size - 1
     prompt = jnp.asarray(prompt)
-    if prompt.ndim != 1 or prompt.shape[0] < 1:
-        raise ValueError(f"prompt.shape={prompt.shape}: expected [prompt_len >= 1]")
-    for name, pot in (("condition", condition), ("critic", critic)):
-        if pot is not None and pot.vocab_size != eos:
-            raise ValueError(
-                f"{name}.vocab_size={pot.vocab_size}: expected lm.vocab_size - 1 = {eos} "
-                "(potentials exclude EOS, the LM's last id)"
-            )
+    _check_smc_args(prompt, eos, condition, critic)
     prompt_len = prompt.shape[0]
     lm_state = lm.init_state(lm_params, n, prompt_len + steps)
     prompts = jnp.broadcast_to(prompt.astype(jnp.int32), (n, prompt_len))
@@ -227,16 +247,11 @@ def smc(
         lengths = lengths + grow.astype(jnp.int32)
         last = jnp.where(grow, token, last)
         done = done | (active & ~grow) | (t == steps - 1)
-        current_ess = resampling.ess(log_w)
-        do_resample = (current_ess < ess_threshold * n) & jnp.any(~done) & jnp.any(log_w > -jnp.inf)
-        ancestors = resampling.resample(key_res, log_w, config.resampling)
-        ancestors = jnp.where(do_resample, ancestors, jnp.arange(n, dtype=jnp.int32))
-        gathered = jax.tree.map(
-            lambda x: x[ancestors], (lm_state, last, tokens, lengths, done, c_state, k_state)
+        particles = (lm_state, last, tokens, lengths, done, c_state, k_state)
+        particles, log_w, current_ess, do_resample = _resample_if_degenerate(
+            key_res, particles, log_w, done, ess_threshold, config.resampling
         )
-        lm_state, last, tokens, lengths, done, c_state, k_state = gathered
-        mean_log_w = jax.nn.logsumexp(log_w) - jnp.log(n)
-        log_w = jnp.where(do_resample, jnp.full_like(log_w, mean_log_w), log_w)
+        lm_state, last, tokens, lengths, done, c_state, k_state = particles
         carry = (lm_state, last, tokens, lengths, done, log_w, c_state, k_state)
         return carry, (current_ess, do_resample)
 

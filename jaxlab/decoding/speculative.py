@@ -345,6 +345,82 @@ def target_from_logits(
     return deferral_target(q, p, jax.nn.softmax(q_logits), jax.nn.softmax(p_logits), rule)
 
 
+def _check_vocabularies(draft: CausalLM, target: CausalLM) -> None:
+    """Raises ValueError unless drafter and verifier share one vocabulary."""
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"draft.vocab_size={draft.vocab_size} != target.vocab_size={target.vocab_size}: "
+            "speculative decoding needs one shared vocabulary"
+        )
+
+
+def _draft_block(
+    draft: CausalLM,
+    draft_params: Params,
+    sampling_params: sampling.SamplingParams,
+    keys: Array,
+    d_state: object,
+    buffer: Int[Array, "batch capacity"],
+    n: Int[Array, " batch"],
+):
+    """Drafts one token per key: logits ``[B, num_q, V]``, tokens ``[B, num_q]``, new state."""
+    start = jnp.maximum(n - 2, 0)
+    last_two = jnp.take_along_axis(buffer, start[:, None] + jnp.arange(2)[None, :], axis=1)
+    logits, d_state = draft.apply(draft_params, d_state, last_two, start)
+    first = jnp.take_along_axis(logits, (n - 1 - start)[:, None, None], axis=1)[:, 0]
+    x_first = sampling.sample(keys[0], first, sampling_params)
+
+    def step(carry, key_i):
+        d_state, x_prev, position = carry
+        logits, d_state = draft.apply(draft_params, d_state, x_prev[:, None], position)
+        x = sampling.sample(key_i, logits[:, 0], sampling_params)
+        return (d_state, x, position + 1), (logits[:, 0], x)
+
+    (d_state, _, _), (rest_logits, rest_x) = jax.lax.scan(step, (d_state, x_first, n), keys[1:])
+    q_logits = jnp.concatenate([first[:, None], jnp.moveaxis(rest_logits, 0, 1)], axis=1)
+    xs = jnp.concatenate([x_first[:, None], jnp.moveaxis(rest_x, 0, 1)], axis=1)
+    return q_logits, xs, d_state
+
+
+def _new_tokens(drafts, k, next_token, stop_tokens, n, *, max_len: int, pad_id: int):
+    """A round's ``[B, gamma + 1]`` tokens, their stop hits, and how many each row emits."""
+    batch, gamma = drafts.shape
+    j = jnp.arange(gamma + 1)[None, :]
+    padded = jnp.concatenate([drafts, jnp.full((batch, 1), pad_id, jnp.int32)], axis=1)
+    new = jnp.where(j < k[:, None], padded, jnp.where(j == k[:, None], next_token[:, None], pad_id))
+    stop_hits = sampling.is_stop(new, stop_tokens) & (j <= k[:, None])
+    emitted = jnp.where(jnp.any(stop_hits, axis=1), jnp.argmax(stop_hits, axis=1) + 1, k + 1)
+    emitted = jnp.minimum(emitted, max_len - n).astype(jnp.int32)
+    return new, stop_hits, emitted
+
+
+def _round_probs(
+    q_logits, p_logits, sampling_params: sampling.SamplingParams, rule, *, gamma: int, bonus: bool
+):
+    """Processed and raw drafter/verifier distributions and the bonus token's distribution."""
+    q = jnp.exp(sampling.processed_log_probs(q_logits, sampling_params))
+    p = jnp.exp(sampling.processed_log_probs(p_logits, sampling_params))
+    q_raw = jax.nn.softmax(q_logits.astype(jnp.float32), axis=-1)
+    p_raw = jax.nn.softmax(p_logits.astype(jnp.float32), axis=-1)
+    if bonus:
+        bonus_p = deferral_target(q[:, gamma], p[:, gamma], q_raw[:, gamma], p_raw[:, gamma], rule)
+    else:
+        bonus_p = p[:, gamma]
+    return q, p, q_raw, p_raw, bonus_p
+
+
+def _add_stats(stats: SpeculativeStats, act, k, emitted, *, gamma: int, num_q: int):
+    """``stats`` plus one round's counts for the active rows (``act`` is 1 or 0)."""
+    return SpeculativeStats(
+        target_calls=stats.target_calls + act,
+        draft_calls=stats.draft_calls + act * num_q,
+        drafted=stats.drafted + act * gamma,
+        verified=stats.verified + act * jnp.minimum(k + 1, gamma),
+        accepted=stats.accepted + act * k,
+        generated=stats.generated + act * emitted,
+    )
+
+
 def speculative_decode(
     key: PRNGKeyArray,
     draft: CausalLM,
@@ -384,11 +460,7 @@ def speculative_decode(
     """
     prompt, prompt_lengths = jnp.asarray(prompt), jnp.asarray(prompt_lengths)
     check_prompt(prompt, prompt_lengths, config.max_len)
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"draft.vocab_size={draft.vocab_size} != target.vocab_size={target.vocab_size}: "
-            "speculative decoding needs one shared vocabulary"
-        )
+    _check_vocabularies(draft, target)
     rule = cascade_rule("speed") if rule is None else rule
     sampling_params = sampling.SamplingParams() if sampling_params is None else sampling_params
     gamma, max_len, pad_id = config.gamma, config.max_len, config.pad_id
@@ -405,63 +477,26 @@ def speculative_decode(
     _, t_state = target.apply(target_params, t_state, buffer[:, :prompt_len], zeros)
     lengths = jnp.clip(prompt_lengths.astype(jnp.int32), 1, prompt_len)
 
-    def draft_block(keys, d_state, buffer, n):
-        """Drafts ``num_q`` tokens; returns logits ``[B, num_q, V]`` and tokens ``[B, num_q]``."""
-        start = jnp.maximum(n - 2, 0)
-        last_two = jnp.take_along_axis(buffer, start[:, None] + jnp.arange(2)[None, :], axis=1)
-        logits, d_state = draft.apply(draft_params, d_state, last_two, start)
-        first = jnp.take_along_axis(logits, (n - 1 - start)[:, None, None], axis=1)[:, 0]
-        x_first = sampling.sample(keys[0], first, sampling_params)
-
-        def step(carry, key_i):
-            d_state, x_prev, position = carry
-            logits, d_state = draft.apply(draft_params, d_state, x_prev[:, None], position)
-            x = sampling.sample(key_i, logits[:, 0], sampling_params)
-            return (d_state, x, position + 1), (logits[:, 0], x)
-
-        (d_state, _, _), (rest_logits, rest_x) = jax.lax.scan(step, (d_state, x_first, n), keys[1:])
-        q_logits = jnp.concatenate([first[:, None], jnp.moveaxis(rest_logits, 0, 1)], axis=1)
-        xs = jnp.concatenate([x_first[:, None], jnp.moveaxis(rest_x, 0, 1)], axis=1)
-        return q_logits, xs, d_state
-
     def body(carry):
         key, buffer, n, done, d_state, t_state, stats = carry
         keys = jax.random.split(key, num_q + 2)
         key, key_verify = keys[0], keys[1]
-        q_logits, xs, d_state = draft_block(keys[2:], d_state, buffer, n)
+        q_logits, xs, d_state = _draft_block(
+            draft, draft_params, sampling_params, keys[2:], d_state, buffer, n
+        )
         drafts = xs[:, :gamma]
         chunk = jnp.concatenate([buffer[rows, n - 1][:, None], drafts], axis=1)
         p_logits, t_state = target.apply(target_params, t_state, chunk, n - 1)
 
-        q = jnp.exp(sampling.processed_log_probs(q_logits, sampling_params))
-        p = jnp.exp(sampling.processed_log_probs(p_logits, sampling_params))
-        q_raw = jax.nn.softmax(q_logits.astype(jnp.float32), axis=-1)
-        p_raw = jax.nn.softmax(p_logits.astype(jnp.float32), axis=-1)
-        if config.cascade_bonus:
-            bonus = deferral_target(
-                q[:, gamma], p[:, gamma], q_raw[:, gamma], p_raw[:, gamma], rule
-            )
-        else:
-            bonus = p[:, gamma]
-        out = verify(
-            key_verify,
-            q[:, :gamma],
-            p[:, :gamma],
-            q_raw[:, :gamma],
-            p_raw[:, :gamma],
-            drafts,
-            bonus,
-            rule,
+        q, p, q_raw, p_raw, bonus = _round_probs(
+            q_logits, p_logits, sampling_params, rule, gamma=gamma, bonus=config.cascade_bonus
         )
+        gamma_probs = (q[:, :gamma], p[:, :gamma], q_raw[:, :gamma], p_raw[:, :gamma])
+        out = verify(key_verify, *gamma_probs, drafts, bonus, rule)
         k = out.num_accepted
-        j = jnp.arange(gamma + 1)[None, :]
-        padded = jnp.concatenate([drafts, jnp.full((batch, 1), pad_id, jnp.int32)], axis=1)
-        new = jnp.where(
-            j < k[:, None], padded, jnp.where(j == k[:, None], out.next_token[:, None], pad_id)
+        new, stop_hits, emitted = _new_tokens(
+            drafts, k, out.next_token, stop_tokens, n, max_len=max_len, pad_id=pad_id
         )
-        stop_hits = sampling.is_stop(new, stop_tokens) & (j <= k[:, None])
-        emitted = jnp.where(jnp.any(stop_hits, axis=1), jnp.argmax(stop_hits, axis=1) + 1, k + 1)
-        emitted = jnp.minimum(emitted, max_len - n).astype(jnp.int32)
         buffer = jax.vmap(lambda row, tok, s: jax.lax.dynamic_update_slice(row, tok, (s,)))(
             buffer, new, n
         )
@@ -469,14 +504,7 @@ def speculative_decode(
         act = active.astype(jnp.int32)
         new_n = n + act * emitted
         done = done | (active & (jnp.any(stop_hits, axis=1) | (new_n >= max_len)))
-        stats = SpeculativeStats(
-            target_calls=stats.target_calls + act,
-            draft_calls=stats.draft_calls + act * num_q,
-            drafted=stats.drafted + act * gamma,
-            verified=stats.verified + act * jnp.minimum(k + 1, gamma),
-            accepted=stats.accepted + act * k,
-            generated=stats.generated + act * emitted,
-        )
+        stats = _add_stats(stats, act, k, emitted, gamma=gamma, num_q=num_q)
         return key, buffer, new_n, done, d_state, t_state, stats
 
     zero_stats = SpeculativeStats(*(zeros for _ in range(6)))

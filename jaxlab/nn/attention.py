@@ -214,49 +214,12 @@ class MultiHeadAttention(nn.Module):
             ``(y, new_cache)`` with ``y: [batch, seq, embed]``; ``new_cache`` is None when no
             cache was given, else the cache with ``x`` appended and ``index += seq``.
         """
-        if self.n_heads <= 0 or self.head_dim <= 0:
-            raise ValueError(
-                f"n_heads={self.n_heads!r}, head_dim={self.head_dim!r}: expected positive ints"
-            )
-        if self.use_rope and self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim!r}: expected an even size for RoPE")
+        _check_call(self, x, cache, context, context_mask)
         batch, seq, d_model = x.shape
-        if context is None and context_mask is not None:
-            raise ValueError("context_mask: given without context (cross-attention needs both)")
-        if context is not None:
-            if cache is not None or self.causal:
-                raise ValueError(
-                    f"context: cross-attention takes no cache and no causal mask "
-                    f"(cache={'given' if cache is not None else None}, causal={self.causal})"
-                )
-            if context.ndim != 3 or context.shape[0] != batch:
-                raise ValueError(
-                    f"context: got shape {tuple(context.shape)}, expected ({batch}, ctx, ctx_embed)"
-                )
-            if context_mask is not None and tuple(context_mask.shape) != tuple(context.shape[:2]):
-                raise ValueError(
-                    f"context_mask: got shape {tuple(context_mask.shape)}, "
-                    f"expected {tuple(context.shape[:2])}"
-                )
         dtype = self.dtype or x.dtype
         x = nn.with_logical_constraint(x.astype(dtype), ("batch", "seq", "embed"))
-        qkv_init = nn.with_logical_partitioning(
-            kernel_init(self.init_std, in_axis=0, out_axis=(1, 2)), ("embed", "heads", "kv")
-        )
-        shape = (d_model, self.n_heads, self.head_dim)
         kv_source = x if context is None else context.astype(dtype)
-        kv_shape = (kv_source.shape[-1], self.n_heads, self.head_dim)
-        w_q = self.param("wq", qkv_init, shape, self.param_dtype).astype(dtype)
-        w_k = self.param("wk", qkv_init, kv_shape, self.param_dtype).astype(dtype)
-        w_v = self.param("wv", qkv_init, kv_shape, self.param_dtype).astype(dtype)
-        w_o = self.param(
-            "wo",
-            nn.with_logical_partitioning(
-                kernel_init(self.init_std, in_axis=(0, 1), out_axis=2), ("heads", "kv", "embed")
-            ),
-            (self.n_heads, self.head_dim, d_model),
-            self.param_dtype,
-        ).astype(dtype)
+        w_q, w_k, w_v, w_o = _projection_kernels(self, d_model, kv_source.shape[-1], dtype)
         quant = self.quant or QuantConfig()
         w_bits, a_bits = quant.weight_bits("attention"), quant.act_bits("attention")
         kv_bits = quant.cache_bits()
@@ -305,24 +268,96 @@ class MultiHeadAttention(nn.Module):
             out = dot_product_attention(q, k, v, mask)
             new_cache = None
         else:
-            write = jax.vmap(
-                lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0)
-            )
-            new_cache = KVCache(
-                key=write(cache.key, k.astype(cache.key.dtype), cache.index),
-                value=write(cache.value, v.astype(cache.value.dtype), cache.index),
-                mask=write(cache.mask, padding_mask, cache.index),
-                index=cache.index + seq,
-            )
-            key_slots = jnp.broadcast_to(
-                jnp.arange(cache.max_len, dtype=jnp.int32)[None, :], (batch, cache.max_len)
-            )
-            key_valid = new_cache.mask & (key_slots < new_cache.index[:, None])
-            mask = causal_padding_mask(slots, key_slots, key_valid, causal=self.causal)
-            out = dot_product_attention(
-                q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask
+            out, new_cache = _cached_attention(
+                q, k, v, cache, padding_mask, slots, causal=self.causal, dtype=dtype
             )
         out = fake_quant(out, a_bits)
         sow_calibration(self, "o_in", out)
         y = jnp.einsum("bshk,hkd->bsd", out, w_o)
         return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache
+
+
+def _check_call(
+    module: MultiHeadAttention,
+    x: Array,
+    cache: KVCache | None,
+    context: Array | None,
+    context_mask: Array | None,
+) -> None:
+    """Raises ValueError on bad sizes or a bad combination of cache, causal mask and context."""
+    if module.n_heads <= 0 or module.head_dim <= 0:
+        raise ValueError(
+            f"n_heads={module.n_heads!r}, head_dim={module.head_dim!r}: expected positive ints"
+        )
+    if module.use_rope and module.head_dim % 2:
+        raise ValueError(f"head_dim={module.head_dim!r}: expected an even size for RoPE")
+    batch = x.shape[0]
+    if context is None and context_mask is not None:
+        raise ValueError("context_mask: given without context (cross-attention needs both)")
+    if context is not None:
+        if cache is not None or module.causal:
+            raise ValueError(
+                f"context: cross-attention takes no cache and no causal mask "
+                f"(cache={'given' if cache is not None else None}, causal={module.causal})"
+            )
+        if context.ndim != 3 or context.shape[0] != batch:
+            raise ValueError(
+                f"context: got shape {tuple(context.shape)}, expected ({batch}, ctx, ctx_embed)"
+            )
+        if context_mask is not None and tuple(context_mask.shape) != tuple(context.shape[:2]):
+            raise ValueError(
+                f"context_mask: got shape {tuple(context_mask.shape)}, "
+                f"expected {tuple(context.shape[:2])}"
+            )
+
+
+def _projection_kernels(
+    module: MultiHeadAttention, d_model: int, kv_width: int, dtype: DTypeLike
+) -> tuple[Array, Array, Array, Array]:
+    """``module``'s kernels ``wq [d, h, kv]``, ``wk``/``wv [kv_width, h, kv]``, ``wo [h, kv, d]``."""
+    qkv_init = nn.with_logical_partitioning(
+        kernel_init(module.init_std, in_axis=0, out_axis=(1, 2)), ("embed", "heads", "kv")
+    )
+    shape = (d_model, module.n_heads, module.head_dim)
+    kv_shape = (kv_width, module.n_heads, module.head_dim)
+    w_q = module.param("wq", qkv_init, shape, module.param_dtype).astype(dtype)
+    w_k = module.param("wk", qkv_init, kv_shape, module.param_dtype).astype(dtype)
+    w_v = module.param("wv", qkv_init, kv_shape, module.param_dtype).astype(dtype)
+    w_o = module.param(
+        "wo",
+        nn.with_logical_partitioning(
+            kernel_init(module.init_std, in_axis=(0, 1), out_axis=2), ("heads", "kv", "embed")
+        ),
+        (module.n_heads, module.head_dim, d_model),
+        module.param_dtype,
+    ).astype(dtype)
+    return w_q, w_k, w_v, w_o
+
+
+def _cached_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    cache: KVCache,
+    padding_mask: Array,
+    slots: Array,
+    *,
+    causal: bool,
+    dtype: DTypeLike,
+) -> tuple[Array, KVCache]:
+    """Appends ``k, v`` at ``cache.index`` and attends from ``q`` over every filled cache slot."""
+    batch, seq = k.shape[:2]
+    write = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0))
+    new_cache = KVCache(
+        key=write(cache.key, k.astype(cache.key.dtype), cache.index),
+        value=write(cache.value, v.astype(cache.value.dtype), cache.index),
+        mask=write(cache.mask, padding_mask, cache.index),
+        index=cache.index + seq,
+    )
+    key_slots = jnp.broadcast_to(
+        jnp.arange(cache.max_len, dtype=jnp.int32)[None, :], (batch, cache.max_len)
+    )
+    key_valid = new_cache.mask & (key_slots < new_cache.index[:, None])
+    mask = causal_padding_mask(slots, key_slots, key_valid, causal=causal)
+    out = dot_product_attention(q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask)
+    return out, new_cache

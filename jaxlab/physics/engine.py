@@ -85,6 +85,73 @@ def apply_thrusters(
     return velocity.at[idx].add(dv), angular_velocity.at[idx].add(dw)
 
 
+def _check_step_args(sp: StaticSimParams, actions: Array, solver: str) -> None:
+    """Raises ValueError unless ``actions`` has one entry per joint and thruster, and a known solver."""
+    if actions.shape != (sp.num_joints + sp.num_thrusters,):
+        raise ValueError(
+            f"actions has shape {actions.shape}; expected ({sp.num_joints + sp.num_thrusters},) "
+            "= num_joints + num_thrusters"
+        )
+    if solver not in _SOLVERS:
+        raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
+
+
+def _warm_start(rows, manifolds, pairs, bodies, joints, pos, vel, ang, J):
+    """Step 5: applies last step's accumulated contact and joint impulses to (vel, ang)."""
+    (rows_rr, rows_cr, rows_cc), (m_rr, m_cr, m_cc), (g_rr, g_cr, g_cc) = rows, manifolds, pairs
+    w0 = warm_start_impulses(
+        rows_rr[0], m_rr.acc_impulse_normal[:, 0], m_rr.acc_impulse_tangent[:, 0], pos
+    )
+    w1 = warm_start_impulses(
+        rows_rr[1], m_rr.acc_impulse_normal[:, 1], m_rr.acc_impulse_tangent[:, 1], pos
+    )
+    dva, dvb, dwa_, dwb_ = jax.tree.map(jnp.add, w0, w1)
+    vel = _scatter_add(vel, g_rr[0], dva, g_rr[1], dvb)
+    ang = _scatter_add(ang, g_rr[0], dwa_, g_rr[1], dwb_)
+    for rows, m, g in ((rows_cr, m_cr, g_cr), (rows_cc, m_cc, g_cc)):
+        dva, dvb, dwa_, dwb_ = warm_start_impulses(
+            rows, m.acc_impulse_normal, m.acc_impulse_tangent, pos
+        )
+        vel = _scatter_add(vel, g[0], dva, g[1], dvb)
+        ang = _scatter_add(ang, g[0], dwa_, g[1], dwb_)
+
+    def joint_ws(j):
+        jt = jax.tree.map(lambda x: x[j], joints)
+        a = _view(bodies, jt.a_index, pos, vel, ang)
+        b = _view(bodies, jt.b_index, pos, vel, ang)
+        return joint_warm_start_impulse(a, b, jt)
+
+    dva, dvb, dwa_, dwb_ = jax.vmap(joint_ws)(jnp.arange(J))
+    vel = _scatter_add(vel, joints.a_index, dva, joints.b_index, dvb)
+    ang = _scatter_add(ang, joints.a_index, dwa_, joints.b_index, dwb_)
+    return vel, ang
+
+
+def _integrate(state, bodies, pos, vel, ang, params, P):
+    """Step 7: symplectic Euler, clipping, and the bodies and thruster positions written back."""
+    pos = pos + vel * params.dt
+    rot = bodies.rotation + ang * params.dt
+    pos = jnp.clip(pos, -params.clip_position, params.clip_position)
+    vel = jnp.clip(vel, -params.clip_velocity, params.clip_velocity)
+    ang = jnp.clip(ang, -params.clip_angular_velocity, params.clip_angular_velocity)
+    (pp, cp), (pr, cr_), (pv, cv), (pa, ca) = (
+        _split(pos, P),
+        _split(rot, P),
+        _split(vel, P),
+        _split(ang, P),
+    )
+    state = state.replace(
+        polygon=state.polygon.replace(position=pp, rotation=pr, velocity=pv, angular_velocity=pa),
+        circle=state.circle.replace(position=cp, rotation=cr_, velocity=cv, angular_velocity=ca),
+    )
+    th = state.thruster
+    th_idx = th.object_index
+    state = state.replace(
+        thruster=th.replace(global_position=pos[th_idx] + rotate(rot[th_idx], th.relative_position))
+    )
+    return state
+
+
 def step(
     state: SimState,
     params: SimParams,
@@ -114,15 +181,10 @@ def step(
         ``(new_state, (rr, cr, cc))``: the solved manifolds of this step, polygon-polygon ones
         reduced to their first contact point (Jax2D's return value, used for rewards).
     """
+    # Kept whole: Jax2D's step (Kinetix, ICLR 2025); split, its fixed stage order 1-7 would scatter.
     sp = static_params
     P, J = sp.num_polygons, sp.num_joints
-    if actions.shape != (sp.num_joints + sp.num_thrusters,):
-        raise ValueError(
-            f"actions has shape {actions.shape}; expected ({sp.num_joints + sp.num_thrusters},) "
-            "= num_joints + num_thrusters"
-        )
-    if solver not in _SOLVERS:
-        raise ValueError(f"solver={solver!r}; expected one of {_SOLVERS}")
+    _check_step_args(sp, actions, solver)
     motor_actions = actions[:J]
     thruster_actions = actions[J:]
     cc, cr, rr = pair_indices(sp)
@@ -176,31 +238,17 @@ def step(
     rows_cc = contact_rows(m_cc, *g_cc, consts, cm, params)
 
     if sp.do_warm_starting:
-        w0 = warm_start_impulses(
-            rows_rr[0], m_rr.acc_impulse_normal[:, 0], m_rr.acc_impulse_tangent[:, 0], pos
+        vel, ang = _warm_start(
+            (rows_rr, rows_cr, rows_cc),
+            (m_rr, m_cr, m_cc),
+            (g_rr, g_cr, g_cc),
+            bodies,
+            joints,
+            pos,
+            vel,
+            ang,
+            J,
         )
-        w1 = warm_start_impulses(
-            rows_rr[1], m_rr.acc_impulse_normal[:, 1], m_rr.acc_impulse_tangent[:, 1], pos
-        )
-        dva, dvb, dwa_, dwb_ = jax.tree.map(jnp.add, w0, w1)
-        vel = _scatter_add(vel, g_rr[0], dva, g_rr[1], dvb)
-        ang = _scatter_add(ang, g_rr[0], dwa_, g_rr[1], dwb_)
-        for rows, m, g in ((rows_cr, m_cr, g_cr), (rows_cc, m_cc, g_cc)):
-            dva, dvb, dwa_, dwb_ = warm_start_impulses(
-                rows, m.acc_impulse_normal, m.acc_impulse_tangent, pos
-            )
-            vel = _scatter_add(vel, g[0], dva, g[1], dvb)
-            ang = _scatter_add(ang, g[0], dwa_, g[1], dwb_)
-
-        def joint_ws(j):
-            jt = jax.tree.map(lambda x: x[j], joints)
-            a = _view(bodies, jt.a_index, pos, vel, ang)
-            b = _view(bodies, jt.b_index, pos, vel, ang)
-            return joint_warm_start_impulse(a, b, jt)
-
-        dva, dvb, dwa_, dwb_ = jax.vmap(joint_ws)(jnp.arange(J))
-        vel = _scatter_add(vel, joints.a_index, dva, joints.b_index, dvb)
-        ang = _scatter_add(ang, joints.a_index, dwa_, joints.b_index, dwb_)
 
     # 6. Solver iterations.
     rr_active = m_rr.active[:, 0] | m_rr.active[:, 1]
@@ -266,26 +314,7 @@ def step(
         state = state.replace(acc_rr_manifolds=m_rr, acc_cr_manifolds=m_cr, acc_cc_manifolds=m_cc)
 
     # 7. Symplectic Euler, clipping, thruster positions.
-    pos = pos + vel * params.dt
-    rot = bodies.rotation + ang * params.dt
-    pos = jnp.clip(pos, -params.clip_position, params.clip_position)
-    vel = jnp.clip(vel, -params.clip_velocity, params.clip_velocity)
-    ang = jnp.clip(ang, -params.clip_angular_velocity, params.clip_angular_velocity)
-    (pp, cp), (pr, cr_), (pv, cv), (pa, ca) = (
-        _split(pos, P),
-        _split(rot, P),
-        _split(vel, P),
-        _split(ang, P),
-    )
-    state = state.replace(
-        polygon=state.polygon.replace(position=pp, rotation=pr, velocity=pv, angular_velocity=pa),
-        circle=state.circle.replace(position=cp, rotation=cr_, velocity=cv, angular_velocity=ca),
-    )
-    th = state.thruster
-    th_idx = th.object_index
-    state = state.replace(
-        thruster=th.replace(global_position=pos[th_idx] + rotate(rot[th_idx], th.relative_position))
-    )
+    state = _integrate(state, bodies, pos, vel, ang, params, P)
     return state, (jax.tree.map(lambda x: x[:, 0], m_rr), m_cr, m_cc)
 
 

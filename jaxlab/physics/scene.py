@@ -249,6 +249,89 @@ def _validate_body_common(
 # The empty scene
 
 
+def _static_polygon_slots(
+    P: int, V: int, s: float, f: float, add_floor: bool, add_walls_and_ceiling: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions (P, 2), vertices (P, V, 2) and active flags (P,) of floor, walls and ceiling."""
+    pos = np.zeros((P, 2), np.float32)
+    verts = np.zeros((P, V, 2), np.float32)
+    active = np.zeros(P, bool)
+
+    def put(slot, p, vs):
+        pos[slot] = p
+        verts[slot] = np.asarray(vs, np.float32)
+        active[slot] = True
+
+    if add_floor:
+        put(
+            0,
+            [s / 2, -s + f],
+            [[s / 2, s + f], [s / 2, -s - f], [-s / 2, -s - f], [-s / 2, s + f]],
+        )
+    if add_walls_and_ceiling:
+        put(1, [0.0, 0.0], [[-s, s], [0.0, s], [0.0, 0.0], [-s, 0.0]])
+        put(2, [0.0, 0.0], [[s, s], [2 * s, s], [2 * s, 0.0], [s, 0.0]])
+        put(
+            3,
+            [s / 2, f + 2 * s],
+            [[s, s + f], [s / 2, -s - f], [-s / 2, -s - f], [-s / 2, s + f]],
+        )
+    return pos, verts, active
+
+
+def _empty_circles(C: int, V: int) -> RigidBody:
+    """``C`` inactive circle slots (``V`` vertex rows kept for a shape shared with polygons)."""
+    return RigidBody(
+        position=jnp.zeros((C, 2), jnp.float32),
+        rotation=jnp.zeros(C, jnp.float32),
+        velocity=jnp.zeros((C, 2), jnp.float32),
+        angular_velocity=jnp.zeros(C, jnp.float32),
+        inverse_mass=jnp.zeros(C, jnp.float32),
+        inverse_inertia=jnp.zeros(C, jnp.float32),
+        friction=jnp.ones(C, jnp.float32),
+        restitution=jnp.zeros(C, jnp.float32),
+        collision_mode=jnp.ones(C, jnp.int32),
+        active=jnp.zeros(C, bool),
+        n_vertices=jnp.zeros(C, jnp.int32),
+        vertices=jnp.zeros((C, V, 2), jnp.float32),
+        radius=jnp.zeros(C, jnp.float32),
+    )
+
+
+def _empty_joints(J: int) -> Joint:
+    """``J`` inactive joint slots, parked at Jax2D's global position (256, 256)."""
+    return Joint(
+        a_index=jnp.zeros(J, jnp.int32),
+        b_index=jnp.zeros(J, jnp.int32),
+        a_relative_pos=jnp.zeros((J, 2), jnp.float32),
+        b_relative_pos=jnp.zeros((J, 2), jnp.float32),
+        global_position=jnp.full((J, 2), 256.0, jnp.float32),
+        active=jnp.zeros(J, bool),
+        acc_impulse=jnp.zeros((J, 2), jnp.float32),
+        acc_r_impulse=jnp.zeros(J, jnp.float32),
+        motor_speed=jnp.zeros(J, jnp.float32),
+        motor_power=jnp.zeros(J, jnp.float32),
+        motor_on=jnp.zeros(J, bool),
+        motor_has_joint_limits=jnp.zeros(J, bool),
+        min_rotation=jnp.zeros(J, jnp.float32),
+        max_rotation=jnp.zeros(J, jnp.float32),
+        is_fixed_joint=jnp.zeros(J, bool),
+        rotation=jnp.zeros(J, jnp.float32),
+    )
+
+
+def _empty_thrusters(T: int) -> Thruster:
+    """``T`` inactive thruster slots."""
+    return Thruster(
+        object_index=jnp.zeros(T, jnp.int32),
+        relative_position=jnp.zeros((T, 2), jnp.float32),
+        rotation=jnp.zeros(T, jnp.float32),
+        power=jnp.zeros(T, jnp.float32),
+        global_position=jnp.zeros((T, 2), jnp.float32),
+        active=jnp.zeros(T, bool),
+    )
+
+
 def create_empty_sim(
     static_params: StaticSimParams,
     add_floor: bool = True,
@@ -295,30 +378,7 @@ def create_empty_sim(
         sp.num_thrusters,
         sp.max_polygon_vertices,
     )
-    pos = np.zeros((P, 2), np.float32)
-    verts = np.zeros((P, V, 2), np.float32)
-    active = np.zeros(P, bool)
-
-    def put(slot, p, vs):
-        pos[slot] = p
-        verts[slot] = np.asarray(vs, np.float32)
-        active[slot] = True
-
-    if add_floor:
-        put(
-            0,
-            [s / 2, -s + f],
-            [[s / 2, s + f], [s / 2, -s - f], [-s / 2, -s - f], [-s / 2, s + f]],
-        )
-    if add_walls_and_ceiling:
-        put(1, [0.0, 0.0], [[-s, s], [0.0, s], [0.0, 0.0], [-s, 0.0]])
-        put(2, [0.0, 0.0], [[s, s], [2 * s, s], [2 * s, 0.0], [s, 0.0]])
-        put(
-            3,
-            [s / 2, f + 2 * s],
-            [[s, s + f], [s / 2, -s - f], [-s / 2, -s - f], [-s / 2, s + f]],
-        )
-
+    pos, verts, active = _static_polygon_slots(P, V, s, f, add_floor, add_walls_and_ceiling)
     polygon = RigidBody(
         position=jnp.asarray(pos),
         rotation=jnp.zeros(P, jnp.float32),
@@ -334,47 +394,9 @@ def create_empty_sim(
         vertices=jnp.asarray(verts),
         radius=jnp.zeros(P, jnp.float32),
     )
-    circle = RigidBody(
-        position=jnp.zeros((C, 2), jnp.float32),
-        rotation=jnp.zeros(C, jnp.float32),
-        velocity=jnp.zeros((C, 2), jnp.float32),
-        angular_velocity=jnp.zeros(C, jnp.float32),
-        inverse_mass=jnp.zeros(C, jnp.float32),
-        inverse_inertia=jnp.zeros(C, jnp.float32),
-        friction=jnp.ones(C, jnp.float32),
-        restitution=jnp.zeros(C, jnp.float32),
-        collision_mode=jnp.ones(C, jnp.int32),
-        active=jnp.zeros(C, bool),
-        n_vertices=jnp.zeros(C, jnp.int32),
-        vertices=jnp.zeros((C, V, 2), jnp.float32),
-        radius=jnp.zeros(C, jnp.float32),
-    )
-    joint = Joint(
-        a_index=jnp.zeros(J, jnp.int32),
-        b_index=jnp.zeros(J, jnp.int32),
-        a_relative_pos=jnp.zeros((J, 2), jnp.float32),
-        b_relative_pos=jnp.zeros((J, 2), jnp.float32),
-        global_position=jnp.full((J, 2), 256.0, jnp.float32),
-        active=jnp.zeros(J, bool),
-        acc_impulse=jnp.zeros((J, 2), jnp.float32),
-        acc_r_impulse=jnp.zeros(J, jnp.float32),
-        motor_speed=jnp.zeros(J, jnp.float32),
-        motor_power=jnp.zeros(J, jnp.float32),
-        motor_on=jnp.zeros(J, bool),
-        motor_has_joint_limits=jnp.zeros(J, bool),
-        min_rotation=jnp.zeros(J, jnp.float32),
-        max_rotation=jnp.zeros(J, jnp.float32),
-        is_fixed_joint=jnp.zeros(J, bool),
-        rotation=jnp.zeros(J, jnp.float32),
-    )
-    thruster = Thruster(
-        object_index=jnp.zeros(T, jnp.int32),
-        relative_position=jnp.zeros((T, 2), jnp.float32),
-        rotation=jnp.zeros(T, jnp.float32),
-        power=jnp.zeros(T, jnp.float32),
-        global_position=jnp.zeros((T, 2), jnp.float32),
-        active=jnp.zeros(T, bool),
-    )
+    circle = _empty_circles(C, V)
+    joint = _empty_joints(J)
+    thruster = _empty_thrusters(T)
     n_cc, n_cr, n_rr = pair_counts(sp)
     state = SimState(
         polygon=polygon,

@@ -141,6 +141,102 @@ def _round_rng(seed: int, round_: int) -> tuple[np.random.Generator, jax.Array]:
     return np.random.default_rng([seed, round_]), jax.random.fold_in(jax.random.key(seed), round_)
 
 
+def _open_state(
+    initial: Workflow,
+    problems: Problems,
+    config: SearchConfig,
+    run_dir: str | Path | None,
+    describe: dict[str, Any] | None,
+) -> SearchState:
+    """The saved state of ``run_dir`` if its settings match these, else a new state."""
+    settings = {
+        "config": config.fingerprint(),
+        "initial": initial.to_json(),
+        "num_problems": len(problems),
+        **(describe or {}),
+    }
+    settings = json.loads(json.dumps(settings))
+    state = load_state(run_dir) if run_dir is not None else None
+    if state is None:
+        state = SearchState(settings)
+    elif state.settings != settings:
+        diff = sorted(
+            k
+            for k in set(settings) | set(state.settings)
+            if settings.get(k) != state.settings.get(k)
+        )
+        raise SearchStateError(
+            f"{Path(run_dir) / STATE_FILE} belongs to a search with other settings ({', '.join(diff)}): "
+            f"saved {[state.settings.get(k) for k in diff]}, now {[settings.get(k) for k in diff]}"
+        )
+    return state
+
+
+def _round_record(round_, workflow, evaluation, parent, proposal, probs) -> dict[str, Any]:
+    """The JSON record of one evaluated round (round 1 has no parent and no proposal)."""
+    return {
+        "round": round_,
+        "parent": parent,
+        "modification": proposal.modification if proposal else "initial workflow",
+        "kind": proposal.kind if proposal else "initial",
+        "workflow": workflow.to_json(),
+        "scores": list(evaluation.scores),
+        "score": evaluation.mean,
+        "std": float(np.std(evaluation.scores)),
+        "failures": evaluation.failures,
+        "selection": {str(k): v for k, v in (probs or {}).items()},
+    }
+
+
+def _add_experience(state: SearchState, parent: int, rec: dict[str, Any]) -> None:
+    """Adds the round ``rec`` (a modification of ``parent``) to the parent's experience."""
+    before = state.rounds[parent - 1]["score"]
+    state.experience.setdefault(str(parent), []).append(
+        {
+            "modification": rec["modification"],
+            "kind": rec["kind"],
+            "before": before,
+            "after": rec["score"],
+            "succeed": rec["score"] > before,
+        }
+    )
+
+
+def _converged_round(state: SearchState, config: SearchConfig) -> int | None:
+    """The round at which the top-k scores converged (``selection.converged``), if any."""
+    return selection.converged(
+        [r["score"] for r in state.rounds],
+        [r["std"] for r in state.rounds],
+        top_k=config.top_k,
+        z=config.z,
+        consecutive=config.consecutive,
+    )
+
+
+def _expand(rng, state: SearchState, optimizer: Optimizer, config: SearchConfig, seen: set):
+    """Selects a parent and asks for a new modification, up to ``max_expansion_tries`` times."""
+    proposal, parent, probs = None, None, None
+    for _ in range(config.max_expansion_tries):
+        parent, probs = selection.select_round(
+            rng, state.scores(), sample=config.sample, alpha=config.alpha, lam=config.lam
+        )
+        experience = [
+            Experience(e["modification"], e["kind"], e["before"], e["after"])
+            for e in state.experience.get(str(parent), [])
+        ]
+        proposal = optimizer.propose(
+            rng,
+            state.workflow(parent),
+            parent_score=state.rounds[parent - 1]["score"],
+            experience=experience,
+            failures=state.rounds[parent - 1]["failures"],
+            is_duplicate=lambda w: w.key() in seen,
+        )
+        if proposal is not None:
+            break
+    return proposal, parent, probs
+
+
 def run_search(
     initial: Workflow,
     executor: Executor,
@@ -168,55 +264,16 @@ def run_search(
         SearchStateError: the run directory holds a search with other settings.
         WorkflowError: the initial or a proposed workflow breaks the grammar.
     """
-    settings = {
-        "config": config.fingerprint(),
-        "initial": initial.to_json(),
-        "num_problems": len(problems),
-        **(describe or {}),
-    }
-    settings = json.loads(json.dumps(settings))
-    state = load_state(run_dir) if run_dir is not None else None
-    if state is None:
-        state = SearchState(settings)
-    elif state.settings != settings:
-        diff = sorted(
-            k
-            for k in set(settings) | set(state.settings)
-            if settings.get(k) != state.settings.get(k)
-        )
-        raise SearchStateError(
-            f"{Path(run_dir) / STATE_FILE} belongs to a search with other settings ({', '.join(diff)}): "
-            f"saved {[state.settings.get(k) for k in diff]}, now {[settings.get(k) for k in diff]}"
-        )
+    state = _open_state(initial, problems, config, run_dir, describe)
     state.stopped = None
     seen = {Workflow.from_json(r["workflow"]).key() for r in state.rounds}
 
     def record(round_, workflow, evaluation, parent, proposal, probs):
-        rec = {
-            "round": round_,
-            "parent": parent,
-            "modification": proposal.modification if proposal else "initial workflow",
-            "kind": proposal.kind if proposal else "initial",
-            "workflow": workflow.to_json(),
-            "scores": list(evaluation.scores),
-            "score": evaluation.mean,
-            "std": float(np.std(evaluation.scores)),
-            "failures": evaluation.failures,
-            "selection": {str(k): v for k, v in (probs or {}).items()},
-        }
+        rec = _round_record(round_, workflow, evaluation, parent, proposal, probs)
         state.rounds.append(rec)
         seen.add(workflow.key())
         if parent is not None:
-            before = state.rounds[parent - 1]["score"]
-            state.experience.setdefault(str(parent), []).append(
-                {
-                    "modification": rec["modification"],
-                    "kind": rec["kind"],
-                    "before": before,
-                    "after": rec["score"],
-                    "succeed": rec["score"] > before,
-                }
-            )
+            _add_experience(state, parent, rec)
         if run_dir is not None:
             save_state(run_dir, state)
         if on_round is not None:
@@ -235,38 +292,13 @@ def run_search(
         )
 
     while len(state.rounds) < config.max_rounds:
-        if config.check_convergence:
-            fired = selection.converged(
-                [r["score"] for r in state.rounds],
-                [r["std"] for r in state.rounds],
-                top_k=config.top_k,
-                z=config.z,
-                consecutive=config.consecutive,
-            )
-            if fired is not None:
-                state.stopped = f"converged at round {fired}"
-                break
+        fired = _converged_round(state, config) if config.check_convergence else None
+        if fired is not None:
+            state.stopped = f"converged at round {fired}"
+            break
         round_ = len(state.rounds) + 1
         rng, key = _round_rng(config.seed, round_)
-        proposal, parent, probs = None, None, None
-        for _ in range(config.max_expansion_tries):
-            parent, probs = selection.select_round(
-                rng, state.scores(), sample=config.sample, alpha=config.alpha, lam=config.lam
-            )
-            experience = [
-                Experience(e["modification"], e["kind"], e["before"], e["after"])
-                for e in state.experience.get(str(parent), [])
-            ]
-            proposal = optimizer.propose(
-                rng,
-                state.workflow(parent),
-                parent_score=state.rounds[parent - 1]["score"],
-                experience=experience,
-                failures=state.rounds[parent - 1]["failures"],
-                is_duplicate=lambda w: w.key() in seen,
-            )
-            if proposal is not None:
-                break
+        proposal, parent, probs = _expand(rng, state, optimizer, config, seen)
         if proposal is None:
             state.stopped = f"no new modification after {config.max_expansion_tries} draws"
             break

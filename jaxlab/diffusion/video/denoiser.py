@@ -265,6 +265,66 @@ class ReferenceNet(nn.Module):
         return feats
 
 
+def _reference_frames(cfg: VideoNetConfig, cond: VideoCond) -> Float[Array, "b f s s c2"]:
+    """The reference network's input: [reference (+ pose) ‖ motion frames after the TSM]."""
+    ref = cond.reference[:, None]
+    if cfg.pose_channels:
+        ref = jnp.concatenate([ref, cond.pose[:, None]], -1)
+    frames = [ref]
+    if cfg.motion_len:
+        motion = cond.motion
+        if cfg.tsm_stride:
+            motion = temporal_segment(
+                motion, stride=cfg.tsm_stride, expand=cfg.tsm_expand, keep_recent=cfg.tsm_recent
+            )
+        if cfg.pose_channels:
+            motion = jnp.concatenate(
+                [motion, jnp.zeros(motion.shape[:-1] + (cfg.pose_channels,), motion.dtype)], -1
+            )
+        frames.append(motion)
+    return jnp.concatenate(frames, 1)
+
+
+def _audio_context(
+    module: nn.Module, cond: VideoCond, audio_keep: Bool[Array, " b"], b: int, tl: int
+) -> Float[Array, "bt w d"]:
+    """Audio context ``[B*T, W (+L), D]``: projected log-mel windows (+ latents), null if dropped."""
+    cfg = module.cfg
+    d = cfg.width
+    a_tok = (
+        nn.Dense(d, name="audio_in")(cond.audio)
+        + module.param("audio_pos", nn.initializers.normal(0.02), (cfg.window, d))[None, None]
+    )
+    null = module.param("audio_null", nn.initializers.normal(0.02), (cfg.window, d))
+    a_tok = jnp.where(audio_keep[:, None, None, None], a_tok, null[None, None])
+    if cfg.audio_latents:
+        lat = AudioToLatents(d, cfg.audio_latents, name="audio_to_latents")(
+            cond.audio, cond.motion_feat, cond.use_motion_feat
+        )
+        lat_null = module.param("latent_null", nn.initializers.normal(0.02), (cfg.audio_latents, d))
+        keep_lat = audio_keep
+        if cond.use_motion_feat is not None:
+            keep_lat = keep_lat | cond.use_motion_feat
+        a_tok = jnp.concatenate(
+            [a_tok, jnp.where(keep_lat[:, None, None, None], lat, lat_null[None, None])], 2
+        )
+    return a_tok.reshape(b * tl, -1, d)
+
+
+def _identity_tokens(cfg: VideoNetConfig, cond: VideoCond):
+    """Identity tokens ``[B, R, n, D]`` of the region crops; token masks ``[B, T, N, R]`` or None."""
+    d, p = cfg.width, cfg.patch
+    tmasks = None
+    crops = jax.vmap(
+        lambda im, m: jax.vmap(lambda mr: region_crop(im, mr, cfg.crop), in_axes=-1)(m)
+    )(cond.reference, cond.ref_region_masks)  # [B, R, crop, crop, C]
+    id_tok = nn.Dense(d, name="identity_embed")(patchify(crops, p))
+    identity = id_tok + _pos_table(cfg.crop // p, d)[None, None]
+    if cond.region_masks is not None:
+        tmasks = token_masks(cond.region_masks, p)
+    return identity, tmasks
+
+
 class VideoDenoiser(nn.Module):
     """``(x_t [B, T, S, S, C], t [B], cond) -> eps [B, T, S, S, C]`` (see the module docstring).
 
@@ -298,55 +358,11 @@ class VideoDenoiser(nn.Module):
             emb = emb + nn.Dense(d, name="clarity")(sinusoidal_embedding(cond.clarity * 10.0, d))
         emb = nn.Dense(d, name="t1")(nn.silu(nn.Dense(d, name="t0")(emb)))
 
-        # reference network over [reference ‖ motion frames (after the TSM)]
-        ref = cond.reference[:, None]
-        if cfg.pose_channels:
-            ref = jnp.concatenate([ref, cond.pose[:, None]], -1)
-        frames = [ref]
-        if cfg.motion_len:
-            motion = cond.motion
-            if cfg.tsm_stride:
-                motion = temporal_segment(
-                    motion, stride=cfg.tsm_stride, expand=cfg.tsm_expand, keep_recent=cfg.tsm_recent
-                )
-            if cfg.pose_channels:
-                motion = jnp.concatenate(
-                    [motion, jnp.zeros(motion.shape[:-1] + (cfg.pose_channels,), motion.dtype)], -1
-                )
-            frames.append(motion)
-        ref_feats = ReferenceNet(cfg, name="reference_net")(jnp.concatenate(frames, 1))
+        ref_feats = ReferenceNet(cfg, name="reference_net")(_reference_frames(cfg, cond))
 
-        # audio context: learnable projection of the log-mel windows, null sequence when dropped
-        a_tok = (
-            nn.Dense(d, name="audio_in")(cond.audio)
-            + self.param("audio_pos", nn.initializers.normal(0.02), (cfg.window, d))[None, None]
-        )
-        null = self.param("audio_null", nn.initializers.normal(0.02), (cfg.window, d))
-        a_tok = jnp.where(audio_keep[:, None, None, None], a_tok, null[None, None])
-        if cfg.audio_latents:
-            lat = AudioToLatents(d, cfg.audio_latents, name="audio_to_latents")(
-                cond.audio, cond.motion_feat, cond.use_motion_feat
-            )
-            lat_null = self.param(
-                "latent_null", nn.initializers.normal(0.02), (cfg.audio_latents, d)
-            )
-            keep_lat = audio_keep
-            if cond.use_motion_feat is not None:
-                keep_lat = keep_lat | cond.use_motion_feat
-            a_tok = jnp.concatenate(
-                [a_tok, jnp.where(keep_lat[:, None, None, None], lat, lat_null[None, None])], 2
-            )
-        a_ctx = a_tok.reshape(b * tl, -1, d)
+        a_ctx = _audio_context(self, cond, audio_keep, b, tl)
 
-        identity = tmasks = None
-        if cfg.regions:
-            crops = jax.vmap(
-                lambda im, m: jax.vmap(lambda mr: region_crop(im, mr, cfg.crop), in_axes=-1)(m)
-            )(cond.reference, cond.ref_region_masks)  # [B, R, crop, crop, C]
-            id_tok = nn.Dense(d, name="identity_embed")(patchify(crops, p))
-            identity = id_tok + _pos_table(cfg.crop // p, d)[None, None]
-            if cond.region_masks is not None:
-                tmasks = token_masks(cond.region_masks, p)
+        identity, tmasks = _identity_tokens(cfg, cond) if cfg.regions else (None, None)
 
         for i in range(cfg.depth):
             mod = nn.Dense(6 * d, kernel_init=nn.initializers.zeros_init(), name=f"ada{i}")(

@@ -315,6 +315,11 @@ def _shows(small_rect, small_verts, small_r, small_local, big_rect, big_verts, b
     return jnp.where(small_rect, jnp.where(big_rect, rr, rc), jnp.where(big_rect, cr, False))
 
 
+def _both_show(new, target, m):
+    """Whether each of two jointed ``(is_rect, verts, radius, anchor)`` can stick out of the other."""
+    return _shows(*new, *target, m) & _shows(*target, *new, m)
+
+
 def _arena(static_params: StaticEnvParams, env_params: EnvParams):
     w = static_params.screen_dim[0] / env_params.pixels_per_unit
     h = static_params.screen_dim[1] / env_params.pixels_per_unit
@@ -327,47 +332,10 @@ def _arena(static_params: StaticEnvParams, env_params: EnvParams):
 _N_UNIFORMS = 29  # uniforms one proposal consumes
 
 
-def propose_shape(
-    key: PRNGKeyArray,
-    state: EnvState,
-    connected: Bool[Array, ""],
-    force_no_fixate: Bool[Array, ""],
-    force_rjoint: Bool[Array, ""],
-    force_motor_on: Bool[Array, ""],
-    static_params: StaticEnvParams,
-    params: GeneratorParams,
-    env_params: EnvParams,
-) -> _Proposal:
-    """Propose one free (``mutate_add_shape``) or connected (``mutate_add_connected_shape``) shape.
-
-    Free: rectangle or circle (50/50 while both have room), role from ``role_weights`` (green and
-    blue get ``goal_body_size_factor``), position uniform in the arena shrunk by the shape's
-    extent (green left / blue right half with ``goal_body_opposide_side_chance``), rotation
-    ``U[0, 2 pi]``, fixated with ``min(0.02 + 4 m, 1)`` unless ``force_no_fixate``.
-
-    Connected: a target among the active non-static shapes (weights: 0.05 if fixated, polygons
-    ``(2 - joints) / 2``, circles only without joints), an anchor uniform in a polygon's bounding
-    box or a circle's centre on both shapes, the new shape placed so the anchors meet; revolute
-    joint (motor on 0.8, speed ``U[0.4, 3]``, power ``U[1, 3]`` or ``U[1, 1]`` next to a circle,
-    limits with 0.4 between polygons) unless it becomes a fixed joint (0.5 once
-    ``min_rjoints_bias`` revolute joints exist). Roles never join green to blue or red to either.
-
-    Returns:
-        The proposal; ``possible`` is False when the level has no room for it.
-    """
-    sp, gp = static_params, params
-    P, C, S = sp.num_polygons, sp.num_circles, sp.num_static_fixated_polys
-    u = jax.random.uniform(key, (_N_UNIFORMS,))
+def _connection_target(u, state: EnvState, gp: GeneratorParams, P: int, space_rect, nonstatic_poly):
+    """The shape a connected proposal joins (``u[0:5]``): its pose, geometry, anchor and roles."""
     poly, circ, joint = state.sim.polygon, state.sim.circle, state.sim.joint
-    space_rect = ~jnp.all(poly.active)
-    space_circle = ~jnp.all(circ.active)
-    space_shape = space_rect | space_circle
-    nonstatic_poly = poly.active.at[:S].set(False)
-    shapes_present = jnp.any(nonstatic_poly) | jnp.any(circ.active)
-    space_joint = ~jnp.all(joint.active)
-
-    # --- connection target (connected proposals)
-    n_all = P + C
+    n_all = P + circ.active.shape[0]
     conn = jnp.zeros(n_all).at[joint.a_index].add(joint.active.astype(jnp.float32))
     conn = conn.at[joint.b_index].add(joint.active.astype(jnp.float32))
     fix_w = lambda inv_m: jnp.where(inv_m == 0, gp.connect_to_fixated_prob_coeff, 1.0)
@@ -399,8 +367,20 @@ def propose_shape(
             jnp.array([1.0, 0.0, 0.0, 1.0]),
         ),
     )
+    return any_target, is_target_rect, target, t_pos, t_rot, t_verts, t_r, t_anchor, conn_initial
 
-    # --- shape type and role
+
+def _shape_and_role(
+    u,
+    state: EnvState,
+    gp: GeneratorParams,
+    connected,
+    is_target_rect,
+    space_rect,
+    space_circle,
+    conn_initial,
+):
+    """The new shape's type, role, dimensions and unit-density mass (``u[5:13]``)."""
     type_w = jnp.stack([space_rect, space_circle]).astype(jnp.float32)
     is_rect = choice(u[5], type_w) == 0
     is_rect = jnp.where(connected, is_rect | (~is_target_rect & space_rect), is_rect)
@@ -417,9 +397,33 @@ def propose_shape(
     inv_inertia = jnp.where(
         is_rect, inv_inertia_r, circle_inverse_inertia(radius, jnp.float32(1.0))
     )
-    rotation = u[13] * 2 * math.pi
+    return (
+        is_rect,
+        role,
+        rect_verts,
+        half,
+        radius,
+        n_vertices,
+        centroid,
+        verts,
+        inv_mass,
+        inv_inertia,
+    )
 
-    # --- free placement
+
+def _free_position(
+    u,
+    sp: StaticEnvParams,
+    env_params: EnvParams,
+    gp: GeneratorParams,
+    half,
+    radius,
+    role,
+    inv_mass,
+    force_no_fixate,
+    connected,
+):
+    """A free proposal's position in the arena and whether it is fixated (``u[14:19]``)."""
     w, h = _arena(sp, env_params)
     largest = jnp.maximum(jnp.max(half) * math.sqrt(2.0), radius)
     lo = jnp.stack([largest, largest + 0.4])
@@ -435,6 +439,94 @@ def propose_shape(
     bottom_p = gp.fixate_shape_bottom_bias + gp.fixate_shape_bottom_bias_special_role * (role != 0)
     to_bottom = fixated & (u[18] < bottom_p) & (free_pos[1] >= h / 2)
     free_pos = free_pos.at[1].add(jnp.where(to_bottom, -h / 2, 0.0))
+    return free_pos, fixated
+
+
+def _joint_settings(
+    u,
+    sp: StaticEnvParams,
+    gp: GeneratorParams,
+    joint,
+    is_rect,
+    is_target_rect,
+    force_rjoint,
+    force_motor_on,
+):
+    """Revolute or fixed, and the motor and limit fields of the new joint (``u[21:29]``)."""
+    n_rjoints = jnp.sum(joint.active & ~joint.is_fixed_joint)
+    is_rjoint = (u[21] < gp.rjoint_chance) | force_rjoint | (n_rjoints < gp.min_rjoints_bias)
+    both_rect = is_rect & is_target_rect
+    motor_on = (u[22] < gp.motor_on_chance) | force_motor_on
+    speed = gp.motor_min_speed + u[23] * (gp.motor_max_speed - gp.motor_min_speed)
+    max_power = jnp.where(both_rect, gp.motor_max_power, gp.wheel_max_power)
+    power = gp.motor_min_power + u[24] * (max_power - gp.motor_min_power)
+    limits = (u[25] < gp.joint_limit_chance) & both_rect
+    lim_lo = -gp.joint_limit_max * u[26] * limits
+    lim_hi = gp.joint_limit_max * u[27] * limits
+    binding = randint(u[28], sp.num_motor_bindings)
+    return is_rjoint, dict(
+        is_fixed_joint=~is_rjoint,
+        motor_on=motor_on & is_rjoint,
+        motor_speed=jnp.where(is_rjoint, speed, 0.0),
+        motor_power=jnp.where(is_rjoint, power, 0.0),
+        motor_has_joint_limits=limits & is_rjoint,
+        min_rotation=jnp.where(is_rjoint, lim_lo, 0.0),
+        max_rotation=jnp.where(is_rjoint, lim_hi, 0.0),
+        motor_binding=binding.astype(jnp.int32),
+    )
+
+
+def propose_shape(
+    key: PRNGKeyArray,
+    state: EnvState,
+    connected: Bool[Array, ""],
+    force_no_fixate: Bool[Array, ""],
+    force_rjoint: Bool[Array, ""],
+    force_motor_on: Bool[Array, ""],
+    static_params: StaticEnvParams,
+    params: GeneratorParams,
+    env_params: EnvParams,
+) -> _Proposal:
+    """Propose one free (``mutate_add_shape``) or connected (``mutate_add_connected_shape``) shape.
+
+    Free: rectangle or circle (50/50 while both have room), role from ``role_weights`` (green and
+    blue get ``goal_body_size_factor``), position uniform in the arena shrunk by the shape's
+    extent (green left / blue right half with ``goal_body_opposide_side_chance``), rotation
+    ``U[0, 2 pi]``, fixated with ``min(0.02 + 4 m, 1)`` unless ``force_no_fixate``.
+
+    Connected: a target among the active non-static shapes (weights: 0.05 if fixated, polygons
+    ``(2 - joints) / 2``, circles only without joints), an anchor uniform in a polygon's bounding
+    box or a circle's centre on both shapes, the new shape placed so the anchors meet; revolute
+    joint (motor on 0.8, speed ``U[0.4, 3]``, power ``U[1, 3]`` or ``U[1, 1]`` next to a circle,
+    limits with 0.4 between polygons) unless it becomes a fixed joint (0.5 once
+    ``min_rjoints_bias`` revolute joints exist). Roles never join green to blue or red to either.
+
+    Returns:
+        The proposal; ``possible`` is False when the level has no room for it.
+    """
+    sp, gp = static_params, params
+    P, S = sp.num_polygons, sp.num_static_fixated_polys
+    u = jax.random.uniform(key, (_N_UNIFORMS,))
+    poly, circ, joint = state.sim.polygon, state.sim.circle, state.sim.joint
+    space_rect = ~jnp.all(poly.active)
+    space_circle = ~jnp.all(circ.active)
+    space_shape = space_rect | space_circle
+    nonstatic_poly = poly.active.at[:S].set(False)
+    shapes_present = jnp.any(nonstatic_poly) | jnp.any(circ.active)
+    space_joint = ~jnp.all(joint.active)
+
+    any_target, is_target_rect, target, t_pos, t_rot, t_verts, t_r, t_anchor, conn_initial = (
+        _connection_target(u, state, gp, P, space_rect, nonstatic_poly)
+    )
+    is_rect, role, rect_verts, half, radius, n_vertices, centroid, verts, inv_mass, inv_inertia = (
+        _shape_and_role(
+            u, state, gp, connected, is_target_rect, space_rect, space_circle, conn_initial
+        )
+    )
+    rotation = u[13] * 2 * math.pi
+    free_pos, fixated = _free_position(
+        u, sp, env_params, gp, half, radius, role, inv_mass, force_no_fixate, connected
+    )
 
     # --- connected placement and joint
     local_anchor = jnp.where(
@@ -451,25 +543,12 @@ def propose_shape(
     a_rel = jnp.where(swap, t_anchor, local_anchor)
     b_rel = jnp.where(swap, local_anchor, t_anchor)
     a_rot, b_rot = jnp.where(swap, t_rot, rotation), jnp.where(swap, rotation, t_rot)
-    n_rjoints = jnp.sum(joint.active & ~joint.is_fixed_joint)
-    is_rjoint = (u[21] < gp.rjoint_chance) | force_rjoint | (n_rjoints < gp.min_rjoints_bias)
-    both_rect = is_rect & is_target_rect
-    motor_on = (u[22] < gp.motor_on_chance) | force_motor_on
-    speed = gp.motor_min_speed + u[23] * (gp.motor_max_speed - gp.motor_min_speed)
-    max_power = jnp.where(both_rect, gp.motor_max_power, gp.wheel_max_power)
-    power = gp.motor_min_power + u[24] * (max_power - gp.motor_min_power)
-    limits = (u[25] < gp.joint_limit_chance) & both_rect
-    lim_lo = -gp.joint_limit_max * u[26] * limits
-    lim_hi = gp.joint_limit_max * u[27] * limits
-    binding = randint(u[28], sp.num_motor_bindings)
-
-    new_verts_for_vis = jnp.where(is_rect, verts, 0.0)
-    m = gp.connect_visibility_min
-    valid = _shows(
-        is_rect, new_verts_for_vis, radius, local_anchor, is_target_rect, t_verts, t_r, t_anchor, m
-    ) & _shows(
-        is_target_rect, t_verts, t_r, t_anchor, is_rect, new_verts_for_vis, radius, local_anchor, m
+    is_rjoint, joint_fields = _joint_settings(
+        u, sp, gp, joint, is_rect, is_target_rect, force_rjoint, force_motor_on
     )
+
+    new = (is_rect, jnp.where(is_rect, verts, 0.0), radius, local_anchor)
+    valid = _both_show(new, (is_target_rect, t_verts, t_r, t_anchor), gp.connect_visibility_min)
 
     possible = jnp.where(
         connected, space_shape & shapes_present & space_joint & any_target, space_shape
@@ -492,15 +571,8 @@ def propose_shape(
         a_relative_pos=a_rel,
         b_relative_pos=b_rel,
         global_position=global_anchor,
-        is_fixed_joint=~is_rjoint,
-        motor_on=motor_on & is_rjoint,
-        motor_speed=jnp.where(is_rjoint, speed, 0.0),
-        motor_power=jnp.where(is_rjoint, power, 0.0),
-        motor_has_joint_limits=limits & is_rjoint,
-        min_rotation=jnp.where(is_rjoint, lim_lo, 0.0),
-        max_rotation=jnp.where(is_rjoint, lim_hi, 0.0),
         joint_rotation=jnp.where(is_rjoint, 0.0, b_rot - a_rot),
-        motor_binding=binding.astype(jnp.int32),
+        **joint_fields,
     )
 
 
