@@ -51,6 +51,7 @@ shared training loop; :func:`ld3_fit` runs it to completion inside a ``lax.while
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -624,6 +625,50 @@ def _shift_latents(eps_fn, schedule, static, hyper, p1, p2, latent, ori, target,
     return lat.reshape(n, -1), acc.reshape(n), ref.reshape(n)
 
 
+def _end_round(
+    s: LD3State,
+    *,
+    radius: float,
+    eps_fn: EpsFn,
+    schedule: Schedule,
+    static: LD3Static,
+    hyper: LD3Hyper,
+) -> LD3State:
+    """The end of an LD3 round: shift the validation latents, shrink the shift rate when none was
+    accepted, reshuffle, restart from the best steps and validate them."""
+    kw = dict(eps_fn=eps_fn, schedule=schedule, static=static, hyper=hyper)
+    vlat, acc, _ = _shift_latents(
+        eps_fn,
+        schedule,
+        static,
+        hyper,
+        s.params1,
+        s.params2,
+        s.valid_latent,
+        s.ori_valid,
+        s.valid_target,
+        s.shift_lr,
+        radius,
+    )
+    changed = jnp.any(acc)
+    shrink = jnp.logical_and(jnp.logical_not(changed), hyper.prior_bound_scale > 0)
+    key, kp = jax.random.split(s.key)
+    s = s.replace(
+        valid_latent=vlat,
+        valid_changed=changed,
+        shift_lr=jnp.where(shrink, s.shift_lr * hyper.shift_lr_decay, s.shift_lr),
+        round=s.round + 1,
+        it_in_round=jnp.asarray(0),
+        key=key,
+        perm=jax.random.permutation(kp, static.n_train),
+    )
+    finished = s.round >= static.rounds_v1 + static.rounds_v2
+    # each new round starts from the best steps, then validates
+    s = s.replace(params1=s.best_params1, params2=s.best_params2, count_worse=jnp.asarray(0))
+    s = _examine(s, **kw)
+    return s.replace(done=jnp.logical_or(s.done, finished))
+
+
 def ld3_step(
     state: LD3State,
     *,
@@ -644,6 +689,7 @@ def ld3_step(
     radius = hyper.prior_bound_scale * static.dim / static.steps**2
     opt1, opt2 = _optimizers(static, hyper)
     kw = dict(eps_fn=eps_fn, schedule=schedule, static=static, hyper=hyper)
+    end_round = functools.partial(_end_round, radius=radius, **kw)
 
     def active(state: LD3State):
         idx = jax.lax.dynamic_slice(state.perm, (state.it_in_round * b,), (b,))
@@ -683,38 +729,6 @@ def ld3_step(
         )
         s = jax.lax.cond(s.it_in_round * b >= static.n_train, end_round, lambda s: s, s)
         return s, metrics
-
-    def end_round(s: LD3State) -> LD3State:
-        vlat, acc, _ = _shift_latents(
-            eps_fn,
-            schedule,
-            static,
-            hyper,
-            s.params1,
-            s.params2,
-            s.valid_latent,
-            s.ori_valid,
-            s.valid_target,
-            s.shift_lr,
-            radius,
-        )
-        changed = jnp.any(acc)
-        shrink = jnp.logical_and(jnp.logical_not(changed), hyper.prior_bound_scale > 0)
-        key, kp = jax.random.split(s.key)
-        s = s.replace(
-            valid_latent=vlat,
-            valid_changed=changed,
-            shift_lr=jnp.where(shrink, s.shift_lr * hyper.shift_lr_decay, s.shift_lr),
-            round=s.round + 1,
-            it_in_round=jnp.asarray(0),
-            key=key,
-            perm=jax.random.permutation(kp, static.n_train),
-        )
-        finished = s.round >= static.rounds_v1 + static.rounds_v2
-        # each new round starts from the best steps, then validates
-        s = s.replace(params1=s.best_params1, params2=s.best_params2, count_worse=jnp.asarray(0))
-        s = _examine(s, **kw)
-        return s.replace(done=jnp.logical_or(s.done, finished))
 
     def idle(state: LD3State):
         b = state.best_loss

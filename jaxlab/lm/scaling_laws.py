@@ -403,6 +403,22 @@ def fit_law(
         pred = np.asarray(predict(jnp.asarray(theta)))
     if log_target:
         pred = np.exp(pred)
+    return _fit_result(init, free, logged, theta, r, j, pred, y)
+
+
+def _fit_result(
+    init: PrecisionLaw,
+    free: tuple[str, ...],
+    logged: list[bool],
+    theta: np.ndarray,
+    r: np.ndarray,
+    j: np.ndarray,
+    pred: np.ndarray,
+    y: np.ndarray,
+) -> FitResult:
+    """The fitted law with standard errors and 95 % intervals from the Gauss-Newton covariance
+    ``sigma^2 (J^T J)^+`` at the optimum (log-space constants mapped back), R^2 and RMSE."""
+    n = y.shape[0]
     dof = max(n - len(free), 1)
     sigma2 = float(r @ r) / dof
     cov = sigma2 * np.linalg.pinv(j.T @ j)
