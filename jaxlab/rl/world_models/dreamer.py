@@ -22,7 +22,7 @@ that led to it, ``1 - terminated`` and the episode-start flag. A finished episod
 observation is stored, and the next iteration of that env stores its first observation (the env
 does not step on that iteration), so every step of every episode is in the buffer.
 
-LS-Imagine (``cfg.ls``, ``ls_imagine``/``affordance``): each stored item also carries the
+LS-Imagine (``make_parts(..., ls=LSConfig())``, ``ls_imagine``/``affordance``): each stored item also carries the
 affordance statistics of its observation (intrinsic score, the zoom of its best box and that
 view's score, the jump flag, the relevance label); the world model additionally learns the
 jumpy transition and the jump/Δ/Ĝ/intrinsic heads, the relevance model and the affordance
@@ -32,7 +32,7 @@ predictor; imagination jumps when the behaviour decides to and uses the mixed re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import distrax
@@ -43,9 +43,12 @@ from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab import envs
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.envs.open_world import OBS_SIZES, zoom
 from jaxlab.envs.spaces import Box, Discrete
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.replay import SequenceReplayConfig, make_sequence_replay
 from jaxlab.rl.world_models import affordance, ls_imagine, twohot
 from jaxlab.rl.world_models.returns import mixed_lambda_return
@@ -53,32 +56,40 @@ from jaxlab.rl.world_models.rssm import Actor, Critic, Latent, NetConfig, WorldM
 
 
 @dataclasses.dataclass(frozen=True)
-class DreamerConfig:
-    """Static configuration of a Dreamer (or LS-Imagine) run.
+class DreamerOptim:
+    """Dreamer's optimisers, one per role (Adam; DreamerV3's rates and clipping norms).
 
     Attributes:
-        env, env_options: registry name and options of a pixel env with discrete actions.
-        num_envs: parallel envs (one buffer stream each).
-        capacity: buffer items per env.
-        batch_size, sequence_length: replayed sequences per update and their length.
-        learning_starts: iterations of uniform random acting before learning.
-        updates_per_iteration: gradient steps per iteration once learning.
-        deter, groups, classes, hidden, embed, depth, num_bins: network sizes (``rssm``).
-        horizon, gamma, lam, entropy: imagination length, discount, lambda, entropy weight.
-        free_bits, dyn_scale, rep_scale: KL balancing.
-        model_lr, actor_lr, critic_lr: Adam rates; ``model_clip``/``ac_clip`` gradient norms.
-        slow_rate, retnorm_decay: slow-critic EMA rate and return-scale EMA decay.
-        ls: LS-Imagine settings, or None for plain Dreamer.
+        model: the world model's (3e-4, gradient norm clipped at 1000).
+        actor, critic: the imagination actor-critic's (1e-4 each, clipped at 100).
+        affordance: LS-Imagine's relevance model and affordance predictor (1e-3, no clipping;
+            unused by plain Dreamer).
     """
 
-    env: str = "open-world"
-    env_options: tuple[tuple[str, Any], ...] = (("variant", "easy"),)
-    num_envs: int = 4
-    capacity: int = 4096
-    batch_size: int = 16
+    model: OptimConfig = OptimConfig(name="adam", lr=3e-4, clip_norm=1000.0)
+    actor: OptimConfig = OptimConfig(name="adam", lr=1e-4, clip_norm=100.0)
+    critic: OptimConfig = OptimConfig(name="adam", lr=1e-4, clip_norm=100.0)
+    affordance: OptimConfig = OptimConfig(name="adam", lr=1e-3)
+
+
+@dataclasses.dataclass(frozen=True)
+class DreamerConfig:
+    """Dreamer's own hyper-parameters; the env, replay and update schedule are a
+    ``jaxlab.rl.off_policy.OffPolicyConfig``, the optimisers a :class:`DreamerOptim` and
+    LS-Imagine's settings an ``ls_imagine.LSConfig``.
+
+    Attributes:
+        sequence_length: length of the replayed sequences (>= 1, <= the per-env capacity).
+        deter, groups, classes, hidden, embed, depth, num_bins: network sizes (``rssm``).
+        horizon, gamma, lam: imagination length, discount and lambda (in [0, 1]).
+        entropy: the actor's entropy weight (>= 0); traced.
+        free_bits: KL free nats (>= 0).
+        dyn_scale, rep_scale: KL balancing weights (>= 0); traced.
+        slow_rate: slow-critic EMA rate, in (0, 1].
+        retnorm_decay: return-scale EMA decay, in [0, 1).
+    """
+
     sequence_length: int = 16
-    learning_starts: int = 64
-    updates_per_iteration: int = 1
     deter: int = 64
     groups: int = 8
     classes: int = 8
@@ -93,51 +104,62 @@ class DreamerConfig:
     free_bits: float = 1.0
     dyn_scale: float = 0.5
     rep_scale: float = 0.1
-    model_lr: float = 3e-4
-    actor_lr: float = 1e-4
-    critic_lr: float = 1e-4
-    model_clip: float = 1000.0
-    ac_clip: float = 100.0
     slow_rate: float = 0.02
     retnorm_decay: float = 0.99
-    ls: ls_imagine.LSConfig | None = None
+
+    def __post_init__(self):
+        for name in ("sequence_length", "deter", "groups", "classes", "hidden", "embed"):
+            _check_int(name, getattr(self, name))
+        _check_int("depth", self.depth)
+        _check_int("horizon", self.horizon)
+        if self.num_bins < 3:
+            raise ConfigError("num_bins", self.num_bins, "an int >= 3")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, getattr(self, name), "a float in [0, 1]")
+        for name in ("entropy", "free_bits", "dyn_scale", "rep_scale"):
+            if not getattr(self, name) >= 0.0:
+                raise ConfigError(name, getattr(self, name), "a float >= 0")
+        if not 0.0 < self.slow_rate <= 1.0:
+            raise ConfigError("slow_rate", self.slow_rate, "a float in (0, 1]")
+        if not 0.0 <= self.retnorm_decay < 1.0:
+            raise ConfigError("retnorm_decay", self.retnorm_decay, "a float in [0, 1)")
 
 
-def check_config(cfg: DreamerConfig) -> None:
-    """Raises ConfigError naming the first invalid field."""
-    for name in (
-        "num_envs",
-        "batch_size",
-        "sequence_length",
-        "updates_per_iteration",
-        "deter",
-        "groups",
-        "classes",
-        "hidden",
-        "embed",
-        "depth",
-        "horizon",
-    ):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(name, v, "an int >= 1")
-    if cfg.learning_starts < 0:
-        raise ConfigError("learning_starts", cfg.learning_starts, "an int >= 0")
-    if cfg.num_bins < 3:
-        raise ConfigError("num_bins", cfg.num_bins, "an int >= 3")
-    if not 0.0 <= cfg.gamma <= 1.0:
-        raise ConfigError("gamma", cfg.gamma, "a float in [0, 1]")
-    if not 0.0 <= cfg.lam <= 1.0:
-        raise ConfigError("lam", cfg.lam, "a float in [0, 1]")
-    for name in ("model_lr", "actor_lr", "critic_lr"):
-        if not getattr(cfg, name) > 0:
-            raise ConfigError(name, getattr(cfg, name), "a float > 0")
-    # sequence_length vs capacity is checked by the buffer
-    make_sequence_replay(_replay_cfg(cfg))
+def _check_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(name, v, "an int >= 1")
 
 
-def _replay_cfg(cfg: DreamerConfig) -> SequenceReplayConfig:
-    return SequenceReplayConfig(cfg.num_envs, cfg.capacity, cfg.batch_size, cfg.sequence_length)
+#: the traced hyper-parameters of a Dreamer run, as the recipes' dotted keys (the optimisers at
+#: ``optim``, :class:`DreamerConfig` at ``dreamer``); LS-Imagine adds ``optim.affordance.lr``
+TRACED: tuple[str, ...] = (
+    "optim.model.lr",
+    "optim.actor.lr",
+    "optim.critic.lr",
+    "dreamer.entropy",
+    "dreamer.dyn_scale",
+    "dreamer.rep_scale",
+)
+LS_TRACED: tuple[str, ...] = (*TRACED, "optim.affordance.lr")
+
+
+def hparams(cfg: DreamerConfig, optim: DreamerOptim, ls: bool) -> dict[str, Array]:
+    """The values of :data:`TRACED` (:data:`LS_TRACED` with ``ls``) for ``state.hparams``
+    (float32 scalars)."""
+    out = {f"optim.{r}.lr": jnp.float32(getattr(optim, r).lr) for r in _ROLES}
+    for name in ("entropy", "dyn_scale", "rep_scale"):
+        out[f"dreamer.{name}"] = jnp.float32(getattr(cfg, name))
+    return {k: out[k] for k in (LS_TRACED if ls else TRACED)}
+
+
+_ROLES = ("model", "actor", "critic", "affordance")
+
+
+def replay_config(cfg: DreamerConfig, off: OffPolicyConfig) -> SequenceReplayConfig:
+    """The sequence buffer: ``off.buffer_size // off.num_envs`` items per env."""
+    capacity = off.buffer_size // off.num_envs
+    return SequenceReplayConfig(off.num_envs, capacity, off.batch_size, cfg.sequence_length)
 
 
 @struct.dataclass
@@ -164,6 +186,7 @@ class DreamerState:
     episodes: Any
     key: PRNGKeyArray
     iteration: Any
+    hparams: dict  # the traced learning rates, entropy weight and KL scales
     aff: Any = None  # LS-Imagine: relevance/predictor params, optimizer states, statistics
 
 
@@ -186,6 +209,7 @@ class DreamerParts:
     actor: Actor
     replay: Any
     cfg: DreamerConfig
+    off_policy: OffPolicyConfig
 
 
 def preprocess(obs) -> Float[Array, "*b s s 3"]:
@@ -203,20 +227,32 @@ def _bce(logit, target):
     return optax.sigmoid_binary_cross_entropy(logit, target)
 
 
-def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -> DreamerParts:
-    """Build the agent's pure functions for ``cfg`` (module docstring)."""
-    check_config(cfg)
-    env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
+def make_parts(
+    cfg: DreamerConfig,
+    off_policy: OffPolicyConfig,
+    optim: DreamerOptim,
+    *,
+    ls: ls_imagine.LSConfig | None = None,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+    spread: Callable[[Any], Any] | None = None,
+) -> DreamerParts:
+    """Build the agent's pure functions (module docstring) on ``off_policy.env`` made with
+    ``env_options``; LS-Imagine when ``ls`` is given. ``iterations`` (the run's length) is the
+    horizon of decaying learning-rate schedules; ``spread`` (data parallel) constrains every
+    sampled batch's leading axis to the mesh's data axes."""
+    off = off_policy
+    replay = make_sequence_replay(replay_config(cfg, off))
+    env, env_params = envs.make(off.env, **dict(env_options or {}))
     space = env.action_space(env_params)
     obs_space = env.observation_space(env_params)
     if not isinstance(space, Discrete):
-        raise ConfigError("env", cfg.env, "an env with a Discrete action space")
+        raise ConfigError("env", off.env, "an env with a Discrete action space")
     if not isinstance(obs_space, Box) or len(obs_space.shape) != 3 or obs_space.shape[-1] != 3:
-        raise ConfigError("env", cfg.env, "an env with [S, S, 3] pixel observations")
+        raise ConfigError("env", off.env, "an env with [S, S, 3] pixel observations")
     size = int(obs_space.shape[0])
     if size not in OBS_SIZES or obs_space.shape[1] != size:
         raise ConfigError("obs_size", obs_space.shape[:2], f"a square side in {OBS_SIZES}")
-    ls = cfg.ls
     n_act = space.n
     net = NetConfig(
         obs_size=size,
@@ -233,14 +269,16 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
     wm = WorldModel(net)
     actor = Actor(cfg.hidden, n_act)
     critic = Critic(cfg.hidden, cfg.num_bins)
-    wm_tx = optax.chain(optax.clip_by_global_norm(cfg.model_clip), optax.adam(cfg.model_lr))
-    actor_tx = optax.chain(optax.clip_by_global_norm(cfg.ac_clip), optax.adam(cfg.actor_lr))
-    critic_tx = optax.chain(optax.clip_by_global_norm(cfg.ac_clip), optax.adam(cfg.critic_lr))
-    replay = make_sequence_replay(_replay_cfg(cfg))
-    n = cfg.num_envs
+    total_updates = max(1, iterations - off.learning_starts) * off.updates_per_iteration
+
+    def tx(role: str, hp: Mapping[str, Any]) -> optax.GradientTransformation:
+        """The optimiser of ``role`` at the traced rate in ``hp`` (a state's ``hparams``)."""
+        return optim_lib.from_hparams(getattr(optim, role), total_updates, hp, f"optim.{role}")
+
+    init_tx = {r: optim_lib.make(getattr(optim, r), 1) for r in _ROLES}  # the states' structure
+    n = off.num_envs
     if ls is not None:
         relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
-        aff_tx = optax.adam(ls.affordance_lr)
         if ls.box > size:
             raise ConfigError("ls.box", ls.box, f"a box side <= the observation side {size}")
 
@@ -318,8 +356,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             aff = {
                 "relevance": rel_p,
                 "predictor": pred_p,
-                "relevance_opt": aff_tx.init(rel_p),
-                "predictor_opt": aff_tx.init(pred_p),
+                "relevance_opt": init_tx["affordance"].init(rel_p),
+                "predictor_opt": init_tx["affordance"].init(pred_p),
                 "stat_mean": jnp.float32(0.0),
                 "score_mean": jnp.float32(0.0),
                 "score_sq": jnp.float32(0.0),
@@ -343,9 +381,9 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             actor=actor_p,
             critic=critic_p,
             slow_critic=critic_p,
-            wm_opt=wm_tx.init(wm_p),
-            actor_opt=actor_tx.init(actor_p),
-            critic_opt=critic_tx.init(critic_p),
+            wm_opt=init_tx["model"].init(wm_p),
+            actor_opt=init_tx["actor"].init(actor_p),
+            critic_opt=init_tx["critic"].init(critic_p),
             retnorm=jnp.zeros((2,), jnp.float32),
             buffer=replay.init(example),
             env_state=env_state,
@@ -359,6 +397,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             episodes=jnp.float32(0),
             key=k_run,
             iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim, ls is not None),
             aff=aff,
         )
 
@@ -392,8 +431,11 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             rep,
         )
 
-    def wm_loss(wm_p, batch, key):
-        """World-model loss of a ``[b, l]`` batch: ``(loss, (metrics, posterior))``."""
+    def wm_loss(wm_p, batch, key, scales=None):
+        """World-model loss of a ``[b, l]`` batch: ``(loss, (metrics, posterior))``; ``scales``
+        are the KL weights ``(dyn, rep)`` (default: the config's; the update passes the traced
+        values)."""
+        dyn_scale, rep_scale = (cfg.dyn_scale, cfg.rep_scale) if scales is None else scales
         k_obs, k_jump, k_jpost = jax.random.split(key, 3)
         img = preprocess(batch["obs"])
         embed = wm.apply(wm_p, img, method=WorldModel.encode)
@@ -406,7 +448,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         reward_loss = twohot.loss(heads["reward"], batch["reward"])
         cont_loss = _bce(heads["cont"], batch["cont"])
         dyn, rep, dyn_raw, rep_raw = kl_terms(post.logits, prior.logits)
-        loss = image_loss + reward_loss + cont_loss + cfg.dyn_scale * dyn + cfg.rep_scale * rep
+        loss = image_loss + reward_loss + cont_loss + dyn_scale * dyn + rep_scale * rep
         metrics = {
             "image_loss": image_loss.mean(),
             "reward_loss": reward_loss.mean(),
@@ -444,8 +486,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
                 + twohot.loss(jheads["reward"], arrival)
                 + twohot.loss(d_logits, delta)
                 + twohot.loss(g_logits, acc)
-                + cfg.dyn_scale * jdyn
-                + cfg.rep_scale * jrep
+                + dyn_scale * jdyn
+                + rep_scale * jrep
             )
             w = valid.astype(jnp.float32)
             jump_total = jnp.sum(jl * w) / jnp.maximum(w.sum(), 1.0)
@@ -518,7 +560,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             dist = distrax.Categorical(logits=logits)
             logp = dist.log_prob(acts)
             ent = dist.entropy()
-            return -jnp.mean(policy_w * (logp * adv + cfg.entropy * ent)), ent.mean()
+            eta = state.hparams["dreamer.entropy"]
+            return -jnp.mean(policy_w * (logp * adv + eta * ent)), ent.mean()
 
         slow_target = twohot.mean(critic.apply(state.slow_critic, feats[:-1]))
 
@@ -528,9 +571,10 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             return jnp.mean(weight * ce)
 
         (a_loss, ent), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
-        a_upd, actor_opt = actor_tx.update(a_grad, state.actor_opt, state.actor)
+        a_upd, actor_opt = tx("actor", state.hparams).update(a_grad, state.actor_opt, state.actor)
         c_loss, c_grad = jax.value_and_grad(critic_loss)(state.critic)
-        c_upd, critic_opt = critic_tx.update(c_grad, state.critic_opt, state.critic)
+        c_tx = tx("critic", state.hparams)
+        c_upd, critic_opt = c_tx.update(c_grad, state.critic_opt, state.critic)
         critic_p = optax.apply_updates(state.critic, c_upd)
         slow = optax.incremental_update(critic_p, state.slow_critic, cfg.slow_rate)
         state = state.replace(
@@ -552,7 +596,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         }
         return state, metrics
 
-    def aff_update(aff, batch, key):
+    def aff_update(aff, batch, key, hp):
         """Relevance model (BCE on the relevance labels) and predictor (MSE on offline labels of
         ``label_images`` replayed observations)."""
         img = preprocess(batch["obs"]).reshape((-1, size, size, 3))
@@ -562,6 +606,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             return _bce(relevance.apply(p, img), labels).mean()
 
         r_loss, r_grad = jax.value_and_grad(rel_loss)(aff["relevance"])
+        aff_tx = tx("affordance", hp)
         r_upd, r_opt = aff_tx.update(r_grad, aff["relevance_opt"], aff["relevance"])
         rel_p = optax.apply_updates(aff["relevance"], r_upd)
         idx = jax.random.choice(key, img.shape[0], (ls.label_images,), replace=False)
@@ -592,15 +637,16 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         batch = replay.sample(state.buffer, k_s).experience
         if spread is not None:
             batch = spread(batch)
+        scales = (state.hparams["dreamer.dyn_scale"], state.hparams["dreamer.rep_scale"])
         (_, (metrics, post)), grad = jax.value_and_grad(wm_loss, has_aux=True)(
-            state.wm, batch, k_wm
+            state.wm, batch, k_wm, scales
         )
-        upd, wm_opt = wm_tx.update(grad, state.wm_opt, state.wm)
+        upd, wm_opt = tx("model", state.hparams).update(grad, state.wm_opt, state.wm)
         state = state.replace(wm=optax.apply_updates(state.wm, upd), wm_opt=wm_opt)
         state, ac_metrics = ac_update(state, post, k_ac)
         metrics = {**metrics, **ac_metrics}
         if ls is not None:
-            aff, aff_metrics = aff_update(state.aff, batch, k_aff)
+            aff, aff_metrics = aff_update(state.aff, batch, k_aff, state.hparams)
             state = state.replace(aff=aff)
             metrics.update(aff_metrics)
         return state, metrics
@@ -647,7 +693,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         )
         latent = wm.apply(state.wm, k2, prior, embed, method=WorldModel.obs_step)
         logits = actor.apply(state.actor, latent.feat())
-        warm = state.iteration < cfg.learning_starts
+        warm = state.iteration < off.learning_starts
         logits = jnp.where(warm, jnp.zeros_like(logits), logits)
         action = jax.random.categorical(k_act, logits, -1).astype(jnp.int32)
         buffer = replay.add(state.buffer, jax.tree.map(lambda x: x[:, None], item))
@@ -698,11 +744,12 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         state, metrics = collect(state)
 
         def learn(s):
-            s, m = jax.lax.scan(update, s, jax.random.split(k_learn, cfg.updates_per_iteration))
+            keys = jax.random.split(k_learn, off.updates_per_iteration)
+            s, m = jax.lax.scan(update, s, keys)
             return s, jax.tree.map(lambda x: x[-1], m)
 
         zeros = {k: jnp.float32(0) for k in zero_names}
-        can = (state.iteration > cfg.learning_starts) & replay.can_sample(state.buffer)
+        can = (state.iteration > off.learning_starts) & replay.can_sample(state.buffer)
         state, learn_metrics = jax.lax.cond(can, learn, lambda s: (s, zeros), state)
         return state, {**metrics, **learn_metrics, "learning": can}
 
@@ -745,6 +792,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         actor=actor,
         replay=replay,
         cfg=cfg,
+        off_policy=off,
     )
 
 
@@ -807,9 +855,16 @@ def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
     return evaluate
 
 
-def make_train(cfg: DreamerConfig, iterations: int):
-    """``train(key) -> (state, metrics [iterations])``: a whole run as one scan (vmappable)."""
-    parts = make_parts(cfg)
+def make_train(
+    cfg: DreamerConfig,
+    off_policy: OffPolicyConfig,
+    optim: DreamerOptim,
+    iterations: int,
+    **kwargs: Any,
+):
+    """``train(key) -> (state, metrics [iterations])``: a whole run as one scan (vmappable);
+    ``kwargs`` as :func:`make_parts`'s (``ls``, ``env_options``)."""
+    parts = make_parts(cfg, off_policy, optim, iterations=iterations, **kwargs)
 
     def train(key):
         return jax.lax.scan(lambda s, _: parts.iteration(s), parts.init(key), None, iterations)
