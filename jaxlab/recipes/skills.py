@@ -65,8 +65,10 @@ class SkillRecipeConfig:
     )
 
     def __post_init__(self):
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise ConfigError("seeds", self.seeds, "an int >= 1")
+        for name in ("seeds", "max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, v, "an int >= 1")
         if not self.size > 0:
             raise ConfigError("size", self.size, "a float > 0 (arena half-width)")
 

@@ -194,6 +194,24 @@ class SACLearner:
     entropy_key: str = "sac.target_entropy_per_dim"
     total_updates: int = 1
 
+    def init(self, k_actor: PRNGKeyArray, k_critic: PRNGKeyArray, obs_dim: int, init_alpha: float):
+        """The learner's fields of a fresh state: ``actor``, ``critic``, ``target_critic`` (=
+        ``critic``), ``log_alpha = log(init_alpha)`` and the three optimiser states."""
+        dummy_o, dummy_a = jnp.zeros((1, obs_dim)), jnp.zeros((1, self.act_dim))
+        actor_p = self.actor.init(k_actor, dummy_o)
+        critic_p = self.critic.init(k_critic, dummy_o, dummy_a)
+        log_alpha = jnp.log(jnp.float32(init_alpha))
+        opt = {r: optim_lib.make(getattr(self.optim, r), 1) for r in ("actor", "critic", "alpha")}
+        return {
+            "actor": actor_p,
+            "critic": critic_p,
+            "target_critic": critic_p,
+            "log_alpha": log_alpha,
+            "actor_opt": opt["actor"].init(actor_p),
+            "critic_opt": opt["critic"].init(critic_p),
+            "alpha_opt": opt["alpha"].init(log_alpha),
+        }
+
     def tx(self, role: str, state: Any) -> optax.GradientTransformation:
         """The optimiser of ``role`` (``actor``, ``critic`` or ``alpha``) at the state's rates."""
         cfg = getattr(self.optim, role)
@@ -308,16 +326,10 @@ def make_parts(
         act_dim,
         total_updates=max(1, iterations - off.learning_starts) * off.updates_per_iteration,
     )
-    actor_tx, critic_tx = optim_lib.make(optim.actor, 1), optim_lib.make(optim.critic, 1)
-    alpha_tx = optim_lib.make(optim.alpha, 1)  # the states' structure (rates are traced)
     n = off.num_envs
 
     def init(key: PRNGKeyArray) -> SACState:
         k_a, k_c, k_env, k_run = jax.random.split(key, 4)
-        dummy_o, dummy_a = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
-        actor_p = actor.init(k_a, dummy_o)
-        critic_p = critic.init(k_c, dummy_o, dummy_a)
-        log_alpha = jnp.log(jnp.float32(cfg.init_alpha))
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
             jax.random.split(k_env, n), env_params
         )
@@ -329,13 +341,7 @@ def make_parts(
             "discount": jnp.zeros(()),
         }
         return SACState(
-            actor=actor_p,
-            critic=critic_p,
-            target_critic=critic_p,
-            log_alpha=log_alpha,
-            actor_opt=actor_tx.init(actor_p),
-            critic_opt=critic_tx.init(critic_p),
-            alpha_opt=alpha_tx.init(log_alpha),
+            **learner.init(k_a, k_c, obs_dim, cfg.init_alpha),
             buffer=replay.init(item),
             env_state=env_state,
             obs=obs.reshape(n, obs_dim).astype(jnp.float32),

@@ -42,8 +42,6 @@ from jaxlab.rl.replay import ReplayConfig, make_replay
 from jaxlab.rl.sac import MLP, Actor, SACLearner
 from jaxlab.rl.squashed_gaussian import sample_and_log_prob
 
-_ROLES = ("actor", "critic", "alpha", "phi", "dual")
-
 
 def _is_int(v) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool)
@@ -257,15 +255,11 @@ def make_skill_parts(
     )
     nets = Nets(actor, critic, Phi(d, tuple(cfg.hidden)), learner, obs_dim, act_dim)
     method_update = make_update(cfg, nets)
-    txs = {r: optim_lib.make(getattr(optim, r), 1) for r in _ROLES}  # the states' structure
+    txs = {r: optim_lib.make(getattr(optim, r), 1) for r in ("phi", "dual")}  # states' structure
 
     def init(key: PRNGKeyArray) -> SkillState:
         k_a, k_c, k_p, k_env, k_z, k_run = jax.random.split(key, 6)
-        dummy_o, dummy_a = jnp.zeros((1, obs_dim + d)), jnp.zeros((1, act_dim))
-        actor_p = actor.init(k_a, dummy_o)
-        critic_p = critic.init(k_c, dummy_o, dummy_a)
         phi_p = nets.phi.init(k_p, jnp.zeros((1, obs_dim)))
-        log_alpha = jnp.log(jnp.float32(cfg.init_alpha))
         log_lam = jnp.log(jnp.float32(cfg.dual_lam_init))
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
             jax.random.split(k_env, n), env_params
@@ -277,13 +271,7 @@ def make_skill_parts(
             "next_obs": jnp.zeros((obs_dim,)),
         }
         return SkillState(
-            actor=actor_p,
-            critic=critic_p,
-            target_critic=critic_p,
-            log_alpha=log_alpha,
-            actor_opt=txs["actor"].init(actor_p),
-            critic_opt=txs["critic"].init(critic_p),
-            alpha_opt=txs["alpha"].init(log_alpha),
+            **learner.init(k_a, k_c, obs_dim + d, cfg.init_alpha),
             phi=phi_p,
             phi_opt=txs["phi"].init(phi_p),
             log_dual_lam=log_lam,

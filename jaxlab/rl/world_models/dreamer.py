@@ -142,6 +142,7 @@ TRACED: tuple[str, ...] = (
     "dreamer.rep_scale",
 )
 LS_TRACED: tuple[str, ...] = (*TRACED, "optim.affordance.lr")
+_ROLES = ("model", "actor", "critic", "affordance")
 
 
 def hparams(cfg: DreamerConfig, optim: DreamerOptim, ls: bool) -> dict[str, Array]:
@@ -151,9 +152,6 @@ def hparams(cfg: DreamerConfig, optim: DreamerOptim, ls: bool) -> dict[str, Arra
     for name in ("entropy", "dyn_scale", "rep_scale"):
         out[f"dreamer.{name}"] = jnp.float32(getattr(cfg, name))
     return {k: out[k] for k in (LS_TRACED if ls else TRACED)}
-
-
-_ROLES = ("model", "actor", "critic", "affordance")
 
 
 def replay_config(cfg: DreamerConfig, off: OffPolicyConfig) -> SequenceReplayConfig:
@@ -227,23 +225,54 @@ def _bce(logit, target):
     return optax.sigmoid_binary_cross_entropy(logit, target)
 
 
-def make_parts(
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """The static pieces of one Dreamer (or LS-Imagine) agent that its functions share.
+
+    Attributes:
+        cfg, off, optim, ls: the configs (``ls`` None for plain Dreamer).
+        net, wm, actor, critic: the networks (``rssm``).
+        n_act, size: the env's number of actions and observation side.
+        total_updates: the horizon of decaying learning-rate schedules.
+    """
+
+    cfg: DreamerConfig
+    off: OffPolicyConfig
+    optim: DreamerOptim
+    ls: ls_imagine.LSConfig | None
+    net: NetConfig
+    wm: WorldModel
+    actor: Actor
+    critic: Critic
+    n_act: int
+    size: int
+    total_updates: int
+
+    def tx(self, role: str, hp: Mapping[str, Any]) -> optax.GradientTransformation:
+        """The optimiser of ``role`` at the traced rate in ``hp`` (a state's ``hparams``)."""
+        cfg = getattr(self.optim, role)
+        return optim_lib.from_hparams(cfg, self.total_updates, hp, f"optim.{role}")
+
+    def action_vec(self, a, jump=None):
+        """One-hot actions ``[..., n_act]``; with LS-Imagine a last jump bit (``jump``)."""
+        v = jax.nn.one_hot(a, self.n_act)
+        if self.ls is not None:
+            j = jnp.zeros(a.shape, jnp.float32) if jump is None else jump.astype(jnp.float32)
+            v = jnp.concatenate([v * (1 - j)[..., None], j[..., None]], -1)
+        return v
+
+
+def make_agent(
     cfg: DreamerConfig,
-    off_policy: OffPolicyConfig,
+    off: OffPolicyConfig,
     optim: DreamerOptim,
-    *,
-    ls: ls_imagine.LSConfig | None = None,
-    env_options: Mapping[str, Any] | None = None,
-    iterations: int = 1,
-    spread: Callable[[Any], Any] | None = None,
-) -> DreamerParts:
-    """Build the agent's pure functions (module docstring) on ``off_policy.env`` made with
-    ``env_options``; LS-Imagine when ``ls`` is given. ``iterations`` (the run's length) is the
-    horizon of decaying learning-rate schedules; ``spread`` (data parallel) constrains every
-    sampled batch's leading axis to the mesh's data axes."""
-    off = off_policy
-    replay = make_sequence_replay(replay_config(cfg, off))
-    env, env_params = envs.make(off.env, **dict(env_options or {}))
+    ls: ls_imagine.LSConfig | None,
+    env: Any,
+    env_params: Any,
+    iterations: int,
+) -> Agent:
+    """The :class:`Agent` for ``env``: refuses envs without discrete actions and square
+    ``[S, S, 3]`` pixel observations, and LS-Imagine boxes larger than the view."""
     space = env.action_space(env_params)
     obs_space = env.observation_space(env_params)
     if not isinstance(space, Discrete):
@@ -253,6 +282,8 @@ def make_parts(
     size = int(obs_space.shape[0])
     if size not in OBS_SIZES or obs_space.shape[1] != size:
         raise ConfigError("obs_size", obs_space.shape[:2], f"a square side in {OBS_SIZES}")
+    if ls is not None and ls.box > size:
+        raise ConfigError("ls.box", ls.box, f"a box side <= the observation side {size}")
     n_act = space.n
     net = NetConfig(
         obs_size=size,
@@ -266,30 +297,21 @@ def make_parts(
         num_bins=cfg.num_bins,
         aux_heads=ls is not None,
     )
-    wm = WorldModel(net)
-    actor = Actor(cfg.hidden, n_act)
-    critic = Critic(cfg.hidden, cfg.num_bins)
     total_updates = max(1, iterations - off.learning_starts) * off.updates_per_iteration
+    actor, critic = Actor(cfg.hidden, n_act), Critic(cfg.hidden, cfg.num_bins)
+    return Agent(
+        cfg, off, optim, ls, net, WorldModel(net), actor, critic, n_act, size, total_updates
+    )
 
-    def tx(role: str, hp: Mapping[str, Any]) -> optax.GradientTransformation:
-        """The optimiser of ``role`` at the traced rate in ``hp`` (a state's ``hparams``)."""
-        return optim_lib.from_hparams(getattr(optim, role), total_updates, hp, f"optim.{role}")
 
-    init_tx = {r: optim_lib.make(getattr(optim, r), 1) for r in _ROLES}  # the states' structure
-    n = off.num_envs
-    if ls is not None:
-        relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
-        if ls.box > size:
-            raise ConfigError("ls.box", ls.box, f"a box side <= the observation side {size}")
+def make_affordance_fns(a: Agent):
+    """LS-Imagine's affordance pieces and the buffer item: ``(aff_features(aff, obs),
+    item_of(obs, prev_action, reward, cont, is_first, aff, relevance_label, best),
+    aff_update(aff, batch, key, hparams))`` (``item_of`` alone serves plain Dreamer)."""
+    ls, tx = a.ls, a.tx
+    size = a.size
+    relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
 
-    def action_vec(a, jump=None):
-        v = jax.nn.one_hot(a, n_act)
-        if ls is not None:
-            j = jnp.zeros(a.shape, jnp.float32) if jump is None else jump.astype(jnp.float32)
-            v = jnp.concatenate([v * (1 - j)[..., None], j[..., None]], -1)
-        return v
-
-    # ------------------------------------------------------------------ affordance (LS-Imagine)
     def aff_features(aff, obs):
         """Per observation: concentration score, zoom statistic, zoomed image, zoomed score and
         the MineCLIP stand-in's score of the frame."""
@@ -340,68 +362,50 @@ def make_parts(
             )
         return item, best
 
-    def init(key: PRNGKeyArray) -> DreamerState:
-        k_wm, k_a, k_c, k_env, k_aff, k_run = jax.random.split(key, 6)
-        dummy_img = jnp.zeros((1, size, size, 3))
-        wm_p = wm.init(k_wm, k_wm, dummy_img, jnp.zeros((1, net.action_dim)))
-        feat0 = jnp.zeros((1, net.feat))
-        actor_p, critic_p = actor.init(k_a, feat0), critic.init(k_c, feat0)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-            jax.random.split(k_env, n), env_params
-        )
-        aff = None
-        if ls is not None:
-            k1, k2 = jax.random.split(k_aff)
-            rel_p, pred_p = relevance.init(k1, dummy_img), predictor.init(k2, dummy_img)
-            aff = {
-                "relevance": rel_p,
-                "predictor": pred_p,
-                "relevance_opt": init_tx["affordance"].init(rel_p),
-                "predictor_opt": init_tx["affordance"].init(pred_p),
-                "stat_mean": jnp.float32(0.0),
-                "score_mean": jnp.float32(0.0),
-                "score_sq": jnp.float32(0.0),
-                # the episode's best concentration / relevance scores so far, per env
-                "best_score": jnp.zeros((n,), jnp.float32),
-                "best_relevance": jnp.zeros((n,), jnp.float32),
-            }
-        example, _ = item_of(
-            obs[:1],
-            jnp.zeros((1,), jnp.int32),
-            jnp.zeros((1,)),
-            jnp.ones((1,)),
-            jnp.ones((1,), bool),
-            aff,
-            jnp.zeros((1,)),
-            (jnp.zeros((1,)), jnp.zeros((1,))),
-        )
-        example = jax.tree.map(lambda x: jnp.zeros_like(x[0]), example)
-        return DreamerState(
-            wm=wm_p,
-            actor=actor_p,
-            critic=critic_p,
-            slow_critic=critic_p,
-            wm_opt=init_tx["model"].init(wm_p),
-            actor_opt=init_tx["actor"].init(actor_p),
-            critic_opt=init_tx["critic"].init(critic_p),
-            retnorm=jnp.zeros((2,), jnp.float32),
-            buffer=replay.init(example),
-            env_state=env_state,
-            obs=obs,
-            need_first=jnp.ones((n,), bool),
-            action=jnp.zeros((n,), jnp.int32),
-            latent=zeros_latent(net, (n,)),
-            episode_return=jnp.zeros((n,)),
-            last_return=jnp.zeros((n,)),
-            successes=jnp.float32(0),
-            episodes=jnp.float32(0),
-            key=k_run,
-            iteration=jnp.int32(0),
-            hparams=hparams(cfg, optim, ls is not None),
-            aff=aff,
-        )
+    def aff_update(aff, batch, key, hp):
+        """Relevance model (BCE on the relevance labels) and predictor (MSE on offline labels of
+        ``label_images`` replayed observations)."""
+        img = preprocess(batch["obs"]).reshape((-1, size, size, 3))
+        labels = batch["relevance"].reshape(-1)
 
-    # ------------------------------------------------------------------ world model
+        def rel_loss(p):
+            return _bce(relevance.apply(p, img), labels).mean()
+
+        r_loss, r_grad = jax.value_and_grad(rel_loss)(aff["relevance"])
+        aff_tx = tx("affordance", hp)
+        r_upd, r_opt = aff_tx.update(r_grad, aff["relevance_opt"], aff["relevance"])
+        rel_p = optax.apply_updates(aff["relevance"], r_upd)
+        idx = jax.random.choice(key, img.shape[0], (ls.label_images,), replace=False)
+        chosen = img[idx]
+        score_fn = lambda x: jax.nn.sigmoid(relevance.apply(rel_p, x))
+        target = jax.vmap(
+            lambda im: affordance.offline_labels(score_fn, im, ls.box, ls.stride, ls.frames)
+        )(chosen)
+        target = jax.lax.stop_gradient(target)
+
+        def pred_loss(p):
+            return jnp.mean((predictor.apply(p, chosen) - target) ** 2)
+
+        p_loss, p_grad = jax.value_and_grad(pred_loss)(aff["predictor"])
+        p_upd, p_opt = aff_tx.update(p_grad, aff["predictor_opt"], aff["predictor"])
+        aff = {
+            **aff,
+            "relevance": rel_p,
+            "relevance_opt": r_opt,
+            "predictor": optax.apply_updates(aff["predictor"], p_upd),
+            "predictor_opt": p_opt,
+        }
+        return aff, {"relevance_loss": r_loss, "affordance_loss": p_loss}
+
+    return aff_features, item_of, aff_update
+
+
+def make_world_model_fns(a: Agent):
+    """The world model's ``(observe(wm_p, key, embed, actions, is_first) -> (priors,
+    posteriors), wm_loss(wm_p, batch, key, scales) -> (loss, (metrics, posterior)))`` (module
+    docstring, step 1)."""
+    cfg, ls, net, wm, action_vec = a.cfg, a.ls, a.net, a.wm, a.action_vec
+
     def observe(wm_p, key, embed, actions, is_first):
         """Posterior rollout over time (axis 1 of ``[b, l, ...]`` inputs): priors, posteriors."""
         b = embed.shape[0]
@@ -501,7 +505,54 @@ def make_parts(
             )
         return total, (metrics, post)
 
-    # ------------------------------------------------------------------ imagination
+    return observe, wm_loss
+
+
+def make_open_loop(a: Agent, observe: Callable):
+    """``open_loop(state, batch, context, key) -> frames``: the world model's open-loop
+    prediction of replayed sequences (for the imagination GIF and its test)."""
+    wm, action_vec = a.wm, a.action_vec
+
+    def open_loop(state: DreamerState, batch, context: int, key):
+        """Observe ``context`` real steps of each ``[b, l]`` sequence, then imagine the rest with
+        the real actions: decoded frames ``[b, l, S, S, 3]`` in ``[-0.5, 0.5]`` (reconstructions
+        for the context, open-loop predictions after it)."""
+        k1, k2 = jax.random.split(key)
+        img = preprocess(batch["obs"])
+        embed = wm.apply(state.wm, img, method=WorldModel.encode)
+        actions = action_vec(batch["prev_action"])
+        _, post = observe(state.wm, k1, embed, actions, batch["is_first"])
+        start = jax.tree.map(lambda x: x[:, context - 1], post)
+
+        def step(latent, xs):
+            k, a = xs
+            nxt = state_img(state.wm, k, latent, a)
+            return nxt, nxt.feat()
+
+        rest = jnp.swapaxes(actions[:, context:], 0, 1)
+        _, feats = jax.lax.scan(step, start, (jax.random.split(k2, rest.shape[0]), rest))
+        feats = jnp.concatenate([post.feat()[:, :context], jnp.swapaxes(feats, 0, 1)], 1)
+        return wm.apply(state.wm, feats, method=WorldModel.decode)
+
+    def state_img(wm_p, k, latent, a):
+        return wm.apply(wm_p, k, latent, a, method=WorldModel.img_step)
+
+    return open_loop
+
+
+def make_actor_critic_fns(a: Agent):
+    """Imagination and the actor-critic step: ``(imagine(wm_p, actor_p, start, key),
+    ac_update(state, posterior, key) -> (state, metrics))`` (module docstring, steps 2-4)."""
+    cfg, ls, wm, actor, critic, action_vec, tx = (
+        a.cfg,
+        a.ls,
+        a.wm,
+        a.actor,
+        a.critic,
+        a.action_vec,
+        a.tx,
+    )
+
     def imagine(wm_p, actor_p, start: Latent, key):
         """``horizon`` imagined steps from ``start`` [N]: features [H+1, N, F], actions [H, N],
         jump flags [H, N] (all False without LS), Δ and Ĝ [H, N]."""
@@ -596,62 +647,86 @@ def make_parts(
         }
         return state, metrics
 
-    def aff_update(aff, batch, key, hp):
-        """Relevance model (BCE on the relevance labels) and predictor (MSE on offline labels of
-        ``label_images`` replayed observations)."""
-        img = preprocess(batch["obs"]).reshape((-1, size, size, 3))
-        labels = batch["relevance"].reshape(-1)
+    return imagine, ac_update
 
-        def rel_loss(p):
-            return _bce(relevance.apply(p, img), labels).mean()
 
-        r_loss, r_grad = jax.value_and_grad(rel_loss)(aff["relevance"])
-        aff_tx = tx("affordance", hp)
-        r_upd, r_opt = aff_tx.update(r_grad, aff["relevance_opt"], aff["relevance"])
-        rel_p = optax.apply_updates(aff["relevance"], r_upd)
-        idx = jax.random.choice(key, img.shape[0], (ls.label_images,), replace=False)
-        chosen = img[idx]
-        score_fn = lambda x: jax.nn.sigmoid(relevance.apply(rel_p, x))
-        target = jax.vmap(
-            lambda im: affordance.offline_labels(score_fn, im, ls.box, ls.stride, ls.frames)
-        )(chosen)
-        target = jax.lax.stop_gradient(target)
+def make_init(a: Agent, env: Any, env_params: Any, replay: Any, item_of: Callable):
+    """``init(key) -> DreamerState``: networks, optimiser states, an empty buffer, reset envs."""
+    cfg, ls, net, wm, actor, critic = a.cfg, a.ls, a.net, a.wm, a.actor, a.critic
+    size, n, optim = a.size, a.off.num_envs, a.optim
+    relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
+    init_tx = {r: optim_lib.make(getattr(optim, r), 1) for r in _ROLES}  # the states' structure
 
-        def pred_loss(p):
-            return jnp.mean((predictor.apply(p, chosen) - target) ** 2)
-
-        p_loss, p_grad = jax.value_and_grad(pred_loss)(aff["predictor"])
-        p_upd, p_opt = aff_tx.update(p_grad, aff["predictor_opt"], aff["predictor"])
-        aff = {
-            **aff,
-            "relevance": rel_p,
-            "relevance_opt": r_opt,
-            "predictor": optax.apply_updates(aff["predictor"], p_upd),
-            "predictor_opt": p_opt,
-        }
-        return aff, {"relevance_loss": r_loss, "affordance_loss": p_loss}
-
-    def update(state: DreamerState, key: PRNGKeyArray):
-        """One gradient step of the world model, then critic and actor in imagination."""
-        k_s, k_wm, k_ac, k_aff = jax.random.split(key, 4)
-        batch = replay.sample(state.buffer, k_s).experience
-        if spread is not None:
-            batch = spread(batch)
-        scales = (state.hparams["dreamer.dyn_scale"], state.hparams["dreamer.rep_scale"])
-        (_, (metrics, post)), grad = jax.value_and_grad(wm_loss, has_aux=True)(
-            state.wm, batch, k_wm, scales
+    def init(key: PRNGKeyArray) -> DreamerState:
+        k_wm, k_a, k_c, k_env, k_aff, k_run = jax.random.split(key, 6)
+        dummy_img = jnp.zeros((1, size, size, 3))
+        wm_p = wm.init(k_wm, k_wm, dummy_img, jnp.zeros((1, net.action_dim)))
+        feat0 = jnp.zeros((1, net.feat))
+        actor_p, critic_p = actor.init(k_a, feat0), critic.init(k_c, feat0)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(k_env, n), env_params
         )
-        upd, wm_opt = tx("model", state.hparams).update(grad, state.wm_opt, state.wm)
-        state = state.replace(wm=optax.apply_updates(state.wm, upd), wm_opt=wm_opt)
-        state, ac_metrics = ac_update(state, post, k_ac)
-        metrics = {**metrics, **ac_metrics}
+        aff = None
         if ls is not None:
-            aff, aff_metrics = aff_update(state.aff, batch, k_aff, state.hparams)
-            state = state.replace(aff=aff)
-            metrics.update(aff_metrics)
-        return state, metrics
+            k1, k2 = jax.random.split(k_aff)
+            rel_p, pred_p = relevance.init(k1, dummy_img), predictor.init(k2, dummy_img)
+            aff = {
+                "relevance": rel_p,
+                "predictor": pred_p,
+                "relevance_opt": init_tx["affordance"].init(rel_p),
+                "predictor_opt": init_tx["affordance"].init(pred_p),
+                "stat_mean": jnp.float32(0.0),
+                "score_mean": jnp.float32(0.0),
+                "score_sq": jnp.float32(0.0),
+                # the episode's best concentration / relevance scores so far, per env
+                "best_score": jnp.zeros((n,), jnp.float32),
+                "best_relevance": jnp.zeros((n,), jnp.float32),
+            }
+        example, _ = item_of(
+            obs[:1],
+            jnp.zeros((1,), jnp.int32),
+            jnp.zeros((1,)),
+            jnp.ones((1,)),
+            jnp.ones((1,), bool),
+            aff,
+            jnp.zeros((1,)),
+            (jnp.zeros((1,)), jnp.zeros((1,))),
+        )
+        example = jax.tree.map(lambda x: jnp.zeros_like(x[0]), example)
+        return DreamerState(
+            wm=wm_p,
+            actor=actor_p,
+            critic=critic_p,
+            slow_critic=critic_p,
+            wm_opt=init_tx["model"].init(wm_p),
+            actor_opt=init_tx["actor"].init(actor_p),
+            critic_opt=init_tx["critic"].init(critic_p),
+            retnorm=jnp.zeros((2,), jnp.float32),
+            buffer=replay.init(example),
+            env_state=env_state,
+            obs=obs,
+            need_first=jnp.ones((n,), bool),
+            action=jnp.zeros((n,), jnp.int32),
+            latent=zeros_latent(net, (n,)),
+            episode_return=jnp.zeros((n,)),
+            last_return=jnp.zeros((n,)),
+            successes=jnp.float32(0),
+            episodes=jnp.float32(0),
+            key=k_run,
+            iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim, ls is not None),
+            aff=aff,
+        )
 
-    # ------------------------------------------------------------------ acting
+    return init
+
+
+def make_collect(a: Agent, env: Any, env_params: Any, replay: Any, item_of: Callable):
+    """``collect(state) -> (state, metrics)``: one env step per env (or the first observation
+    of a new episode), one buffer item each, and the acting latent observed."""
+    ls, wm, actor, action_vec = a.ls, a.wm, a.actor, a.action_vec
+    n, off = a.off.num_envs, a.off
+
     def collect(state: DreamerState) -> tuple[DreamerState, dict]:
         """One env step per env (or the first observation of a new episode), one item each."""
         key, k_step, k_lat, k_act = jax.random.split(state.key, 4)
@@ -732,6 +807,54 @@ def make_parts(
             metrics["intrinsic_reward"] = item["intrinsic_reward"].mean()
         return state, metrics
 
+    return collect
+
+
+def make_parts(
+    cfg: DreamerConfig,
+    off_policy: OffPolicyConfig,
+    optim: DreamerOptim,
+    *,
+    ls: ls_imagine.LSConfig | None = None,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+    spread: Callable[[Any], Any] | None = None,
+) -> DreamerParts:
+    """Build the agent's pure functions (module docstring) on ``off_policy.env`` made with
+    ``env_options``; LS-Imagine when ``ls`` is given. ``iterations`` (the run's length) is the
+    horizon of decaying learning-rate schedules; ``spread`` (data parallel) constrains every
+    sampled batch's leading axis to the mesh's data axes."""
+    off = off_policy
+    replay = make_sequence_replay(replay_config(cfg, off))
+    env, env_params = envs.make(off.env, **dict(env_options or {}))
+    a = make_agent(cfg, off, optim, ls, env, env_params, iterations)
+    tx = a.tx
+    _, item_of, aff_update = make_affordance_fns(a)
+    observe, wm_loss = make_world_model_fns(a)
+    imagine, ac_update = make_actor_critic_fns(a)
+    init = make_init(a, env, env_params, replay, item_of)
+    collect = make_collect(a, env, env_params, replay, item_of)
+
+    def update(state: DreamerState, key: PRNGKeyArray):
+        """One gradient step of the world model, then critic and actor in imagination."""
+        k_s, k_wm, k_ac, k_aff = jax.random.split(key, 4)
+        batch = replay.sample(state.buffer, k_s).experience
+        if spread is not None:
+            batch = spread(batch)
+        scales = (state.hparams["dreamer.dyn_scale"], state.hparams["dreamer.rep_scale"])
+        (_, (metrics, post)), grad = jax.value_and_grad(wm_loss, has_aux=True)(
+            state.wm, batch, k_wm, scales
+        )
+        upd, wm_opt = tx("model", state.hparams).update(grad, state.wm_opt, state.wm)
+        state = state.replace(wm=optax.apply_updates(state.wm, upd), wm_opt=wm_opt)
+        state, ac_metrics = ac_update(state, post, k_ac)
+        metrics = {**metrics, **ac_metrics}
+        if ls is not None:
+            aff, aff_metrics = aff_update(state.aff, batch, k_aff, state.hparams)
+            state = state.replace(aff=aff)
+            metrics.update(aff_metrics)
+        return state, metrics
+
     zero_names = ["image_loss", "reward_loss", "cont_loss", "kl", "rep_kl", "actor_loss"]
     zero_names += ["critic_loss", "entropy", "imag_return", "imag_reward", "return_scale"]
     zero_names += ["imag_jump_rate"]
@@ -753,30 +876,6 @@ def make_parts(
         state, learn_metrics = jax.lax.cond(can, learn, lambda s: (s, zeros), state)
         return state, {**metrics, **learn_metrics, "learning": can}
 
-    def open_loop(state: DreamerState, batch, context: int, key):
-        """Observe ``context`` real steps of each ``[b, l]`` sequence, then imagine the rest with
-        the real actions: decoded frames ``[b, l, S, S, 3]`` in ``[-0.5, 0.5]`` (reconstructions
-        for the context, open-loop predictions after it)."""
-        k1, k2 = jax.random.split(key)
-        img = preprocess(batch["obs"])
-        embed = wm.apply(state.wm, img, method=WorldModel.encode)
-        actions = action_vec(batch["prev_action"])
-        _, post = observe(state.wm, k1, embed, actions, batch["is_first"])
-        start = jax.tree.map(lambda x: x[:, context - 1], post)
-
-        def step(latent, xs):
-            k, a = xs
-            nxt = state_img(state.wm, k, latent, a)
-            return nxt, nxt.feat()
-
-        rest = jnp.swapaxes(actions[:, context:], 0, 1)
-        _, feats = jax.lax.scan(step, start, (jax.random.split(k2, rest.shape[0]), rest))
-        feats = jnp.concatenate([post.feat()[:, :context], jnp.swapaxes(feats, 0, 1)], 1)
-        return wm.apply(state.wm, feats, method=WorldModel.decode)
-
-    def state_img(wm_p, k, latent, a):
-        return wm.apply(wm_p, k, latent, a, method=WorldModel.img_step)
-
     return DreamerParts(
         init=init,
         iteration=iteration,
@@ -784,12 +883,12 @@ def make_parts(
         collect=collect,
         wm_loss=wm_loss,
         imagine=imagine,
-        open_loop=open_loop,
+        open_loop=make_open_loop(a, observe),
         env=env,
         env_params=env_params,
-        net=net,
-        world_model=wm,
-        actor=actor,
+        net=a.net,
+        world_model=a.wm,
+        actor=a.actor,
         replay=replay,
         cfg=cfg,
         off_policy=off,
