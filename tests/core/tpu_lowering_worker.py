@@ -30,7 +30,7 @@ def lower_file(path: str, compile_it: bool = True) -> str:
     devices = jax.devices()[: run.slice.chips]
     mesh = run_lib.mesh_for(run.config, devices)
     assert mesh.devices.size == run.slice.chips
-    parts = recipe.build(run.config, mesh)
+    parts = recipe.parts(run.config, mesh)  # the interface fills in the default state sharding
     state = run_lib.abstract_state(parts, jax.random.PRNGKey(run.config.seed))
     lowered = lower_step(recipe, run.config, mesh, parts=parts, state=state)
     leaves = jax.tree.leaves(state)
