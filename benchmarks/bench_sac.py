@@ -23,7 +23,8 @@ import jax
 
 from benchmarks.harness import emit as _emit
 from benchmarks.harness import steady_rate
-from jaxlab.rl.sac import SACConfig, make_parts
+from jaxlab.rl.off_policy import OffPolicyConfig
+from jaxlab.rl.sac import SACConfig, SACOptim, make_parts
 
 
 def emit(**row) -> None:
@@ -62,20 +63,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
     for n in (int(v) for v in args.envs.split(",")):
-        cfg = SACConfig(
+        cfg, optim, opts = SACConfig(hidden=(256, 256)), SACOptim(), {"max_steps": 50}
+        off = OffPolicyConfig(
             env="point-mass-2d",
-            env_options=(("max_steps", 50),),
             num_envs=n,
-            total_env_steps=n * args.chunk,
             buffer_size=max(100_000, 4 * n * args.chunk),
             batch_size=256,
             learning_starts=0,
-            hidden=(256, 256),
         )
-        parts = make_parts(cfg)
+        parts = make_parts(cfg, off, optim, env_options=opts, iterations=args.chunk)
         state = parts.init(jax.random.key(0))
         # Fill the buffer past the batch size with random actions, so every timed step learns.
-        fill = chunk_fn(make_parts(dataclasses.replace(cfg, learning_starts=10**9)), args.chunk)
+        no_learning = dataclasses.replace(off, learning_starts=10**9)
+        fill = chunk_fn(make_parts(cfg, no_learning, optim, env_options=opts), args.chunk)
         while not bool(parts.replay.can_sample(state.buffer)):
             state = fill(state)[0]
         state = state.replace(iteration=state.iteration * 0 + 1)

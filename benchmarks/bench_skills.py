@@ -37,6 +37,8 @@ import numpy as np
 
 from benchmarks.harness import emit, steady_rate
 from jaxlab import media
+from jaxlab.core.optim import OptimConfig
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.skills import csf, metra
 from jaxlab.rl.skills.evaluate import (
     SkillEvalConfig,
@@ -45,33 +47,30 @@ from jaxlab.rl.skills.evaluate import (
     rollout_xy,
     skill_policy,
 )
-from jaxlab.rl.skills.training import SkillConfig, make_train, sample_skills
+from jaxlab.rl.skills.training import SkillConfig, SkillOptim, make_train, sample_skills
 
 MAKE = {"csf": csf.make_parts, "metra": metra.make_parts}
 
 
-def skill_config(env: str, args, num_envs: int, iters: int) -> SkillConfig:
+def skill_run(env: str, args, num_envs: int, **off_changes):
+    """``(skill config, off-policy config, optimisers, env options)`` of one benchmark run."""
     if env.startswith("kinetix-morphology"):
         env, _, level = env.partition(":")
-        opts = (("max_timesteps", args.horizon), ("level", level or "s/car_left"))
+        opts = {"max_timesteps": args.horizon, "level": level or "s/car_left"}
     else:
-        opts = (("max_steps", args.horizon),)
+        opts = {"max_steps": args.horizon}
     if env == "point-mass-2d":
-        opts += (("size", args.size),)
-    return SkillConfig(
+        opts["size"] = args.size
+    off = OffPolicyConfig(
         env=env.partition(":")[0],
-        env_options=opts,
-        skill_dim=2,
         num_envs=num_envs,
-        total_env_steps=num_envs * iters,
         buffer_size=args.buffer,
         batch_size=256,
         learning_starts=25,
-        hidden=(args.hidden, args.hidden),
-        lr=args.lr,
-        gamma=0.99,
-        tau=0.01,
     )
+    adam = OptimConfig(name="adam", lr=args.lr)
+    cfg = SkillConfig(skill_dim=2, hidden=(args.hidden, args.hidden), gamma=0.99, tau=0.01)
+    return cfg, dataclasses.replace(off, **off_changes), SkillOptim(*(adam,) * 5), opts
 
 
 def learn(args) -> None:
@@ -79,7 +78,6 @@ def learn(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     ecfg = SkillEvalConfig(
         num_skills=args.eval_skills,
-        steps=args.horizon,
         cell=args.cell,
         num_goals=args.goals,
         goal_radius=args.radius,
@@ -87,13 +85,14 @@ def learn(args) -> None:
     for env in args.envs.split(","):
         summary = {}
         for method in args.methods.split(","):
-            parts = MAKE[method](skill_config(env, args, args.num_envs, args.iters))
+            cfg, off, optim, opts = skill_run(env, args, args.num_envs)
+            parts = MAKE[method](cfg, off, optim, env_options=opts)
             t0 = time.perf_counter()
             keys = jax.random.split(jax.random.key(args.seed), args.seeds)
-            state, metrics = jax.jit(jax.vmap(make_train(parts)))(keys)
+            state, metrics = jax.jit(jax.vmap(make_train(parts, args.iters)))(keys)
             jax.block_until_ready(state)
             train_s = time.perf_counter() - t0
-            ev = jax.jit(jax.vmap(make_evaluate(parts, ecfg), in_axes=(0, None)))
+            ev = jax.jit(jax.vmap(make_evaluate(parts, ecfg, args.horizon), in_axes=(0, None)))
             res = jax.device_get(ev(state, jax.random.key(10_000 + args.seed)))
             m = jax.device_get(metrics)
             row = {
@@ -174,14 +173,17 @@ def speed(args) -> None:
     for env in args.envs.split(","):
         for method in args.methods.split(","):
             for n in (int(v) for v in args.num_envs_list.split(",")):
-                cfg = dataclasses.replace(
-                    skill_config(env, args, n, args.chunk),
+                cfg, off, optim, opts = skill_run(
+                    env,
+                    args,
+                    n,
                     buffer_size=max(args.buffer, 4 * n * args.chunk),
                     learning_starts=0,
-                    hidden=(256, 256),
                 )
-                parts = MAKE[method](cfg)
-                fill_parts = MAKE[method](dataclasses.replace(cfg, learning_starts=10**9))
+                cfg = dataclasses.replace(cfg, hidden=(256, 256))
+                parts = MAKE[method](cfg, off, optim, env_options=opts)
+                no_learning = dataclasses.replace(off, learning_starts=10**9)
+                fill_parts = MAKE[method](cfg, no_learning, optim, env_options=opts)
                 state = parts.init(jax.random.key(0))
                 fill = chunk(fill_parts, args.chunk)
                 while state.iteration * n < 256:

@@ -33,7 +33,8 @@ import numpy as np
 from benchmarks.harness import emit as _emit
 from benchmarks.harness import steady_rate
 from jaxlab import envs
-from jaxlab.rl.world_models.dreamer import DreamerConfig, make_evaluate, make_parts
+from jaxlab.rl.off_policy import OffPolicyConfig
+from jaxlab.rl.world_models.dreamer import DreamerConfig, DreamerOptim, make_evaluate, make_parts
 from jaxlab.rl.world_models.ls_imagine import LSConfig
 
 
@@ -67,13 +68,9 @@ def measure(what, fn, args, units: float, unit: str, seconds: float, size: dict)
     )
 
 
-BASE = DreamerConfig(
-    num_envs=8,
-    capacity=512,
-    batch_size=16,
-    sequence_length=16,
-    learning_starts=0,
-    horizon=15,
+BASE = DreamerConfig(sequence_length=16, horizon=15)
+BASE_OFF = OffPolicyConfig(
+    env="open-world", num_envs=8, buffer_size=8 * 512, batch_size=16, learning_starts=0
 )
 
 
@@ -97,14 +94,15 @@ def throughput(args) -> None:
         keys = jax.random.split(jax.random.key(1), args.chunk)
         measure("env_step", run, (st, keys), n * args.chunk, "env-step/s", args.seconds,
                 {"num_envs": n, "chunk": args.chunk, "obs": 32})  # fmt: skip
-    for name, cfg in (("wm_update", BASE), ("ls_update", dataclasses.replace(BASE, ls=LSConfig()))):
-        parts = make_parts(cfg)
+    cfg = BASE
+    for name, ls in (("wm_update", None), ("ls_update", LSConfig())):
+        parts = make_parts(cfg, BASE_OFF, DreamerOptim(), ls=ls, env_options={"variant": "easy"})
         state = jax.jit(parts.init)(jax.random.key(0))
         fill = jax.jit(
             lambda s, parts=parts: jax.lax.scan(lambda c, _: parts.collect(c), s, None, 32)[0]
         )
         state = fill(state)
-        size = {"batch": cfg.batch_size, "seq": cfg.sequence_length, "horizon": cfg.horizon,
+        size = {"batch": BASE_OFF.batch_size, "seq": cfg.sequence_length, "horizon": cfg.horizon,
                 "deter": cfg.deter, "stoch": f"{cfg.groups}x{cfg.classes}"}  # fmt: skip
         updates = lambda s, ks, parts=parts: jax.lax.scan(parts.update, s, ks)
         keys = jax.random.split(jax.random.key(2), 4)
@@ -128,7 +126,7 @@ def throughput(args) -> None:
                 deter=start.deter + 0 * feats[-1, :, : start.deter.shape[-1]]
             ), None
 
-        n_starts = cfg.batch_size * cfg.sequence_length
+        n_starts = BASE_OFF.batch_size * cfg.sequence_length
         measure("imagine", imag, (start, state.wm, state.actor, jax.random.key(5)),
                 n_starts * cfg.horizon, "imagined-step/s", args.seconds, size)  # fmt: skip
 
@@ -161,33 +159,25 @@ def learning(args) -> None:
         succ, near = random_success(variant, 1024, args.max_steps, args.seed)
         emit(what="learning", method="random", variant=variant, episodes=1024,
              success_mean=round(succ, 3), min_distance=round(near, 2))  # fmt: skip
-    base = DreamerConfig(
-        env_options=(("variant", "easy"), ("max_steps", args.max_steps)),
+    cfg = DreamerConfig(sequence_length=16, gamma=0.99)
+    off = OffPolicyConfig(
+        env="open-world",
         num_envs=args.num_envs,
-        capacity=max(64, args.iterations),
+        buffer_size=args.num_envs * max(64, args.iterations),
         batch_size=16,
-        sequence_length=16,
         learning_starts=100,
-        gamma=0.99,
-        model_lr=3e-4,
-        actor_lr=1e-4,
-        critic_lr=1e-4,
     )
-    hard = (("variant", "hard"), ("max_steps", args.max_steps))
-    runs = [
-        ("dreamer", "easy", base),
-        ("dreamer", "hard", dataclasses.replace(base, env_options=hard)),
-        ("ls-imagine", "hard", dataclasses.replace(
-            base, env_options=hard, ls=LSConfig(
-                intrinsic_scale=args.intrinsic_scale, relevance_scale=args.relevance_scale,
-                episode_best=not args.every_step, jump_prob=args.jump_prob,
-                jump_loss_scale=args.jump_loss_scale))),
-    ]  # fmt: skip
+    ls_cfg = LSConfig(
+        intrinsic_scale=args.intrinsic_scale, relevance_scale=args.relevance_scale,
+        episode_best=not args.every_step, jump_prob=args.jump_prob,
+        jump_loss_scale=args.jump_loss_scale)  # fmt: skip
+    runs = [("dreamer", "easy", None), ("dreamer", "hard", None), ("ls-imagine", "hard", ls_cfg)]
     wanted = set(args.runs.split(","))
-    for method, variant, cfg in runs:
+    for method, variant, ls in runs:
         if f"{method}-{variant}" not in wanted:
             continue
-        parts = make_parts(cfg)
+        opts = {"variant": variant, "max_steps": args.max_steps}
+        parts = make_parts(cfg, off, DreamerOptim(), ls=ls, env_options=opts)
         evaluate = make_evaluate(parts, args.eval_episodes, args.max_steps)
 
         def one(key, parts=parts, evaluate=evaluate):
@@ -206,18 +196,18 @@ def learning(args) -> None:
             method=method,
             variant=variant,
             seeds=args.seeds,
-            env_steps=args.iterations * cfg.num_envs,
+            env_steps=args.iterations * off.num_envs,
             eval_episodes=args.eval_episodes,
             success=[round(float(x), 3) for x in ev["success"]],
             success_mean=round(float(np.mean(ev["success"])), 3),
             min_distance=[round(float(x), 2) for x in ev["min_distance"]],
             train_success=[round(float(x), 3) for x in train_success],
             image_loss_first_last=[
-                round(float(img[:, cfg.learning_starts + 1].mean()), 2),
+                round(float(img[:, off.learning_starts + 1].mean()), 2),
                 round(float(img[:, -1].mean()), 2),
             ],  # fmt: skip
             wall_s=round(wall, 1),
-            **({"ls": dataclasses.asdict(cfg.ls)} if cfg.ls is not None else {}),
+            **({"ls": dataclasses.asdict(ls)} if ls is not None else {}),
         )
 
 

@@ -1,7 +1,8 @@
 """Soft actor-critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications") as one pure program.
 
-``make_train(cfg)(key)`` runs ``cfg.total_env_steps`` environment steps of ``cfg.num_envs``
-vectorised envs through a single ``lax.scan``; each iteration (``make_iteration``) is
+``make_train(cfg, off_policy, optim, iterations)(key)`` runs ``iterations`` iterations of
+``off_policy.num_envs`` vectorised envs (``jaxlab.rl.off_policy``) through a single ``lax.scan``;
+each iteration (``make_parts(...).iteration``) is
 
 1. act: ``a ~ pi(.|s)`` (uniform random actions for the first ``learning_starts`` iterations),
    step every env (auto-reset), add ``(s, a, r, s', d)`` to the on-device replay buffer
@@ -14,75 +15,104 @@ vectorised envs through a single ``lax.scan``; each iteration (``make_iteration`
      alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')``; loss ``sum_i mean (Q_i(s, a) - y)^2``;
    * actor (eq. 7/9): ``mean(alpha log pi(a|s) - min_i Q_i(s, a))``, ``a ~ pi(.|s)``
      reparameterised through the tanh-squashed Gaussian (``rl.squashed_gaussian``);
-   * temperature (eq. 18): ``-mean(log alpha * (log pi(a|s) + target_entropy))``, default
-     ``target_entropy = -dim(A)``;
+   * temperature (eq. 18): ``-mean(log alpha * (log pi(a|s) + target_entropy))``,
+     ``target_entropy = target_entropy_per_dim * dim(A)`` (default ``-dim(A)``);
    * targets (Polyak): ``theta_bar <- (1 - tau) theta_bar + tau theta``.
 
-Everything is a pure function of the key, so seeds vmap (``jax.vmap(make_train(cfg))(keys)``).
-``SACState`` is a pytree of arrays (networks, optimiser states, replay buffer, env states, key),
-so the shared checkpoint layer saves it whole and a resumed run is bit-identical.
+Everything is a pure function of the key, so seeds vmap (``jax.vmap(make_train(...))(keys)``).
+``SACState`` is a pytree of arrays (networks, optimiser states, replay buffer, env states, key,
+and the traced hyper-parameters ``hparams``: the learning rates and the target entropy), so the
+shared checkpoint layer saves it whole, a resumed run is bit-identical and a sweep vmaps over the
+rates.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from jaxlab import envs
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
-from jaxlab.envs.spaces import Box
+from jaxlab.core.optim import OptimConfig
+from jaxlab.rl.off_policy import OffPolicyConfig, make_box_env
 from jaxlab.rl.replay import ReplayConfig, make_replay
 from jaxlab.rl.squashed_gaussian import SquashedGaussianHead, sample_and_log_prob
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
-    """Static SAC configuration (hashable).
+class SACOptim:
+    """SAC's optimisers, one per role (Adam at 3e-4 each, as in the paper).
 
     Attributes:
-        env: registered env name (a 1-D ``Box`` action space in ``[-1, 1]``).
-        env_options: ``(name, value)`` pairs passed to ``envs.make``.
-        num_envs: parallel envs.
-        total_env_steps: env steps over all envs (``num_iterations = total // num_envs``).
-        buffer_size, batch_size: replay capacity and gradient batch.
-        learning_starts: iterations of uniform random actions before learning.
-        updates_per_iteration: gradient steps per iteration.
-        hidden: MLP widths of actor and critics.
-        actor_lr, critic_lr, alpha_lr: Adam learning rates.
-        gamma, tau: discount and Polyak rate.
-        init_alpha: initial temperature.
-        target_entropy: ``None`` -> ``-dim(A)``.
+        actor: the policy's.
+        critic: the twin critics'.
+        alpha: the temperature's (``log alpha``).
     """
 
-    env: str = "point-mass-2d"
-    env_options: tuple[tuple[str, Any], ...] = ()
-    num_envs: int = 4
-    total_env_steps: int = 4000
-    buffer_size: int = 100_000
-    batch_size: int = 256
-    learning_starts: int = 25
-    updates_per_iteration: int = 1
+    actor: OptimConfig = OptimConfig(name="adam", lr=3e-4)
+    critic: OptimConfig = OptimConfig(name="adam", lr=3e-4)
+    alpha: OptimConfig = OptimConfig(name="adam", lr=3e-4)
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """SAC's own hyper-parameters (hashable); the env, replay and update schedule are a
+    ``jaxlab.rl.off_policy.OffPolicyConfig`` and the optimisers a :class:`SACOptim`.
+
+    Attributes:
+        hidden: MLP widths of actor and critics.
+        gamma: discount, in [0, 1].
+        tau: Polyak rate, in (0, 1].
+        init_alpha: initial temperature (> 0).
+        target_entropy_per_dim: the temperature's target entropy per action dimension (target
+            ``= target_entropy_per_dim * dim(A)``; -1 is the paper's ``-dim(A)``); traced.
+    """
+
     hidden: tuple[int, ...] = (256, 256)
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
     gamma: float = 0.99
     tau: float = 5e-3
     init_alpha: float = 1.0
-    target_entropy: float | None = None
+    target_entropy_per_dim: float = -1.0
 
-    @property
-    def num_iterations(self) -> int:
-        return self.total_env_steps // self.num_envs
+    def __post_init__(self):
+        if not self.hidden or any(
+            isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in self.hidden
+        ):
+            raise ConfigError("hidden", self.hidden, "a non-empty list of ints >= 1")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError("gamma", self.gamma, "a float in [0, 1]")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError("tau", self.tau, "a float in (0, 1]")
+        if not self.init_alpha > 0:
+            raise ConfigError("init_alpha", self.init_alpha, "a float > 0")
+
+
+#: the traced hyper-parameters of a SAC run, as the ``sac`` recipe's dotted keys (the optimisers
+#: at ``optim``, :class:`SACConfig` at ``sac``)
+TRACED: tuple[str, ...] = (
+    "optim.actor.lr",
+    "optim.critic.lr",
+    "optim.alpha.lr",
+    "sac.target_entropy_per_dim",
+)
+
+
+def hparams(cfg: SACConfig, optim: SACOptim) -> dict[str, Array]:
+    """The values of :data:`TRACED` for ``state.hparams`` (float32 scalars)."""
+    return {
+        "optim.actor.lr": jnp.float32(optim.actor.lr),
+        "optim.critic.lr": jnp.float32(optim.critic.lr),
+        "optim.alpha.lr": jnp.float32(optim.alpha.lr),
+        "sac.target_entropy_per_dim": jnp.float32(cfg.target_entropy_per_dim),
+    }
 
 
 class MLP(nn.Module):
@@ -138,52 +168,54 @@ class SACState:
     last_return: Float[Array, "*s n"]
     key: PRNGKeyArray
     iteration: Any
-
-
-def check_config(cfg: SACConfig) -> None:
-    """Raise ``ConfigError`` naming the first bad field."""
-    for f in ("num_envs", "total_env_steps", "batch_size", "updates_per_iteration"):
-        v = getattr(cfg, f)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f, v, "an int >= 1")
-    if cfg.total_env_steps < cfg.num_envs:
-        raise ConfigError("total_env_steps", cfg.total_env_steps, f">= num_envs ({cfg.num_envs})")
-    if (
-        isinstance(cfg.buffer_size, bool)
-        or not isinstance(cfg.buffer_size, int)
-        or (cfg.buffer_size < max(cfg.batch_size, cfg.num_envs))
-    ):
-        raise ConfigError(
-            "buffer_size", cfg.buffer_size, f">= batch_size ({cfg.batch_size}) and >= num_envs"
-        )
-    if not 0.0 <= cfg.gamma <= 1.0:
-        raise ConfigError("gamma", cfg.gamma, "a float in [0, 1]")
-    if not 0.0 < cfg.tau <= 1.0:
-        raise ConfigError("tau", cfg.tau, "a float in (0, 1]")
-    if not cfg.init_alpha > 0:
-        raise ConfigError("init_alpha", cfg.init_alpha, "a float > 0")
+    hparams: dict
 
 
 @dataclasses.dataclass(frozen=True)
 class SACLearner:
     """SAC's gradient steps on any state pytree with the fields ``actor``, ``critic``,
-    ``target_critic``, ``log_alpha``, ``actor_opt``, ``critic_opt``, ``alpha_opt`` (a
-    ``flax.struct`` dataclass, updated with ``.replace``): ``SACState`` and the skill-discovery
-    states of ``jaxlab.rl.skills`` share these steps.
+    ``target_critic``, ``log_alpha``, ``actor_opt``, ``critic_opt``, ``alpha_opt`` and
+    ``hparams`` (a ``flax.struct`` dataclass, updated with ``.replace``): ``SACState`` and the
+    skill-discovery states of ``jaxlab.rl.skills`` share these steps.
 
     ``critic_step`` is eq. 5 with clipped double-Q and the Polyak target update; ``actor_step``
     is eq. 7 against any ``q_fn(critic_params, obs, action) -> Q [b]`` (default ``min_i Q_i``;
-    CSF passes ``min_i psi_i^T z``) followed by the temperature step (eq. 18).
+    CSF passes ``min_i psi_i^T z``) followed by the temperature step (eq. 18). The learning
+    rates (``optim.<role>.lr``) and the target entropy per action dimension (``entropy_key``)
+    are read from ``state.hparams``, so they may be traced.
     """
 
     actor: nn.Module
     critic: nn.Module
-    actor_tx: Any
-    critic_tx: Any
-    alpha_tx: Any
+    optim: Any  # SACOptim, or any roles dataclass with actor, critic and alpha OptimConfigs
     gamma: float
     tau: float
-    target_entropy: float
+    act_dim: int
+    entropy_key: str = "sac.target_entropy_per_dim"
+    total_updates: int = 1
+
+    def init(self, k_actor: PRNGKeyArray, k_critic: PRNGKeyArray, obs_dim: int, init_alpha: float):
+        """The learner's fields of a fresh state: ``actor``, ``critic``, ``target_critic`` (=
+        ``critic``), ``log_alpha = log(init_alpha)`` and the three optimiser states."""
+        dummy_o, dummy_a = jnp.zeros((1, obs_dim)), jnp.zeros((1, self.act_dim))
+        actor_p = self.actor.init(k_actor, dummy_o)
+        critic_p = self.critic.init(k_critic, dummy_o, dummy_a)
+        log_alpha = jnp.log(jnp.float32(init_alpha))
+        opt = {r: optim_lib.make(getattr(self.optim, r), 1) for r in ("actor", "critic", "alpha")}
+        return {
+            "actor": actor_p,
+            "critic": critic_p,
+            "target_critic": critic_p,
+            "log_alpha": log_alpha,
+            "actor_opt": opt["actor"].init(actor_p),
+            "critic_opt": opt["critic"].init(critic_p),
+            "alpha_opt": opt["alpha"].init(log_alpha),
+        }
+
+    def tx(self, role: str, state: Any) -> optax.GradientTransformation:
+        """The optimiser of ``role`` (``actor``, ``critic`` or ``alpha``) at the state's rates."""
+        cfg = getattr(self.optim, role)
+        return optim_lib.from_hparams(cfg, self.total_updates, state.hparams, f"optim.{role}")
 
     def critic_step(self, state: Any, batch: dict, key: PRNGKeyArray) -> tuple[Any, dict]:
         """``batch``: ``obs [b o]``, ``action [b a]``, ``reward [b]``, ``next_obs [b o]``,
@@ -205,7 +237,7 @@ class SACLearner:
 
     def apply_critic_grad(self, state: Any, grad: Any) -> Any:
         """Adam step on the critics, then the Polyak update of their targets."""
-        upd, critic_opt = self.critic_tx.update(grad, state.critic_opt, state.critic)
+        upd, critic_opt = self.tx("critic", state).update(grad, state.critic_opt, state.critic)
         critic_p = optax.apply_updates(state.critic, upd)
         target_p = optax.incremental_update(critic_p, state.target_critic, self.tau)
         return state.replace(critic=critic_p, target_critic=target_p, critic_opt=critic_opt)
@@ -231,15 +263,18 @@ class SACLearner:
             return jnp.mean(alpha * logp - q_fn(state.critic, obs, a)), logp
 
         (a_loss, logp), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
-        a_upd, actor_opt = self.actor_tx.update(a_grad, state.actor_opt, state.actor)
+        a_upd, actor_opt = self.tx("actor", state).update(a_grad, state.actor_opt, state.actor)
         actor_p = optax.apply_updates(state.actor, a_upd)
         logp = jax.lax.stop_gradient(logp)
 
+        target_entropy = state.hparams[self.entropy_key] * self.act_dim
+
         def alpha_loss(log_alpha):
-            return -jnp.mean(log_alpha * (logp + self.target_entropy))
+            return -jnp.mean(log_alpha * (logp + target_entropy))
 
         al_grad = jax.grad(alpha_loss)(state.log_alpha)
-        al_upd, alpha_opt = self.alpha_tx.update(al_grad, state.alpha_opt, state.log_alpha)
+        alpha_tx = self.tx("alpha", state)
+        al_upd, alpha_opt = alpha_tx.update(al_grad, state.alpha_opt, state.log_alpha)
         log_alpha = optax.apply_updates(state.log_alpha, al_upd)
         state = state.replace(
             actor=actor_p, log_alpha=log_alpha, actor_opt=actor_opt, alpha_opt=alpha_opt
@@ -264,32 +299,37 @@ class SACParts:
     replay: Any
 
 
-def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SACParts:
-    """Build SAC's ``init`` and one ``iteration`` (act + add + learn) for ``cfg``."""
-    check_config(cfg)
-    env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
-    space = env.action_space(env_params)
-    if not isinstance(space, Box) or len(space.shape) != 1:
-        raise ConfigError("env", cfg.env, "an env with a 1-D Box action space")
-    if not (np.all(space.low == -1.0) and np.all(space.high == 1.0)):
-        raise ConfigError("env", cfg.env, "an env whose actions lie in [-1, 1] (tanh-squashed)")
-    act_dim = int(space.shape[0])
-    obs_dim = int(np.prod(env.observation_space(env_params).shape))
-    target_entropy = -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
+def make_parts(
+    cfg: SACConfig,
+    off_policy: OffPolicyConfig,
+    optim: SACOptim,
+    *,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+    spread: Callable[[Any], Any] | None = None,
+) -> SACParts:
+    """Build SAC's ``init`` and one ``iteration`` (act + add + learn) on ``off_policy.env`` (made
+    with ``env_options``); ``iterations`` (the run's length) is the horizon of decaying learning
+    rate schedules; ``spread`` (data parallel) constrains every sampled batch's leading axis."""
+    off = off_policy
+    env, env_params, obs_dim, act_dim = make_box_env(off.env, env_options or {})
     replay = make_replay(
-        ReplayConfig(cfg.buffer_size, cfg.batch_size, max(cfg.batch_size, cfg.num_envs))
+        ReplayConfig(off.buffer_size, off.batch_size, max(off.batch_size, off.num_envs))
     )
     actor, critic = Actor(act_dim, tuple(cfg.hidden)), TwinCritic(tuple(cfg.hidden))
-    actor_tx, critic_tx = optax.adam(cfg.actor_lr), optax.adam(cfg.critic_lr)
-    alpha_tx = optax.adam(cfg.alpha_lr)
-    n = cfg.num_envs
+    learner = SACLearner(
+        actor,
+        critic,
+        optim,
+        float(cfg.gamma),
+        float(cfg.tau),
+        act_dim,
+        total_updates=max(1, iterations - off.learning_starts) * off.updates_per_iteration,
+    )
+    n = off.num_envs
 
     def init(key: PRNGKeyArray) -> SACState:
         k_a, k_c, k_env, k_run = jax.random.split(key, 4)
-        dummy_o, dummy_a = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
-        actor_p = actor.init(k_a, dummy_o)
-        critic_p = critic.init(k_c, dummy_o, dummy_a)
-        log_alpha = jnp.log(jnp.float32(cfg.init_alpha))
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
             jax.random.split(k_env, n), env_params
         )
@@ -301,13 +341,7 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
             "discount": jnp.zeros(()),
         }
         return SACState(
-            actor=actor_p,
-            critic=critic_p,
-            target_critic=critic_p,
-            log_alpha=log_alpha,
-            actor_opt=actor_tx.init(actor_p),
-            critic_opt=critic_tx.init(critic_p),
-            alpha_opt=alpha_tx.init(log_alpha),
+            **learner.init(k_a, k_c, obs_dim, cfg.init_alpha),
             buffer=replay.init(item),
             env_state=env_state,
             obs=obs.reshape(n, obs_dim).astype(jnp.float32),
@@ -315,18 +349,8 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
             last_return=jnp.zeros((n,)),
             key=k_run,
             iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim),
         )
-
-    learner = SACLearner(
-        actor,
-        critic,
-        actor_tx,
-        critic_tx,
-        alpha_tx,
-        float(cfg.gamma),
-        float(cfg.tau),
-        target_entropy,
-    )
 
     def update(state: SACState, key: PRNGKeyArray) -> tuple[SACState, dict]:
         """One gradient step of critics, actor, temperature and targets."""
@@ -346,7 +370,7 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
         key, k_act, k_rand, k_step, k_learn = jax.random.split(state.key, 5)
         policy_a, _ = sample_and_log_prob(actor.apply(state.actor, state.obs), k_act)
         random_a = jax.random.uniform(k_rand, (n, act_dim), minval=-1.0, maxval=1.0)
-        warm = state.iteration < cfg.learning_starts
+        warm = state.iteration < off.learning_starts
         action = jnp.where(warm, random_a, policy_a)
         obs, env_state, reward, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, n), state.env_state, action, env_params
@@ -372,7 +396,8 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
         )
 
         def learn(s):
-            s, m = jax.lax.scan(update, s, jax.random.split(k_learn, cfg.updates_per_iteration))
+            keys = jax.random.split(k_learn, off.updates_per_iteration)
+            s, m = jax.lax.scan(update, s, keys)
             return s, jax.tree.map(lambda x: x[-1], m)
 
         can = jnp.logical_and(~warm, replay.can_sample(buffer))
@@ -383,16 +408,22 @@ def make_parts(cfg: SACConfig, spread: Callable[[Any], Any] | None = None) -> SA
     return SACParts(init, iteration, update, env, env_params, actor, critic, replay)
 
 
-def make_train(cfg: SACConfig) -> Callable[[PRNGKeyArray], tuple[SACState, dict]]:
-    """``train(key) -> (final_state, metrics [num_iterations])``: the whole run, pure and
-    vmappable over keys."""
-    parts = make_parts(cfg)
+def make_train(
+    cfg: SACConfig,
+    off_policy: OffPolicyConfig,
+    optim: SACOptim,
+    iterations: int,
+    env_options: Mapping[str, Any] | None = None,
+) -> Callable[[PRNGKeyArray], tuple[SACState, dict]]:
+    """``train(key) -> (final_state, metrics [iterations])``: the whole run, pure and vmappable
+    over keys."""
+    parts = make_parts(cfg, off_policy, optim, env_options=env_options, iterations=iterations)
 
     def train(key: PRNGKeyArray) -> tuple[SACState, dict]:
         def body(state, _):
             return parts.iteration(state)
 
-        return jax.lax.scan(body, parts.init(key), None, length=cfg.num_iterations)
+        return jax.lax.scan(body, parts.init(key), None, length=iterations)
 
     return train
 

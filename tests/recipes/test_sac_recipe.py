@@ -49,9 +49,11 @@ def test_resume_is_bit_identical_including_the_replay_buffer(tiny, full, tmp_pat
 
 def test_bad_config_names_the_field():
     with pytest.raises(ConfigError, match="buffer_size"):
-        RECIPE.config("tiny", ["buffer_size=4"])
+        RECIPE.config("tiny", ["off_policy.buffer_size=4"])
     with pytest.raises(ConfigError, match="goal"):
         RECIPE.config("tiny", ["goal=[3.0,0.0]"])
+    with pytest.raises(ConfigError, match="optim.critic.lr"):
+        RECIPE.config("tiny", ["optim.critic.lr=-1"])
 
 
 def test_replay_batch_data_parallel_equals_one_device(tiny, full):

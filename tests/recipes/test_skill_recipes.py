@@ -1,8 +1,8 @@
 """The ``metra`` and ``csf`` recipes through the shared loop: ``metra`` (two vmapped seeds) trains,
 evaluates (coverage and goal success) and plots its skills, and resumes bit-identically (replay
 buffer, dual variable, skills); ``csf``'s replay batch data parallel over simulated devices
-equals one device (the two recipes share their wiring, ``rl.skills.recipe_parts``); bad config
-names the field.
+equals one device (the two recipes share their wiring, ``recipes.skills``); bad config names
+the field.
 
 The tiny run and its resumption share one build (``parts``), so the resumed run reuses the
 compiled step and evaluation instead of compiling them again."""
@@ -68,7 +68,7 @@ def test_csf_replay_batch_data_parallel_equals_one_device():
 
     from jaxlab.core.testing import sharded_step_matches
 
-    cfg = CSF.config("tiny", ["num_envs=8", "learning_starts=0"])
+    cfg = CSF.config("tiny", ["off_policy.num_envs=8", "off_policy.learning_starts=0"])
     single, _ = sharded_step_matches(CSF, cfg, {"mesh.data": 8}, steps=2, rtol=1e-4, atol=1e-5)
     for opt in (single.phi_opt, single.critic_opt):  # [seed] Adam step counts
         assert np.asarray(optax.tree_utils.tree_get(opt, "count")).tolist() == [2, 2]
@@ -77,11 +77,13 @@ def test_csf_replay_batch_data_parallel_equals_one_device():
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("skill_dim=0", "skill_dim"),
-        ("buffer_size=4", "buffer_size"),
+        ("skills.skill_dim=0", "skills.skill_dim"),
+        ("off_policy.buffer_size=4", "off_policy.buffer_size"),
         ("method=csf", "method"),
         ("seeds=0", "seeds"),
-        ("coverage_cell=0.0", "cell"),
+        ("eval.cell=0.0", "eval.cell"),
+        ("optim.dual.lr=-1", "optim.dual.lr"),
+        ("skills.infonce_coef=-1", "skills.infonce_coef"),
     ],
 )
 def test_bad_config_names_the_field(override, field):

@@ -4,8 +4,6 @@ CSF's skills on point-mass-2d cover more than a random and the zero policy and r
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +12,7 @@ from jaxlab.rl.skills import csf
 from jaxlab.rl.skills.csf import contrastive_objective, sf_q, sf_target
 from jaxlab.rl.skills.evaluate import make_evaluate
 from jaxlab.rl.skills.training import make_train, sample_skills
-from tests.rl.test_metra import CFG, EVAL
+from tests.rl.test_metra import CFG, ENV_OPTIONS, EVAL, OFF, OPTIM
 
 RNG = np.random.default_rng(0)
 
@@ -80,9 +78,11 @@ def test_skills_cover_more_than_random_and_zero_and_reach_goals():
     steps; at 3200 CSF's coverage was within noise of the random policy's). Measured on seeds
     0-3: coverage 74 / 116 / 106 / 107 cells vs random 15-21 and zero 3-4, 5-8 directions,
     goal success 0.44-0.75."""
-    parts = csf.make_parts(dataclasses.replace(CFG, total_env_steps=8 * 1200))
-    state, _ = jax.jit(make_train(parts))(jax.random.key(0))
-    res = jax.device_get(jax.jit(make_evaluate(parts, EVAL))(state, jax.random.key(1)))
+    parts = csf.make_parts(CFG, OFF, OPTIM, env_options=ENV_OPTIONS)
+    state, _ = jax.jit(make_train(parts, 1200))(jax.random.key(0))
+    res = jax.device_get(
+        jax.jit(make_evaluate(parts, EVAL, ENV_OPTIONS["max_steps"]))(state, jax.random.key(1))
+    )
     assert res["coverage"] > 2 * res["coverage_random"] > res["coverage_zero"], res
     assert res["directions"] >= 4 > res["directions_zero"], res
     assert res["goal_success"] >= 0.25, res

@@ -9,17 +9,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.rl.world_models.dreamer import DreamerConfig, make_parts, preprocess
+from jaxlab.core.optim import OptimConfig
+from jaxlab.rl.off_policy import OffPolicyConfig
+from jaxlab.rl.world_models.dreamer import DreamerConfig, DreamerOptim, make_parts, preprocess
 
 ITERATIONS, STARTS = 50, 10
-CFG = DreamerConfig(
-    env_options=(("variant", "easy"), ("max_steps", 24)),
+OFF = OffPolicyConfig(
+    env="open-world",
     num_envs=4,
-    capacity=96,
+    buffer_size=4 * 96,
     batch_size=8,
-    sequence_length=8,
     learning_starts=STARTS,
     updates_per_iteration=2,
+)
+CFG = DreamerConfig(
+    sequence_length=8,
     deter=32,
     groups=4,
     classes=8,
@@ -28,13 +32,14 @@ CFG = DreamerConfig(
     depth=8,
     num_bins=31,
     horizon=5,
-    model_lr=1e-3,
 )
+OPTIM = DreamerOptim(model=OptimConfig(name="adam", lr=1e-3, clip_norm=1000.0))
+ENV_OPTIONS = {"variant": "easy", "max_steps": 24}
 
 
 @pytest.fixture(scope="module")
 def trained():
-    parts = make_parts(CFG)
+    parts = make_parts(CFG, OFF, OPTIM, env_options=ENV_OPTIONS)
 
     @jax.jit
     def run(key):

@@ -12,32 +12,29 @@ import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.skills import metra
 from jaxlab.rl.skills.evaluate import SkillEvalConfig, make_evaluate
-from jaxlab.rl.skills.training import SkillConfig, make_train, sample_skills
+from jaxlab.rl.skills.training import SkillConfig, SkillOptim, make_train, sample_skills
 
 # 8 envs x 400 iterations = 3200 env steps, 20-step skills at 0.2 per step in a 10 x 10 arena.
-CFG = SkillConfig(
-    env="point-mass-2d",
-    env_options=(("max_steps", 20), ("size", 5.0)),
-    skill_dim=2,
-    num_envs=8,
-    total_env_steps=8 * 400,
-    buffer_size=4000,
-    batch_size=64,
-    learning_starts=10,
-    hidden=(32, 32),
-    lr=1e-3,
-    tau=0.01,
+OFF = OffPolicyConfig(
+    env="point-mass-2d", num_envs=8, buffer_size=4000, batch_size=64, learning_starts=10
 )
-EVAL = SkillEvalConfig(num_skills=16, steps=20, cell=0.5, num_goals=16, goal_radius=0.5)
+CFG = SkillConfig(skill_dim=2, hidden=(32, 32), tau=0.01)
+ADAM = OptimConfig(name="adam", lr=1e-3)
+OPTIM = SkillOptim(ADAM, ADAM, ADAM, ADAM, ADAM)
+ENV_OPTIONS = {"max_steps": 20, "size": 5.0}
+ITERATIONS = 400
+EVAL = SkillEvalConfig(num_skills=16, cell=0.5, num_goals=16, goal_radius=0.5)
 
 
 @pytest.fixture(scope="module")
 def trained():
-    parts = metra.make_parts(CFG)
-    state, metrics = jax.jit(make_train(parts))(jax.random.key(0))
-    res = jax.jit(make_evaluate(parts, EVAL))(state, jax.random.key(1))
+    parts = metra.make_parts(CFG, OFF, OPTIM, env_options=ENV_OPTIONS)
+    state, metrics = jax.jit(make_train(parts, ITERATIONS))(jax.random.key(0))
+    res = jax.jit(make_evaluate(parts, EVAL, ENV_OPTIONS["max_steps"]))(state, jax.random.key(1))
     return parts, state, jax.device_get(metrics), jax.device_get(res)
 
 
@@ -72,14 +69,15 @@ def test_penalty_matches_numpy():
 
 
 @pytest.mark.parametrize(
-    ("change", "field"),
+    ("cfg", "off", "field"),
     [
-        ({"skill_dim": 0}, "skill_dim"),
-        ({"buffer_size": 32, "batch_size": 64}, "buffer_size"),
-        ({"gamma": 1.0}, "gamma"),
-        ({"env": "point-mass", "env_options": ()}, "env"),
+        ({"skill_dim": 0}, {}, "skill_dim"),
+        ({}, {"buffer_size": 32, "batch_size": 64}, "buffer_size"),
+        ({"gamma": 1.0}, {}, "gamma"),
+        ({"infonce_coef": -1.0}, {}, "infonce_coef"),
+        ({}, {"env": "point-mass"}, "env"),
     ],
 )
-def test_bad_config_names_the_field(change, field):
+def test_bad_config_names_the_field(cfg, off, field):
     with pytest.raises(ConfigError, match=field):
-        metra.make_parts(dataclasses.replace(CFG, **change))
+        metra.make_parts(dataclasses.replace(CFG, **cfg), dataclasses.replace(OFF, **off), OPTIM)

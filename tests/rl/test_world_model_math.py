@@ -182,7 +182,8 @@ def test_episode_best_reward_pays_only_a_new_best_of_the_episode():
 
 
 def test_bad_input_names_the_field():
-    from jaxlab.rl.world_models.dreamer import DreamerConfig, check_config, make_parts
+    from jaxlab.rl.off_policy import OffPolicyConfig
+    from jaxlab.rl.world_models.dreamer import DreamerConfig, DreamerOptim, make_parts
 
     with pytest.raises(ConfigError, match="jump_prob"):
         ls_imagine.LSConfig(jump_prob=1.5)
@@ -195,15 +196,18 @@ def test_bad_input_names_the_field():
     with pytest.raises(ConfigError, match="jump_loss_scale.*jump_prob=0.7"):
         ls_imagine.LSConfig(jump_loss_scale=0.0)
     assert ls_imagine.LSConfig(jump_loss_scale=0.0, jump_prob=0.0).jump_loss_scale == 0.0
+    one_env = OffPolicyConfig(env="open-world", num_envs=1, buffer_size=32, batch_size=16)
     with pytest.raises(ConfigError, match="sequence_length"):
-        check_config(DreamerConfig(capacity=32, sequence_length=64))
+        make_parts(DreamerConfig(sequence_length=64), one_env, DreamerOptim())
     with pytest.raises(ConfigError, match="obs_size"):
         make_parts(
-            DreamerConfig(
-                env="grid-maze",
-                env_options=(("observation_type", "pixels"), ("height", 6), ("width", 6)),
-            )
+            DreamerConfig(),
+            OffPolicyConfig(env="grid-maze", buffer_size=4096, batch_size=16),
+            DreamerOptim(),
+            env_options={"observation_type": "pixels", "height": 6, "width": 6},
         )
+    with pytest.raises(ConfigError, match="dyn_scale"):
+        DreamerConfig(dyn_scale=-1.0)
 
 
 def test_intrinsic_reward_is_jittable_and_vmappable():

@@ -25,7 +25,6 @@ With ``Delta = phi(s') - phi(s)``, the trajectory's skill ``z`` and ``K`` negati
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +34,13 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.sac import MLP
+from jaxlab.rl.skills import training
 from jaxlab.rl.skills.training import (
     Nets,
     SkillConfig,
+    SkillOptim,
     SkillParts,
     SkillState,
     make_skill_parts,
@@ -46,6 +48,9 @@ from jaxlab.rl.skills.training import (
     sample_skills,
 )
 from jaxlab.rl.squashed_gaussian import sample_and_log_prob
+
+#: CSF's traced hyper-parameters: the shared ones and the contrastive coefficient
+TRACED: tuple[str, ...] = (*training.TRACED, "skills.infonce_coef")
 
 
 class TwinSuccessorFeatures(nn.Module):
@@ -68,7 +73,7 @@ def contrastive_objective(
     delta: Float[Array, "b d"],
     skill: Float[Array, "b d"],
     negatives: Float[Array, "k d"],
-    coef: float,
+    coef: float | Float[Array, ""],
 ) -> tuple[Float[Array, ""], Float[Array, " b"]]:
     """``(E[Delta^T z - coef * logsumexp_k(Delta^T z'_k)], Delta^T z)``: the quantity ``phi``
     maximises and the positive term (the reward)."""
@@ -107,11 +112,12 @@ def make_update(
 
         def phi_loss(p):
             delta = phi.apply(p, b["next_obs"]) - phi.apply(p, b["obs"])
-            obj, _ = contrastive_objective(delta, b["skill"], negatives, float(cfg.infonce_coef))
+            coef = state.hparams["skills.infonce_coef"]
+            obj, _ = contrastive_objective(delta, b["skill"], negatives, coef)
             return -obj, jnp.linalg.norm(delta, axis=-1)
 
         (p_loss, delta_norm), p_grad = jax.value_and_grad(phi_loss, has_aux=True)(state.phi)
-        p_upd, phi_opt = nets.phi_tx.update(p_grad, state.phi_opt, state.phi)
+        p_upd, phi_opt = learner.tx("phi", state).update(p_grad, state.phi_opt, state.phi)
         phi_p = optax.apply_updates(state.phi, p_upd)
         state = state.replace(phi=phi_p, phi_opt=phi_opt)
 
@@ -147,8 +153,13 @@ def make_update(
     return update
 
 
-def make_parts(cfg: SkillConfig, spread: Callable[[Any], Any] | None = None) -> SkillParts:
-    """CSF's ``init``/``iteration``/``update`` for ``cfg`` (``method`` set to ``"csf"``)."""
-    cfg = dataclasses.replace(cfg, method="csf")
+def make_parts(
+    cfg: SkillConfig,
+    off_policy: OffPolicyConfig,
+    optim: SkillOptim,
+    **kwargs: Any,
+) -> SkillParts:
+    """CSF's ``init``/``iteration``/``update`` (``kwargs``: ``env_options``, ``iterations``,
+    ``spread`` of ``training.make_skill_parts``)."""
     critic = TwinSuccessorFeatures(tuple(cfg.hidden), cfg.skill_dim)
-    return make_skill_parts(cfg, critic, make_update, spread)
+    return make_skill_parts(cfg, off_policy, optim, critic, make_update, TRACED, **kwargs)

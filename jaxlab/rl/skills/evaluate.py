@@ -17,7 +17,7 @@ reaching, and a picture of the skills.
 * ``plot_skill_trajectories``: the rollouts' ``xy`` coloured by the direction of their skill
   (hue = angle of ``(z_1, z_2)``), as a PNG via ``jaxlab.media``.
 
-``make_evaluate(parts, cfg)(state, key)`` is pure and jit-able (vmap it over a seed axis).
+``make_evaluate(parts, cfg, steps)(state, key)`` is pure and jit-able (vmap it over a seed axis).
 """
 
 from __future__ import annotations
@@ -44,17 +44,17 @@ ActFn = Callable[[PRNGKeyArray, Array, Array], Array]
 
 @dataclasses.dataclass(frozen=True)
 class SkillEvalConfig:
-    """Attributes: rollouts of random skills, their length, the coverage cell size, the number
-    of held-out goals and the success radius."""
+    """Attributes: rollouts of random skills, the coverage cell size, the number of held-out
+    goals and the success radius (the rollouts' length is the episode's, an argument of
+    :func:`make_evaluate`)."""
 
     num_skills: int = 64
-    steps: int = 50
     cell: float = 1.0
     num_goals: int = 50
     goal_radius: float = 0.5
 
     def __post_init__(self):
-        for f in ("num_skills", "steps", "num_goals"):
+        for f in ("num_skills", "num_goals"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f, v, "an int >= 1")
@@ -185,7 +185,9 @@ def goal_reaching(
     ``z = (phi(g) - phi(s)) / ||phi(g) - phi(s)||`` recomputed at every step."""
     env, env_params, phi = parts.env, parts.env_params, parts.nets.phi
     if parts.nets.obs_dim != 2:
-        raise ConfigError("env", parts.cfg.env, "an env whose observation is its x-y position")
+        raise ConfigError(
+            "env", parts.off_policy.env, "an env whose observation is its x-y position"
+        )
     act = skill_policy(parts, state)
 
     def one(k, g):
@@ -207,11 +209,11 @@ def goal_reaching(
 
 
 def make_evaluate(
-    parts: SkillParts, cfg: SkillEvalConfig
+    parts: SkillParts, cfg: SkillEvalConfig, steps: int
 ) -> Callable[[SkillState, PRNGKeyArray], dict[str, Array]]:
     """``evaluate(state, key) -> {coverage, coverage_random, coverage_zero, directions,
-    directions_random, directions_zero, goal_success, goal_distance}`` (module docstring); pure,
-    jit-able, vmappable over a seed axis."""
+    directions_random, directions_zero, goal_success, goal_distance}`` (module docstring) of
+    rollouts of ``steps`` env steps; pure, jit-able, vmappable over a seed axis."""
     env, env_params = parts.env, parts.env_params
     d, a = parts.cfg.skill_dim, parts.nets.act_dim
     goal_capable = parts.nets.obs_dim == 2 and isinstance(env, PointMass2D)
@@ -225,12 +227,12 @@ def make_evaluate(
             ("_random", random_policy(a), k_rand),
             ("_zero", zero_policy(a), k_zero),
         ):
-            xy = rollout_xy(env, env_params, act, skills, cfg.steps, k)
+            xy = rollout_xy(env, env_params, act, skills, steps, k)
             out["coverage" + suffix] = count_cells(xy, cfg.cell).astype(jnp.float32)
             out["directions" + suffix] = count_directions(xy, cfg.cell).astype(jnp.float32)
         if goal_capable:
             goals = sample_goals(env, k_goal, cfg.num_goals)
-            success, dist = goal_reaching(parts, state, goals, cfg.steps, cfg.goal_radius, k_reach)
+            success, dist = goal_reaching(parts, state, goals, steps, cfg.goal_radius, k_reach)
             out["goal_success"] = success.mean()
             out["goal_distance"] = dist.mean()
         return out

@@ -16,12 +16,11 @@ on a replay batch (``update``):
 4. SAC (``jaxlab.rl.sac.SACLearner``) on the skill-conditioned policy ``pi(a | [s, z])``:
    twin critics ``Q([s, z], a)``, actor, automatic temperature, Polyak targets.
 
-``make_parts(cfg)`` builds the shared acting loop of ``jaxlab.rl.skills.training`` around it.
+``make_parts(cfg, off_policy, optim)`` builds the shared acting loop of ``jaxlab.rl.skills.training`` around it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -30,25 +29,36 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.sac import TwinCritic
+from jaxlab.rl.skills import training
 from jaxlab.rl.skills.training import (
     Nets,
     SkillConfig,
+    SkillOptim,
     SkillParts,
     SkillState,
     make_skill_parts,
     policy_input,
 )
 
+#: METRA's traced hyper-parameters: the shared ones, the dual variable's rate and the slack
+TRACED: tuple[str, ...] = (*training.TRACED, "optim.dual.lr", "skills.dual_slack")
 
-def constraint_penalty(delta: Float[Array, "b d"], slack: float) -> Float[Array, " b"]:
+
+def constraint_penalty(
+    delta: Float[Array, "b d"], slack: float | Float[Array, ""]
+) -> Float[Array, " b"]:
     """``min(1 - ||Delta||^2, slack)``: negative exactly where a transition violates
     ``||phi(s') - phi(s)|| <= 1``."""
     return jnp.minimum(1.0 - jnp.sum(delta**2, axis=-1), slack)
 
 
 def metra_objective(
-    delta: Float[Array, "b d"], skill: Float[Array, "b d"], lam: Float[Array, ""], slack: float
+    delta: Float[Array, "b d"],
+    skill: Float[Array, "b d"],
+    lam: Float[Array, ""],
+    slack: float | Float[Array, ""],
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """``(E[Delta^T z + lam * penalty], E[penalty])``: the quantity ``phi`` maximises and the
     mean constraint penalty (the dual variable's gradient)."""
@@ -68,18 +78,21 @@ def make_update(
 
         def phi_loss(p):
             delta = phi.apply(p, b["next_obs"]) - phi.apply(p, b["obs"])
-            obj, penalty = metra_objective(delta, b["skill"], lam, float(cfg.dual_slack))
+            obj, penalty = metra_objective(
+                delta, b["skill"], lam, state.hparams["skills.dual_slack"]
+            )
             return -obj, (penalty, jnp.linalg.norm(delta, axis=-1))
 
         (p_loss, (penalty, delta_norm)), p_grad = jax.value_and_grad(phi_loss, has_aux=True)(
             state.phi
         )
-        p_upd, phi_opt = nets.phi_tx.update(p_grad, state.phi_opt, state.phi)
+        p_upd, phi_opt = learner.tx("phi", state).update(p_grad, state.phi_opt, state.phi)
         phi_p = optax.apply_updates(state.phi, p_upd)
 
         penalty = jax.lax.stop_gradient(penalty)
         d_grad = jax.grad(lambda log_lam: log_lam * penalty)(state.log_dual_lam)
-        d_upd, dual_opt = nets.dual_tx.update(d_grad, state.dual_opt, state.log_dual_lam)
+        dual_tx = learner.tx("dual", state)
+        d_upd, dual_opt = dual_tx.update(d_grad, state.dual_opt, state.log_dual_lam)
         log_lam = optax.apply_updates(state.log_dual_lam, d_upd)
         state = state.replace(phi=phi_p, phi_opt=phi_opt, log_dual_lam=log_lam, dual_opt=dual_opt)
 
@@ -108,8 +121,13 @@ def make_update(
     return update
 
 
-def make_parts(cfg: SkillConfig, spread: Callable[[Any], Any] | None = None) -> SkillParts:
-    """METRA's ``init``/``iteration``/``update`` for ``cfg`` (``cfg.method`` must be
-    ``"metra"``)."""
-    cfg = dataclasses.replace(cfg, method="metra")
-    return make_skill_parts(cfg, TwinCritic(tuple(cfg.hidden)), make_update, spread)
+def make_parts(
+    cfg: SkillConfig,
+    off_policy: OffPolicyConfig,
+    optim: SkillOptim,
+    **kwargs: Any,
+) -> SkillParts:
+    """METRA's ``init``/``iteration``/``update`` (``kwargs``: ``env_options``, ``iterations``,
+    ``spread`` of ``training.make_skill_parts``)."""
+    critic = TwinCritic(tuple(cfg.hidden))
+    return make_skill_parts(cfg, off_policy, optim, critic, make_update, TRACED, **kwargs)

@@ -1,6 +1,7 @@
 """The acting and replay loop shared by METRA and CSF: skill-conditioned SAC-style agents.
 
-One iteration (``SkillParts.iteration``) of ``num_envs`` vectorised envs:
+One iteration (``SkillParts.iteration``) of ``off_policy.num_envs`` vectorised envs
+(``jaxlab.rl.off_policy``):
 
 1. act: ``a ~ pi(.|[s, z])`` with each env's current skill ``z`` (uniform random actions for the
    first ``learning_starts`` iterations); step every env (auto-reset) and add ``(s, z, a, s')``
@@ -15,112 +16,126 @@ One iteration (``SkillParts.iteration``) of ``num_envs`` vectorised envs:
 
 Episodes have no terminal states (fixed horizon, "dones off" as in the paper), so every
 transition bootstraps. ``SkillState`` is a pytree of arrays (networks, optimiser states, the
-METRA dual variable, the replay buffer, env states, skills, key): the shared checkpoint layer
-saves it whole and a resumed run is bit-identical; ``make_train(cfg)(key)`` is pure and
-vmappable over seeds.
+METRA dual variable, the replay buffer, env states, skills, key and ``hparams``, the traced
+learning rates and method scalars): the shared checkpoint layer saves it whole and a resumed run
+is bit-identical; ``make_train(parts, iterations)(key)`` is pure and vmappable over seeds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from jaxlab import envs
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
-from jaxlab.envs.spaces import Box
+from jaxlab.core.optim import OptimConfig
+from jaxlab.rl.off_policy import OffPolicyConfig, make_box_env
 from jaxlab.rl.replay import ReplayConfig, make_replay
 from jaxlab.rl.sac import MLP, Actor, SACLearner
 from jaxlab.rl.squashed_gaussian import sample_and_log_prob
-
-METHODS = ("metra", "csf")
-
-
-@dataclasses.dataclass(frozen=True)
-class SkillConfig:
-    """Static configuration of a skill-discovery run (hashable).
-
-    Attributes:
-        method: ``"metra"`` or ``"csf"``.
-        env, env_options: registered env (``Box`` actions in ``[-1, 1]``) and its options.
-        skill_dim: ``d``, the dimension of ``z`` and ``phi(s)`` (paper: 2 for Ant).
-        num_envs, total_env_steps: parallel envs and env steps over all of them.
-        buffer_size, batch_size, learning_starts, updates_per_iteration: replay and schedule.
-        hidden: MLP widths of actor, critics and ``phi`` (paper: 1024-unit MLPs).
-        lr: Adam rate of every network, the temperature and the dual variable (paper: 1e-4).
-        gamma, tau, init_alpha, target_entropy: SAC's (``None`` -> ``-dim(A)``).
-        dual_lam_init, dual_slack: METRA's ``lambda_0 = 30`` and ``epsilon = 1e-3``.
-        num_negatives, infonce_coef: CSF's 256 negatives from the prior and coefficient 5.
-    """
-
-    method: str = "metra"
-    env: str = "point-mass-2d"
-    env_options: tuple[tuple[str, Any], ...] = ()
-    skill_dim: int = 2
-    num_envs: int = 4
-    total_env_steps: int = 4000
-    buffer_size: int = 100_000
-    batch_size: int = 256
-    learning_starts: int = 25
-    updates_per_iteration: int = 1
-    hidden: tuple[int, ...] = (256, 256)
-    lr: float = 1e-4
-    gamma: float = 0.99
-    tau: float = 5e-3
-    init_alpha: float = 0.1
-    target_entropy: float | None = None
-    dual_lam_init: float = 30.0
-    dual_slack: float = 1e-3
-    num_negatives: int = 256
-    infonce_coef: float = 5.0
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_env_steps // self.num_envs
 
 
 def _is_int(v) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
-def check_config(cfg: SkillConfig) -> None:
-    """Raise ``ConfigError`` naming the first bad field."""
-    if cfg.method not in METHODS:
-        raise ConfigError("method", cfg.method, f"one of {METHODS}")
-    for f in (
-        "skill_dim",
-        "num_envs",
-        "total_env_steps",
-        "batch_size",
-        "updates_per_iteration",
-        "num_negatives",
-    ):
-        v = getattr(cfg, f)
-        if not _is_int(v) or v < 1:
-            raise ConfigError(f, v, "an int >= 1")
-    if cfg.total_env_steps < cfg.num_envs:
-        raise ConfigError("total_env_steps", cfg.total_env_steps, f">= num_envs ({cfg.num_envs})")
-    if not _is_int(cfg.buffer_size) or cfg.buffer_size < max(cfg.batch_size, cfg.num_envs):
-        raise ConfigError(
-            "buffer_size", cfg.buffer_size, f">= batch_size ({cfg.batch_size}) and >= num_envs"
-        )
-    if not 0.0 <= cfg.gamma < 1.0:
-        raise ConfigError("gamma", cfg.gamma, "a float in [0, 1) (no terminal states)")
-    if not 0.0 < cfg.tau <= 1.0:
-        raise ConfigError("tau", cfg.tau, "a float in (0, 1]")
-    for f in ("init_alpha", "dual_lam_init", "lr"):
-        if not getattr(cfg, f) > 0:
-            raise ConfigError(f, getattr(cfg, f), "a float > 0")
-    if not cfg.dual_slack >= 0:
-        raise ConfigError("dual_slack", cfg.dual_slack, "a float >= 0")
+@dataclasses.dataclass(frozen=True)
+class SkillOptim:
+    """The optimisers of a skill-discovery run, one per role (Adam at 1e-4 each, the paper's).
+
+    Attributes:
+        actor, critic, alpha: SAC's policy, twin critics (CSF: successor features) and
+            temperature.
+        phi: the representation ``phi``.
+        dual: METRA's dual variable ``log lambda`` (unused by CSF).
+    """
+
+    actor: OptimConfig = OptimConfig(name="adam", lr=1e-4)
+    critic: OptimConfig = OptimConfig(name="adam", lr=1e-4)
+    alpha: OptimConfig = OptimConfig(name="adam", lr=1e-4)
+    phi: OptimConfig = OptimConfig(name="adam", lr=1e-4)
+    dual: OptimConfig = OptimConfig(name="adam", lr=1e-4)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkillConfig:
+    """The method's own hyper-parameters (hashable); the env, replay and update schedule are a
+    ``jaxlab.rl.off_policy.OffPolicyConfig`` and the optimisers a :class:`SkillOptim`.
+
+    Attributes:
+        skill_dim: ``d``, the dimension of ``z`` and ``phi(s)`` (paper: 2 for Ant).
+        hidden: MLP widths of actor, critics and ``phi`` (paper: 1024-unit MLPs).
+        gamma: discount, in [0, 1) (no terminal states).
+        tau: Polyak rate, in (0, 1].
+        init_alpha: SAC's initial temperature (> 0).
+        target_entropy_per_dim: SAC's target entropy per action dimension (-1: ``-dim(A)``).
+        dual_lam_init, dual_slack: METRA's ``lambda_0 = 30`` (> 0) and ``epsilon = 1e-3``
+            (>= 0); ``dual_slack`` is traced.
+        num_negatives, infonce_coef: CSF's 256 negatives from the prior and coefficient 5
+            (>= 0); ``infonce_coef`` is traced.
+    """
+
+    skill_dim: int = 2
+    hidden: tuple[int, ...] = (256, 256)
+    gamma: float = 0.99
+    tau: float = 5e-3
+    init_alpha: float = 0.1
+    target_entropy_per_dim: float = -1.0
+    dual_lam_init: float = 30.0
+    dual_slack: float = 1e-3
+    num_negatives: int = 256
+    infonce_coef: float = 5.0
+
+    def __post_init__(self):
+        for f in ("skill_dim", "num_negatives"):
+            v = getattr(self, f)
+            if not _is_int(v) or v < 1:
+                raise ConfigError(f, v, "an int >= 1")
+        if not self.hidden or any(not _is_int(w) or w < 1 for w in self.hidden):
+            raise ConfigError("hidden", self.hidden, "a non-empty list of ints >= 1")
+        if not 0.0 <= self.gamma < 1.0:
+            raise ConfigError("gamma", self.gamma, "a float in [0, 1) (no terminal states)")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError("tau", self.tau, "a float in (0, 1]")
+        for f in ("init_alpha", "dual_lam_init"):
+            if not getattr(self, f) > 0:
+                raise ConfigError(f, getattr(self, f), "a float > 0")
+        for f in ("dual_slack", "infonce_coef"):
+            if not getattr(self, f) >= 0:
+                raise ConfigError(f, getattr(self, f), "a float >= 0")
+
+
+#: the traced hyper-parameters of every skill run, as the recipes' dotted keys (the optimisers at
+#: ``optim``, :class:`SkillConfig` at ``skills``); each method adds its own (``metra.TRACED``,
+#: ``csf.TRACED``)
+TRACED: tuple[str, ...] = (
+    "optim.actor.lr",
+    "optim.critic.lr",
+    "optim.alpha.lr",
+    "optim.phi.lr",
+    "skills.target_entropy_per_dim",
+)
+
+
+def hparams(cfg: SkillConfig, optim: SkillOptim, keys: tuple[str, ...]) -> dict[str, Array]:
+    """The values of the traced ``keys`` (``optim.<role>.lr`` or ``skills.<field>``) for
+    ``state.hparams`` (float32 scalars)."""
+    out = {}
+    for key in keys:
+        where, *rest = key.split(".")
+        node = optim if where == "optim" else cfg
+        for part in rest:
+            node = getattr(node, part)
+        out[key] = jnp.float32(node)
+    return out
 
 
 def sample_skills(key: PRNGKeyArray, n: int, dim: int) -> Float[Array, "n d"]:
@@ -165,18 +180,18 @@ class SkillState:
     skill: Float[Array, "*s n d"]
     key: PRNGKeyArray
     iteration: Any
+    hparams: dict
 
 
 @dataclasses.dataclass(frozen=True)
 class Nets:
-    """The networks and optimisers a method's ``update`` needs."""
+    """The networks and optimisers a method's ``update`` needs: ``learner.tx(role, state)`` is
+    the optimiser of ``role`` at the state's traced rate (``phi`` and ``dual`` included)."""
 
     actor: Actor
     critic: nn.Module
     phi: Phi
     learner: SACLearner
-    phi_tx: Any
-    dual_tx: Any
     obs_dim: int
     act_dim: int
 
@@ -193,6 +208,7 @@ class SkillParts:
     env_params: Any
     nets: Nets
     cfg: SkillConfig
+    off_policy: OffPolicyConfig
 
 
 def policy_input(obs: Float[Array, "*b o"], skill: Float[Array, "*b d"]) -> Float[Array, "*b od"]:
@@ -200,51 +216,50 @@ def policy_input(obs: Float[Array, "*b o"], skill: Float[Array, "*b d"]) -> Floa
     return jnp.concatenate([obs, skill], axis=-1)
 
 
-def make_env(cfg: SkillConfig) -> tuple[Any, Any, int, int]:
-    """``(env, params, obs_dim, act_dim)``; refuses envs without ``[-1, 1]`` Box actions."""
-    env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
-    space = env.action_space(env_params)
-    if not isinstance(space, Box) or len(space.shape) != 1:
-        raise ConfigError("env", cfg.env, "an env with a 1-D Box action space")
-    if not (np.all(space.low == -1.0) and np.all(space.high == 1.0)):
-        raise ConfigError("env", cfg.env, "an env whose actions lie in [-1, 1] (tanh-squashed)")
-    obs_dim = int(np.prod(env.observation_space(env_params).shape))
-    return env, env_params, obs_dim, int(space.shape[0])
-
-
 def make_skill_parts(
     cfg: SkillConfig,
+    off_policy: OffPolicyConfig,
+    optim: SkillOptim,
     critic: nn.Module,
     make_update: Callable[[SkillConfig, Nets], Callable[[SkillState, dict, PRNGKeyArray], Any]],
+    traced: tuple[str, ...],
+    *,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
     spread: Callable[[Any], Any] | None = None,
 ) -> SkillParts:
-    """The shared loop around a method's ``make_update(cfg, nets) -> update(state, batch, key)``.
+    """The shared loop around a method's ``make_update(cfg, nets) -> update(state, batch, key)``
+    on ``off_policy.env`` (made with ``env_options``); ``traced`` are the keys the method reads
+    from ``state.hparams`` (``metra.TRACED``, ``csf.TRACED``).
 
-    ``critic`` is initialised as ``critic.init(key, [s, z], a)``; ``spread`` (data parallel)
+    ``critic`` is initialised as ``critic.init(key, [s, z], a)``; ``iterations`` (the run's
+    length) is the horizon of decaying learning-rate schedules; ``spread`` (data parallel)
     constrains every sampled batch's leading axis to the mesh's data axes.
     """
-    check_config(cfg)
-    env, env_params, obs_dim, act_dim = make_env(cfg)
-    d, n = cfg.skill_dim, cfg.num_envs
-    target_entropy = -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
+    off = off_policy
+    env, env_params, obs_dim, act_dim = make_box_env(off.env, env_options or {})
+    d, n = cfg.skill_dim, off.num_envs
     replay = make_replay(
-        ReplayConfig(cfg.buffer_size, cfg.batch_size, max(cfg.batch_size, cfg.num_envs))
+        ReplayConfig(off.buffer_size, off.batch_size, max(off.batch_size, off.num_envs))
     )
-    tx = optax.adam(cfg.lr)
     actor = Actor(act_dim, tuple(cfg.hidden))
     learner = SACLearner(
-        actor, critic, tx, tx, tx, float(cfg.gamma), float(cfg.tau), target_entropy
+        actor,
+        critic,
+        optim,
+        float(cfg.gamma),
+        float(cfg.tau),
+        act_dim,
+        entropy_key="skills.target_entropy_per_dim",
+        total_updates=max(1, iterations - off.learning_starts) * off.updates_per_iteration,
     )
-    nets = Nets(actor, critic, Phi(d, tuple(cfg.hidden)), learner, tx, tx, obs_dim, act_dim)
+    nets = Nets(actor, critic, Phi(d, tuple(cfg.hidden)), learner, obs_dim, act_dim)
     method_update = make_update(cfg, nets)
+    txs = {r: optim_lib.make(getattr(optim, r), 1) for r in ("phi", "dual")}  # states' structure
 
     def init(key: PRNGKeyArray) -> SkillState:
         k_a, k_c, k_p, k_env, k_z, k_run = jax.random.split(key, 6)
-        dummy_o, dummy_a = jnp.zeros((1, obs_dim + d)), jnp.zeros((1, act_dim))
-        actor_p = actor.init(k_a, dummy_o)
-        critic_p = critic.init(k_c, dummy_o, dummy_a)
         phi_p = nets.phi.init(k_p, jnp.zeros((1, obs_dim)))
-        log_alpha = jnp.log(jnp.float32(cfg.init_alpha))
         log_lam = jnp.log(jnp.float32(cfg.dual_lam_init))
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
             jax.random.split(k_env, n), env_params
@@ -256,23 +271,18 @@ def make_skill_parts(
             "next_obs": jnp.zeros((obs_dim,)),
         }
         return SkillState(
-            actor=actor_p,
-            critic=critic_p,
-            target_critic=critic_p,
-            log_alpha=log_alpha,
-            actor_opt=tx.init(actor_p),
-            critic_opt=tx.init(critic_p),
-            alpha_opt=tx.init(log_alpha),
+            **learner.init(k_a, k_c, obs_dim + d, cfg.init_alpha),
             phi=phi_p,
-            phi_opt=tx.init(phi_p),
+            phi_opt=txs["phi"].init(phi_p),
             log_dual_lam=log_lam,
-            dual_opt=tx.init(log_lam),
+            dual_opt=txs["dual"].init(log_lam),
             buffer=replay.init(item),
             env_state=env_state,
             obs=obs.reshape(n, obs_dim).astype(jnp.float32),
             skill=sample_skills(k_z, n, d),
             key=k_run,
             iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim, traced),
         )
 
     def update(state: SkillState, key: PRNGKeyArray) -> tuple[SkillState, dict]:
@@ -287,7 +297,7 @@ def make_skill_parts(
         pi = actor.apply(state.actor, policy_input(state.obs, state.skill))
         policy_a, _ = sample_and_log_prob(pi, k_act)
         random_a = jax.random.uniform(k_rand, (n, act_dim), minval=-1.0, maxval=1.0)
-        warm = state.iteration < cfg.learning_starts
+        warm = state.iteration < off.learning_starts
         action = jnp.where(warm, random_a, policy_a)
         obs, env_state, _, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, n), state.env_state, action, env_params
@@ -311,7 +321,8 @@ def make_skill_parts(
         )
 
         def learn(s):
-            s, m = jax.lax.scan(update, s, jax.random.split(k_learn, cfg.updates_per_iteration))
+            keys = jax.random.split(k_learn, off.updates_per_iteration)
+            s, m = jax.lax.scan(update, s, keys)
             return s, jax.tree.map(lambda x: x[-1], m)
 
         def skip(s):
@@ -323,17 +334,19 @@ def make_skill_parts(
 
     abstract = jax.eval_shape(lambda k: update(init(k), k)[1], jax.random.key(0))
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), abstract)
-    return SkillParts(init, iteration, update, env, env_params, nets, cfg)
+    return SkillParts(init, iteration, update, env, env_params, nets, cfg, off)
 
 
-def make_train(parts: SkillParts) -> Callable[[PRNGKeyArray], tuple[SkillState, dict]]:
-    """``train(key) -> (final_state, metrics [num_iterations])``: the whole run as one scan,
-    pure and vmappable over keys."""
+def make_train(
+    parts: SkillParts, iterations: int
+) -> Callable[[PRNGKeyArray], tuple[SkillState, dict]]:
+    """``train(key) -> (final_state, metrics [iterations])``: the whole run as one scan, pure and
+    vmappable over keys."""
 
     def train(key: PRNGKeyArray) -> tuple[SkillState, dict]:
         def body(state, _):
             return parts.iteration(state)
 
-        return jax.lax.scan(body, parts.init(key), None, length=parts.cfg.num_iterations)
+        return jax.lax.scan(body, parts.init(key), None, length=iterations)
 
     return train

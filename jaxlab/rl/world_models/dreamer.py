@@ -22,7 +22,7 @@ that led to it, ``1 - terminated`` and the episode-start flag. A finished episod
 observation is stored, and the next iteration of that env stores its first observation (the env
 does not step on that iteration), so every step of every episode is in the buffer.
 
-LS-Imagine (``cfg.ls``, ``ls_imagine``/``affordance``): each stored item also carries the
+LS-Imagine (``make_parts(..., ls=LSConfig())``, ``ls_imagine``/``affordance``): each stored item also carries the
 affordance statistics of its observation (intrinsic score, the zoom of its best box and that
 view's score, the jump flag, the relevance label); the world model additionally learns the
 jumpy transition and the jump/Δ/Ĝ/intrinsic heads, the relevance model and the affordance
@@ -32,7 +32,7 @@ predictor; imagination jumps when the behaviour decides to and uses the mixed re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import distrax
@@ -43,9 +43,12 @@ from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab import envs
+from jaxlab.core import optim as optim_lib
 from jaxlab.core.config import ConfigError
+from jaxlab.core.optim import OptimConfig
 from jaxlab.envs.open_world import OBS_SIZES, zoom
 from jaxlab.envs.spaces import Box, Discrete
+from jaxlab.rl.off_policy import OffPolicyConfig
 from jaxlab.rl.replay import SequenceReplayConfig, make_sequence_replay
 from jaxlab.rl.world_models import affordance, ls_imagine, twohot
 from jaxlab.rl.world_models.returns import mixed_lambda_return
@@ -53,32 +56,40 @@ from jaxlab.rl.world_models.rssm import Actor, Critic, Latent, NetConfig, WorldM
 
 
 @dataclasses.dataclass(frozen=True)
-class DreamerConfig:
-    """Static configuration of a Dreamer (or LS-Imagine) run.
+class DreamerOptim:
+    """Dreamer's optimisers, one per role (Adam; DreamerV3's rates and clipping norms).
 
     Attributes:
-        env, env_options: registry name and options of a pixel env with discrete actions.
-        num_envs: parallel envs (one buffer stream each).
-        capacity: buffer items per env.
-        batch_size, sequence_length: replayed sequences per update and their length.
-        learning_starts: iterations of uniform random acting before learning.
-        updates_per_iteration: gradient steps per iteration once learning.
-        deter, groups, classes, hidden, embed, depth, num_bins: network sizes (``rssm``).
-        horizon, gamma, lam, entropy: imagination length, discount, lambda, entropy weight.
-        free_bits, dyn_scale, rep_scale: KL balancing.
-        model_lr, actor_lr, critic_lr: Adam rates; ``model_clip``/``ac_clip`` gradient norms.
-        slow_rate, retnorm_decay: slow-critic EMA rate and return-scale EMA decay.
-        ls: LS-Imagine settings, or None for plain Dreamer.
+        model: the world model's (3e-4, gradient norm clipped at 1000).
+        actor, critic: the imagination actor-critic's (1e-4 each, clipped at 100).
+        affordance: LS-Imagine's relevance model and affordance predictor (1e-3, no clipping;
+            unused by plain Dreamer).
     """
 
-    env: str = "open-world"
-    env_options: tuple[tuple[str, Any], ...] = (("variant", "easy"),)
-    num_envs: int = 4
-    capacity: int = 4096
-    batch_size: int = 16
+    model: OptimConfig = OptimConfig(name="adam", lr=3e-4, clip_norm=1000.0)
+    actor: OptimConfig = OptimConfig(name="adam", lr=1e-4, clip_norm=100.0)
+    critic: OptimConfig = OptimConfig(name="adam", lr=1e-4, clip_norm=100.0)
+    affordance: OptimConfig = OptimConfig(name="adam", lr=1e-3)
+
+
+@dataclasses.dataclass(frozen=True)
+class DreamerConfig:
+    """Dreamer's own hyper-parameters; the env, replay and update schedule are a
+    ``jaxlab.rl.off_policy.OffPolicyConfig``, the optimisers a :class:`DreamerOptim` and
+    LS-Imagine's settings an ``ls_imagine.LSConfig``.
+
+    Attributes:
+        sequence_length: length of the replayed sequences (>= 1, <= the per-env capacity).
+        deter, groups, classes, hidden, embed, depth, num_bins: network sizes (``rssm``).
+        horizon, gamma, lam: imagination length, discount and lambda (in [0, 1]).
+        entropy: the actor's entropy weight (>= 0); traced.
+        free_bits: KL free nats (>= 0).
+        dyn_scale, rep_scale: KL balancing weights (>= 0); traced.
+        slow_rate: slow-critic EMA rate, in (0, 1].
+        retnorm_decay: return-scale EMA decay, in [0, 1).
+    """
+
     sequence_length: int = 16
-    learning_starts: int = 64
-    updates_per_iteration: int = 1
     deter: int = 64
     groups: int = 8
     classes: int = 8
@@ -93,51 +104,60 @@ class DreamerConfig:
     free_bits: float = 1.0
     dyn_scale: float = 0.5
     rep_scale: float = 0.1
-    model_lr: float = 3e-4
-    actor_lr: float = 1e-4
-    critic_lr: float = 1e-4
-    model_clip: float = 1000.0
-    ac_clip: float = 100.0
     slow_rate: float = 0.02
     retnorm_decay: float = 0.99
-    ls: ls_imagine.LSConfig | None = None
+
+    def __post_init__(self):
+        for name in ("sequence_length", "deter", "groups", "classes", "hidden", "embed"):
+            _check_int(name, getattr(self, name))
+        _check_int("depth", self.depth)
+        _check_int("horizon", self.horizon)
+        if self.num_bins < 3:
+            raise ConfigError("num_bins", self.num_bins, "an int >= 3")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, getattr(self, name), "a float in [0, 1]")
+        for name in ("entropy", "free_bits", "dyn_scale", "rep_scale"):
+            if not getattr(self, name) >= 0.0:
+                raise ConfigError(name, getattr(self, name), "a float >= 0")
+        if not 0.0 < self.slow_rate <= 1.0:
+            raise ConfigError("slow_rate", self.slow_rate, "a float in (0, 1]")
+        if not 0.0 <= self.retnorm_decay < 1.0:
+            raise ConfigError("retnorm_decay", self.retnorm_decay, "a float in [0, 1)")
 
 
-def check_config(cfg: DreamerConfig) -> None:
-    """Raises ConfigError naming the first invalid field."""
-    for name in (
-        "num_envs",
-        "batch_size",
-        "sequence_length",
-        "updates_per_iteration",
-        "deter",
-        "groups",
-        "classes",
-        "hidden",
-        "embed",
-        "depth",
-        "horizon",
-    ):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(name, v, "an int >= 1")
-    if cfg.learning_starts < 0:
-        raise ConfigError("learning_starts", cfg.learning_starts, "an int >= 0")
-    if cfg.num_bins < 3:
-        raise ConfigError("num_bins", cfg.num_bins, "an int >= 3")
-    if not 0.0 <= cfg.gamma <= 1.0:
-        raise ConfigError("gamma", cfg.gamma, "a float in [0, 1]")
-    if not 0.0 <= cfg.lam <= 1.0:
-        raise ConfigError("lam", cfg.lam, "a float in [0, 1]")
-    for name in ("model_lr", "actor_lr", "critic_lr"):
-        if not getattr(cfg, name) > 0:
-            raise ConfigError(name, getattr(cfg, name), "a float > 0")
-    # sequence_length vs capacity is checked by the buffer
-    make_sequence_replay(_replay_cfg(cfg))
+def _check_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(name, v, "an int >= 1")
 
 
-def _replay_cfg(cfg: DreamerConfig) -> SequenceReplayConfig:
-    return SequenceReplayConfig(cfg.num_envs, cfg.capacity, cfg.batch_size, cfg.sequence_length)
+#: the traced hyper-parameters of a Dreamer run, as the recipes' dotted keys (the optimisers at
+#: ``optim``, :class:`DreamerConfig` at ``dreamer``); LS-Imagine adds ``optim.affordance.lr``
+TRACED: tuple[str, ...] = (
+    "optim.model.lr",
+    "optim.actor.lr",
+    "optim.critic.lr",
+    "dreamer.entropy",
+    "dreamer.dyn_scale",
+    "dreamer.rep_scale",
+)
+LS_TRACED: tuple[str, ...] = (*TRACED, "optim.affordance.lr")
+_ROLES = ("model", "actor", "critic", "affordance")
+
+
+def hparams(cfg: DreamerConfig, optim: DreamerOptim, ls: bool) -> dict[str, Array]:
+    """The values of :data:`TRACED` (:data:`LS_TRACED` with ``ls``) for ``state.hparams``
+    (float32 scalars)."""
+    out = {f"optim.{r}.lr": jnp.float32(getattr(optim, r).lr) for r in _ROLES}
+    for name in ("entropy", "dyn_scale", "rep_scale"):
+        out[f"dreamer.{name}"] = jnp.float32(getattr(cfg, name))
+    return {k: out[k] for k in (LS_TRACED if ls else TRACED)}
+
+
+def replay_config(cfg: DreamerConfig, off: OffPolicyConfig) -> SequenceReplayConfig:
+    """The sequence buffer: ``off.buffer_size // off.num_envs`` items per env."""
+    capacity = off.buffer_size // off.num_envs
+    return SequenceReplayConfig(off.num_envs, capacity, off.batch_size, cfg.sequence_length)
 
 
 @struct.dataclass
@@ -164,6 +184,7 @@ class DreamerState:
     episodes: Any
     key: PRNGKeyArray
     iteration: Any
+    hparams: dict  # the traced learning rates, entropy weight and KL scales
     aff: Any = None  # LS-Imagine: relevance/predictor params, optimizer states, statistics
 
 
@@ -186,6 +207,7 @@ class DreamerParts:
     actor: Actor
     replay: Any
     cfg: DreamerConfig
+    off_policy: OffPolicyConfig
 
 
 def preprocess(obs) -> Float[Array, "*b s s 3"]:
@@ -203,20 +225,65 @@ def _bce(logit, target):
     return optax.sigmoid_binary_cross_entropy(logit, target)
 
 
-def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -> DreamerParts:
-    """Build the agent's pure functions for ``cfg`` (module docstring)."""
-    check_config(cfg)
-    env, env_params = envs.make(cfg.env, **dict(cfg.env_options))
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """The static pieces of one Dreamer (or LS-Imagine) agent that its functions share.
+
+    Attributes:
+        cfg, off, optim, ls: the configs (``ls`` None for plain Dreamer).
+        net, wm, actor, critic: the networks (``rssm``).
+        n_act, size: the env's number of actions and observation side.
+        total_updates: the horizon of decaying learning-rate schedules.
+    """
+
+    cfg: DreamerConfig
+    off: OffPolicyConfig
+    optim: DreamerOptim
+    ls: ls_imagine.LSConfig | None
+    net: NetConfig
+    wm: WorldModel
+    actor: Actor
+    critic: Critic
+    n_act: int
+    size: int
+    total_updates: int
+
+    def tx(self, role: str, hp: Mapping[str, Any]) -> optax.GradientTransformation:
+        """The optimiser of ``role`` at the traced rate in ``hp`` (a state's ``hparams``)."""
+        cfg = getattr(self.optim, role)
+        return optim_lib.from_hparams(cfg, self.total_updates, hp, f"optim.{role}")
+
+    def action_vec(self, a, jump=None):
+        """One-hot actions ``[..., n_act]``; with LS-Imagine a last jump bit (``jump``)."""
+        v = jax.nn.one_hot(a, self.n_act)
+        if self.ls is not None:
+            j = jnp.zeros(a.shape, jnp.float32) if jump is None else jump.astype(jnp.float32)
+            v = jnp.concatenate([v * (1 - j)[..., None], j[..., None]], -1)
+        return v
+
+
+def make_agent(
+    cfg: DreamerConfig,
+    off: OffPolicyConfig,
+    optim: DreamerOptim,
+    ls: ls_imagine.LSConfig | None,
+    env: Any,
+    env_params: Any,
+    iterations: int,
+) -> Agent:
+    """The :class:`Agent` for ``env``: refuses envs without discrete actions and square
+    ``[S, S, 3]`` pixel observations, and LS-Imagine boxes larger than the view."""
     space = env.action_space(env_params)
     obs_space = env.observation_space(env_params)
     if not isinstance(space, Discrete):
-        raise ConfigError("env", cfg.env, "an env with a Discrete action space")
+        raise ConfigError("env", off.env, "an env with a Discrete action space")
     if not isinstance(obs_space, Box) or len(obs_space.shape) != 3 or obs_space.shape[-1] != 3:
-        raise ConfigError("env", cfg.env, "an env with [S, S, 3] pixel observations")
+        raise ConfigError("env", off.env, "an env with [S, S, 3] pixel observations")
     size = int(obs_space.shape[0])
     if size not in OBS_SIZES or obs_space.shape[1] != size:
         raise ConfigError("obs_size", obs_space.shape[:2], f"a square side in {OBS_SIZES}")
-    ls = cfg.ls
+    if ls is not None and ls.box > size:
+        raise ConfigError("ls.box", ls.box, f"a box side <= the observation side {size}")
     n_act = space.n
     net = NetConfig(
         obs_size=size,
@@ -230,28 +297,21 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         num_bins=cfg.num_bins,
         aux_heads=ls is not None,
     )
-    wm = WorldModel(net)
-    actor = Actor(cfg.hidden, n_act)
-    critic = Critic(cfg.hidden, cfg.num_bins)
-    wm_tx = optax.chain(optax.clip_by_global_norm(cfg.model_clip), optax.adam(cfg.model_lr))
-    actor_tx = optax.chain(optax.clip_by_global_norm(cfg.ac_clip), optax.adam(cfg.actor_lr))
-    critic_tx = optax.chain(optax.clip_by_global_norm(cfg.ac_clip), optax.adam(cfg.critic_lr))
-    replay = make_sequence_replay(_replay_cfg(cfg))
-    n = cfg.num_envs
-    if ls is not None:
-        relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
-        aff_tx = optax.adam(ls.affordance_lr)
-        if ls.box > size:
-            raise ConfigError("ls.box", ls.box, f"a box side <= the observation side {size}")
+    total_updates = max(1, iterations - off.learning_starts) * off.updates_per_iteration
+    actor, critic = Actor(cfg.hidden, n_act), Critic(cfg.hidden, cfg.num_bins)
+    return Agent(
+        cfg, off, optim, ls, net, WorldModel(net), actor, critic, n_act, size, total_updates
+    )
 
-    def action_vec(a, jump=None):
-        v = jax.nn.one_hot(a, n_act)
-        if ls is not None:
-            j = jnp.zeros(a.shape, jnp.float32) if jump is None else jump.astype(jnp.float32)
-            v = jnp.concatenate([v * (1 - j)[..., None], j[..., None]], -1)
-        return v
 
-    # ------------------------------------------------------------------ affordance (LS-Imagine)
+def make_affordance_fns(a: Agent):
+    """LS-Imagine's affordance pieces and the buffer item: ``(aff_features(aff, obs),
+    item_of(obs, prev_action, reward, cont, is_first, aff, relevance_label, best),
+    aff_update(aff, batch, key, hparams))`` (``item_of`` alone serves plain Dreamer)."""
+    ls, tx = a.ls, a.tx
+    size = a.size
+    relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
+
     def aff_features(aff, obs):
         """Per observation: concentration score, zoom statistic, zoomed image, zoomed score and
         the MineCLIP stand-in's score of the frame."""
@@ -302,67 +362,50 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             )
         return item, best
 
-    def init(key: PRNGKeyArray) -> DreamerState:
-        k_wm, k_a, k_c, k_env, k_aff, k_run = jax.random.split(key, 6)
-        dummy_img = jnp.zeros((1, size, size, 3))
-        wm_p = wm.init(k_wm, k_wm, dummy_img, jnp.zeros((1, net.action_dim)))
-        feat0 = jnp.zeros((1, net.feat))
-        actor_p, critic_p = actor.init(k_a, feat0), critic.init(k_c, feat0)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-            jax.random.split(k_env, n), env_params
-        )
-        aff = None
-        if ls is not None:
-            k1, k2 = jax.random.split(k_aff)
-            rel_p, pred_p = relevance.init(k1, dummy_img), predictor.init(k2, dummy_img)
-            aff = {
-                "relevance": rel_p,
-                "predictor": pred_p,
-                "relevance_opt": aff_tx.init(rel_p),
-                "predictor_opt": aff_tx.init(pred_p),
-                "stat_mean": jnp.float32(0.0),
-                "score_mean": jnp.float32(0.0),
-                "score_sq": jnp.float32(0.0),
-                # the episode's best concentration / relevance scores so far, per env
-                "best_score": jnp.zeros((n,), jnp.float32),
-                "best_relevance": jnp.zeros((n,), jnp.float32),
-            }
-        example, _ = item_of(
-            obs[:1],
-            jnp.zeros((1,), jnp.int32),
-            jnp.zeros((1,)),
-            jnp.ones((1,)),
-            jnp.ones((1,), bool),
-            aff,
-            jnp.zeros((1,)),
-            (jnp.zeros((1,)), jnp.zeros((1,))),
-        )
-        example = jax.tree.map(lambda x: jnp.zeros_like(x[0]), example)
-        return DreamerState(
-            wm=wm_p,
-            actor=actor_p,
-            critic=critic_p,
-            slow_critic=critic_p,
-            wm_opt=wm_tx.init(wm_p),
-            actor_opt=actor_tx.init(actor_p),
-            critic_opt=critic_tx.init(critic_p),
-            retnorm=jnp.zeros((2,), jnp.float32),
-            buffer=replay.init(example),
-            env_state=env_state,
-            obs=obs,
-            need_first=jnp.ones((n,), bool),
-            action=jnp.zeros((n,), jnp.int32),
-            latent=zeros_latent(net, (n,)),
-            episode_return=jnp.zeros((n,)),
-            last_return=jnp.zeros((n,)),
-            successes=jnp.float32(0),
-            episodes=jnp.float32(0),
-            key=k_run,
-            iteration=jnp.int32(0),
-            aff=aff,
-        )
+    def aff_update(aff, batch, key, hp):
+        """Relevance model (BCE on the relevance labels) and predictor (MSE on offline labels of
+        ``label_images`` replayed observations)."""
+        img = preprocess(batch["obs"]).reshape((-1, size, size, 3))
+        labels = batch["relevance"].reshape(-1)
 
-    # ------------------------------------------------------------------ world model
+        def rel_loss(p):
+            return _bce(relevance.apply(p, img), labels).mean()
+
+        r_loss, r_grad = jax.value_and_grad(rel_loss)(aff["relevance"])
+        aff_tx = tx("affordance", hp)
+        r_upd, r_opt = aff_tx.update(r_grad, aff["relevance_opt"], aff["relevance"])
+        rel_p = optax.apply_updates(aff["relevance"], r_upd)
+        idx = jax.random.choice(key, img.shape[0], (ls.label_images,), replace=False)
+        chosen = img[idx]
+        score_fn = lambda x: jax.nn.sigmoid(relevance.apply(rel_p, x))
+        target = jax.vmap(
+            lambda im: affordance.offline_labels(score_fn, im, ls.box, ls.stride, ls.frames)
+        )(chosen)
+        target = jax.lax.stop_gradient(target)
+
+        def pred_loss(p):
+            return jnp.mean((predictor.apply(p, chosen) - target) ** 2)
+
+        p_loss, p_grad = jax.value_and_grad(pred_loss)(aff["predictor"])
+        p_upd, p_opt = aff_tx.update(p_grad, aff["predictor_opt"], aff["predictor"])
+        aff = {
+            **aff,
+            "relevance": rel_p,
+            "relevance_opt": r_opt,
+            "predictor": optax.apply_updates(aff["predictor"], p_upd),
+            "predictor_opt": p_opt,
+        }
+        return aff, {"relevance_loss": r_loss, "affordance_loss": p_loss}
+
+    return aff_features, item_of, aff_update
+
+
+def make_world_model_fns(a: Agent):
+    """The world model's ``(observe(wm_p, key, embed, actions, is_first) -> (priors,
+    posteriors), wm_loss(wm_p, batch, key, scales) -> (loss, (metrics, posterior)))`` (module
+    docstring, step 1)."""
+    cfg, ls, net, wm, action_vec = a.cfg, a.ls, a.net, a.wm, a.action_vec
+
     def observe(wm_p, key, embed, actions, is_first):
         """Posterior rollout over time (axis 1 of ``[b, l, ...]`` inputs): priors, posteriors."""
         b = embed.shape[0]
@@ -392,8 +435,11 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             rep,
         )
 
-    def wm_loss(wm_p, batch, key):
-        """World-model loss of a ``[b, l]`` batch: ``(loss, (metrics, posterior))``."""
+    def wm_loss(wm_p, batch, key, scales=None):
+        """World-model loss of a ``[b, l]`` batch: ``(loss, (metrics, posterior))``; ``scales``
+        are the KL weights ``(dyn, rep)`` (default: the config's; the update passes the traced
+        values)."""
+        dyn_scale, rep_scale = (cfg.dyn_scale, cfg.rep_scale) if scales is None else scales
         k_obs, k_jump, k_jpost = jax.random.split(key, 3)
         img = preprocess(batch["obs"])
         embed = wm.apply(wm_p, img, method=WorldModel.encode)
@@ -406,7 +452,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         reward_loss = twohot.loss(heads["reward"], batch["reward"])
         cont_loss = _bce(heads["cont"], batch["cont"])
         dyn, rep, dyn_raw, rep_raw = kl_terms(post.logits, prior.logits)
-        loss = image_loss + reward_loss + cont_loss + cfg.dyn_scale * dyn + cfg.rep_scale * rep
+        loss = image_loss + reward_loss + cont_loss + dyn_scale * dyn + rep_scale * rep
         metrics = {
             "image_loss": image_loss.mean(),
             "reward_loss": reward_loss.mean(),
@@ -444,8 +490,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
                 + twohot.loss(jheads["reward"], arrival)
                 + twohot.loss(d_logits, delta)
                 + twohot.loss(g_logits, acc)
-                + cfg.dyn_scale * jdyn
-                + cfg.rep_scale * jrep
+                + dyn_scale * jdyn
+                + rep_scale * jrep
             )
             w = valid.astype(jnp.float32)
             jump_total = jnp.sum(jl * w) / jnp.maximum(w.sum(), 1.0)
@@ -459,7 +505,54 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             )
         return total, (metrics, post)
 
-    # ------------------------------------------------------------------ imagination
+    return observe, wm_loss
+
+
+def make_open_loop(a: Agent, observe: Callable):
+    """``open_loop(state, batch, context, key) -> frames``: the world model's open-loop
+    prediction of replayed sequences (for the imagination GIF and its test)."""
+    wm, action_vec = a.wm, a.action_vec
+
+    def open_loop(state: DreamerState, batch, context: int, key):
+        """Observe ``context`` real steps of each ``[b, l]`` sequence, then imagine the rest with
+        the real actions: decoded frames ``[b, l, S, S, 3]`` in ``[-0.5, 0.5]`` (reconstructions
+        for the context, open-loop predictions after it)."""
+        k1, k2 = jax.random.split(key)
+        img = preprocess(batch["obs"])
+        embed = wm.apply(state.wm, img, method=WorldModel.encode)
+        actions = action_vec(batch["prev_action"])
+        _, post = observe(state.wm, k1, embed, actions, batch["is_first"])
+        start = jax.tree.map(lambda x: x[:, context - 1], post)
+
+        def step(latent, xs):
+            k, a = xs
+            nxt = state_img(state.wm, k, latent, a)
+            return nxt, nxt.feat()
+
+        rest = jnp.swapaxes(actions[:, context:], 0, 1)
+        _, feats = jax.lax.scan(step, start, (jax.random.split(k2, rest.shape[0]), rest))
+        feats = jnp.concatenate([post.feat()[:, :context], jnp.swapaxes(feats, 0, 1)], 1)
+        return wm.apply(state.wm, feats, method=WorldModel.decode)
+
+    def state_img(wm_p, k, latent, a):
+        return wm.apply(wm_p, k, latent, a, method=WorldModel.img_step)
+
+    return open_loop
+
+
+def make_actor_critic_fns(a: Agent):
+    """Imagination and the actor-critic step: ``(imagine(wm_p, actor_p, start, key),
+    ac_update(state, posterior, key) -> (state, metrics))`` (module docstring, steps 2-4)."""
+    cfg, ls, wm, actor, critic, action_vec, tx = (
+        a.cfg,
+        a.ls,
+        a.wm,
+        a.actor,
+        a.critic,
+        a.action_vec,
+        a.tx,
+    )
+
     def imagine(wm_p, actor_p, start: Latent, key):
         """``horizon`` imagined steps from ``start`` [N]: features [H+1, N, F], actions [H, N],
         jump flags [H, N] (all False without LS), Δ and Ĝ [H, N]."""
@@ -518,7 +611,8 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             dist = distrax.Categorical(logits=logits)
             logp = dist.log_prob(acts)
             ent = dist.entropy()
-            return -jnp.mean(policy_w * (logp * adv + cfg.entropy * ent)), ent.mean()
+            eta = state.hparams["dreamer.entropy"]
+            return -jnp.mean(policy_w * (logp * adv + eta * ent)), ent.mean()
 
         slow_target = twohot.mean(critic.apply(state.slow_critic, feats[:-1]))
 
@@ -528,9 +622,10 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             return jnp.mean(weight * ce)
 
         (a_loss, ent), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.actor)
-        a_upd, actor_opt = actor_tx.update(a_grad, state.actor_opt, state.actor)
+        a_upd, actor_opt = tx("actor", state.hparams).update(a_grad, state.actor_opt, state.actor)
         c_loss, c_grad = jax.value_and_grad(critic_loss)(state.critic)
-        c_upd, critic_opt = critic_tx.update(c_grad, state.critic_opt, state.critic)
+        c_tx = tx("critic", state.hparams)
+        c_upd, critic_opt = c_tx.update(c_grad, state.critic_opt, state.critic)
         critic_p = optax.apply_updates(state.critic, c_upd)
         slow = optax.incremental_update(critic_p, state.slow_critic, cfg.slow_rate)
         state = state.replace(
@@ -552,60 +647,86 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         }
         return state, metrics
 
-    def aff_update(aff, batch, key):
-        """Relevance model (BCE on the relevance labels) and predictor (MSE on offline labels of
-        ``label_images`` replayed observations)."""
-        img = preprocess(batch["obs"]).reshape((-1, size, size, 3))
-        labels = batch["relevance"].reshape(-1)
+    return imagine, ac_update
 
-        def rel_loss(p):
-            return _bce(relevance.apply(p, img), labels).mean()
 
-        r_loss, r_grad = jax.value_and_grad(rel_loss)(aff["relevance"])
-        r_upd, r_opt = aff_tx.update(r_grad, aff["relevance_opt"], aff["relevance"])
-        rel_p = optax.apply_updates(aff["relevance"], r_upd)
-        idx = jax.random.choice(key, img.shape[0], (ls.label_images,), replace=False)
-        chosen = img[idx]
-        score_fn = lambda x: jax.nn.sigmoid(relevance.apply(rel_p, x))
-        target = jax.vmap(
-            lambda im: affordance.offline_labels(score_fn, im, ls.box, ls.stride, ls.frames)
-        )(chosen)
-        target = jax.lax.stop_gradient(target)
+def make_init(a: Agent, env: Any, env_params: Any, replay: Any, item_of: Callable):
+    """``init(key) -> DreamerState``: networks, optimiser states, an empty buffer, reset envs."""
+    cfg, ls, net, wm, actor, critic = a.cfg, a.ls, a.net, a.wm, a.actor, a.critic
+    size, n, optim = a.size, a.off.num_envs, a.optim
+    relevance, predictor = affordance.Relevance(), affordance.AffordancePredictor()
+    init_tx = {r: optim_lib.make(getattr(optim, r), 1) for r in _ROLES}  # the states' structure
 
-        def pred_loss(p):
-            return jnp.mean((predictor.apply(p, chosen) - target) ** 2)
-
-        p_loss, p_grad = jax.value_and_grad(pred_loss)(aff["predictor"])
-        p_upd, p_opt = aff_tx.update(p_grad, aff["predictor_opt"], aff["predictor"])
-        aff = {
-            **aff,
-            "relevance": rel_p,
-            "relevance_opt": r_opt,
-            "predictor": optax.apply_updates(aff["predictor"], p_upd),
-            "predictor_opt": p_opt,
-        }
-        return aff, {"relevance_loss": r_loss, "affordance_loss": p_loss}
-
-    def update(state: DreamerState, key: PRNGKeyArray):
-        """One gradient step of the world model, then critic and actor in imagination."""
-        k_s, k_wm, k_ac, k_aff = jax.random.split(key, 4)
-        batch = replay.sample(state.buffer, k_s).experience
-        if spread is not None:
-            batch = spread(batch)
-        (_, (metrics, post)), grad = jax.value_and_grad(wm_loss, has_aux=True)(
-            state.wm, batch, k_wm
+    def init(key: PRNGKeyArray) -> DreamerState:
+        k_wm, k_a, k_c, k_env, k_aff, k_run = jax.random.split(key, 6)
+        dummy_img = jnp.zeros((1, size, size, 3))
+        wm_p = wm.init(k_wm, k_wm, dummy_img, jnp.zeros((1, net.action_dim)))
+        feat0 = jnp.zeros((1, net.feat))
+        actor_p, critic_p = actor.init(k_a, feat0), critic.init(k_c, feat0)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(k_env, n), env_params
         )
-        upd, wm_opt = wm_tx.update(grad, state.wm_opt, state.wm)
-        state = state.replace(wm=optax.apply_updates(state.wm, upd), wm_opt=wm_opt)
-        state, ac_metrics = ac_update(state, post, k_ac)
-        metrics = {**metrics, **ac_metrics}
+        aff = None
         if ls is not None:
-            aff, aff_metrics = aff_update(state.aff, batch, k_aff)
-            state = state.replace(aff=aff)
-            metrics.update(aff_metrics)
-        return state, metrics
+            k1, k2 = jax.random.split(k_aff)
+            rel_p, pred_p = relevance.init(k1, dummy_img), predictor.init(k2, dummy_img)
+            aff = {
+                "relevance": rel_p,
+                "predictor": pred_p,
+                "relevance_opt": init_tx["affordance"].init(rel_p),
+                "predictor_opt": init_tx["affordance"].init(pred_p),
+                "stat_mean": jnp.float32(0.0),
+                "score_mean": jnp.float32(0.0),
+                "score_sq": jnp.float32(0.0),
+                # the episode's best concentration / relevance scores so far, per env
+                "best_score": jnp.zeros((n,), jnp.float32),
+                "best_relevance": jnp.zeros((n,), jnp.float32),
+            }
+        example, _ = item_of(
+            obs[:1],
+            jnp.zeros((1,), jnp.int32),
+            jnp.zeros((1,)),
+            jnp.ones((1,)),
+            jnp.ones((1,), bool),
+            aff,
+            jnp.zeros((1,)),
+            (jnp.zeros((1,)), jnp.zeros((1,))),
+        )
+        example = jax.tree.map(lambda x: jnp.zeros_like(x[0]), example)
+        return DreamerState(
+            wm=wm_p,
+            actor=actor_p,
+            critic=critic_p,
+            slow_critic=critic_p,
+            wm_opt=init_tx["model"].init(wm_p),
+            actor_opt=init_tx["actor"].init(actor_p),
+            critic_opt=init_tx["critic"].init(critic_p),
+            retnorm=jnp.zeros((2,), jnp.float32),
+            buffer=replay.init(example),
+            env_state=env_state,
+            obs=obs,
+            need_first=jnp.ones((n,), bool),
+            action=jnp.zeros((n,), jnp.int32),
+            latent=zeros_latent(net, (n,)),
+            episode_return=jnp.zeros((n,)),
+            last_return=jnp.zeros((n,)),
+            successes=jnp.float32(0),
+            episodes=jnp.float32(0),
+            key=k_run,
+            iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim, ls is not None),
+            aff=aff,
+        )
 
-    # ------------------------------------------------------------------ acting
+    return init
+
+
+def make_collect(a: Agent, env: Any, env_params: Any, replay: Any, item_of: Callable):
+    """``collect(state) -> (state, metrics)``: one env step per env (or the first observation
+    of a new episode), one buffer item each, and the acting latent observed."""
+    ls, wm, actor, action_vec = a.ls, a.wm, a.actor, a.action_vec
+    n, off = a.off.num_envs, a.off
+
     def collect(state: DreamerState) -> tuple[DreamerState, dict]:
         """One env step per env (or the first observation of a new episode), one item each."""
         key, k_step, k_lat, k_act = jax.random.split(state.key, 4)
@@ -647,7 +768,7 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         )
         latent = wm.apply(state.wm, k2, prior, embed, method=WorldModel.obs_step)
         logits = actor.apply(state.actor, latent.feat())
-        warm = state.iteration < cfg.learning_starts
+        warm = state.iteration < off.learning_starts
         logits = jnp.where(warm, jnp.zeros_like(logits), logits)
         action = jax.random.categorical(k_act, logits, -1).astype(jnp.int32)
         buffer = replay.add(state.buffer, jax.tree.map(lambda x: x[:, None], item))
@@ -686,6 +807,54 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
             metrics["intrinsic_reward"] = item["intrinsic_reward"].mean()
         return state, metrics
 
+    return collect
+
+
+def make_parts(
+    cfg: DreamerConfig,
+    off_policy: OffPolicyConfig,
+    optim: DreamerOptim,
+    *,
+    ls: ls_imagine.LSConfig | None = None,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+    spread: Callable[[Any], Any] | None = None,
+) -> DreamerParts:
+    """Build the agent's pure functions (module docstring) on ``off_policy.env`` made with
+    ``env_options``; LS-Imagine when ``ls`` is given. ``iterations`` (the run's length) is the
+    horizon of decaying learning-rate schedules; ``spread`` (data parallel) constrains every
+    sampled batch's leading axis to the mesh's data axes."""
+    off = off_policy
+    replay = make_sequence_replay(replay_config(cfg, off))
+    env, env_params = envs.make(off.env, **dict(env_options or {}))
+    a = make_agent(cfg, off, optim, ls, env, env_params, iterations)
+    tx = a.tx
+    _, item_of, aff_update = make_affordance_fns(a)
+    observe, wm_loss = make_world_model_fns(a)
+    imagine, ac_update = make_actor_critic_fns(a)
+    init = make_init(a, env, env_params, replay, item_of)
+    collect = make_collect(a, env, env_params, replay, item_of)
+
+    def update(state: DreamerState, key: PRNGKeyArray):
+        """One gradient step of the world model, then critic and actor in imagination."""
+        k_s, k_wm, k_ac, k_aff = jax.random.split(key, 4)
+        batch = replay.sample(state.buffer, k_s).experience
+        if spread is not None:
+            batch = spread(batch)
+        scales = (state.hparams["dreamer.dyn_scale"], state.hparams["dreamer.rep_scale"])
+        (_, (metrics, post)), grad = jax.value_and_grad(wm_loss, has_aux=True)(
+            state.wm, batch, k_wm, scales
+        )
+        upd, wm_opt = tx("model", state.hparams).update(grad, state.wm_opt, state.wm)
+        state = state.replace(wm=optax.apply_updates(state.wm, upd), wm_opt=wm_opt)
+        state, ac_metrics = ac_update(state, post, k_ac)
+        metrics = {**metrics, **ac_metrics}
+        if ls is not None:
+            aff, aff_metrics = aff_update(state.aff, batch, k_aff, state.hparams)
+            state = state.replace(aff=aff)
+            metrics.update(aff_metrics)
+        return state, metrics
+
     zero_names = ["image_loss", "reward_loss", "cont_loss", "kl", "rep_kl", "actor_loss"]
     zero_names += ["critic_loss", "entropy", "imag_return", "imag_reward", "return_scale"]
     zero_names += ["imag_jump_rate"]
@@ -698,37 +867,14 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         state, metrics = collect(state)
 
         def learn(s):
-            s, m = jax.lax.scan(update, s, jax.random.split(k_learn, cfg.updates_per_iteration))
+            keys = jax.random.split(k_learn, off.updates_per_iteration)
+            s, m = jax.lax.scan(update, s, keys)
             return s, jax.tree.map(lambda x: x[-1], m)
 
         zeros = {k: jnp.float32(0) for k in zero_names}
-        can = (state.iteration > cfg.learning_starts) & replay.can_sample(state.buffer)
+        can = (state.iteration > off.learning_starts) & replay.can_sample(state.buffer)
         state, learn_metrics = jax.lax.cond(can, learn, lambda s: (s, zeros), state)
         return state, {**metrics, **learn_metrics, "learning": can}
-
-    def open_loop(state: DreamerState, batch, context: int, key):
-        """Observe ``context`` real steps of each ``[b, l]`` sequence, then imagine the rest with
-        the real actions: decoded frames ``[b, l, S, S, 3]`` in ``[-0.5, 0.5]`` (reconstructions
-        for the context, open-loop predictions after it)."""
-        k1, k2 = jax.random.split(key)
-        img = preprocess(batch["obs"])
-        embed = wm.apply(state.wm, img, method=WorldModel.encode)
-        actions = action_vec(batch["prev_action"])
-        _, post = observe(state.wm, k1, embed, actions, batch["is_first"])
-        start = jax.tree.map(lambda x: x[:, context - 1], post)
-
-        def step(latent, xs):
-            k, a = xs
-            nxt = state_img(state.wm, k, latent, a)
-            return nxt, nxt.feat()
-
-        rest = jnp.swapaxes(actions[:, context:], 0, 1)
-        _, feats = jax.lax.scan(step, start, (jax.random.split(k2, rest.shape[0]), rest))
-        feats = jnp.concatenate([post.feat()[:, :context], jnp.swapaxes(feats, 0, 1)], 1)
-        return wm.apply(state.wm, feats, method=WorldModel.decode)
-
-    def state_img(wm_p, k, latent, a):
-        return wm.apply(wm_p, k, latent, a, method=WorldModel.img_step)
 
     return DreamerParts(
         init=init,
@@ -737,14 +883,15 @@ def make_parts(cfg: DreamerConfig, spread: Callable[[Any], Any] | None = None) -
         collect=collect,
         wm_loss=wm_loss,
         imagine=imagine,
-        open_loop=open_loop,
+        open_loop=make_open_loop(a, observe),
         env=env,
         env_params=env_params,
-        net=net,
-        world_model=wm,
-        actor=actor,
+        net=a.net,
+        world_model=a.wm,
+        actor=a.actor,
         replay=replay,
         cfg=cfg,
+        off_policy=off,
     )
 
 
@@ -807,9 +954,16 @@ def make_evaluate(parts: DreamerParts, episodes: int, steps: int):
     return evaluate
 
 
-def make_train(cfg: DreamerConfig, iterations: int):
-    """``train(key) -> (state, metrics [iterations])``: a whole run as one scan (vmappable)."""
-    parts = make_parts(cfg)
+def make_train(
+    cfg: DreamerConfig,
+    off_policy: OffPolicyConfig,
+    optim: DreamerOptim,
+    iterations: int,
+    **kwargs: Any,
+):
+    """``train(key) -> (state, metrics [iterations])``: a whole run as one scan (vmappable);
+    ``kwargs`` as :func:`make_parts`'s (``ls``, ``env_options``)."""
+    parts = make_parts(cfg, off_policy, optim, iterations=iterations, **kwargs)
 
     def train(key):
         return jax.lax.scan(lambda s, _: parts.iteration(s), parts.init(key), None, iterations)

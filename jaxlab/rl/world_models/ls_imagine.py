@@ -41,7 +41,8 @@ from jaxlab.core.config import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class LSConfig:
-    """LS-Imagine's settings (paper defaults where it has them).
+    """LS-Imagine's settings (paper defaults where it has them); the optimiser of the relevance
+    model and the affordance predictor is ``dreamer.DreamerOptim.affordance``.
 
     Attributes:
         jump_prob: gate probability of an imagined jump (0.7).
@@ -53,7 +54,6 @@ class LSConfig:
         zscore: jump when the zoomed score beats the current by this many std (2).
         box, stride, frames: sliding boxes of the offline labels and their zoom videos.
         stats_decay: EMA decay of the adaptive threshold and the score statistics.
-        affordance_lr: Adam rate of the relevance model and the affordance predictor.
         label_images: images per training step that get fresh offline labels.
         jump_loss_scale: weight of the jumpy-transition loss in the world-model loss (zoomed-view
             reconstruction, arrival reward, Δ and Ĝ heads, KL; 1 as in the original). 0 trains no
@@ -70,7 +70,6 @@ class LSConfig:
     stride: int = 8
     frames: int = 4
     stats_decay: float = 0.99
-    affordance_lr: float = 1e-3
     label_images: int = 4
     jump_loss_scale: float = 1.0
 
