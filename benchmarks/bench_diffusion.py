@@ -303,7 +303,7 @@ def bench_digits(quick: bool = False):
         **res.eval_metrics,
     )
     cfg = ld3_recipe.RECIPE.config(
-        "digits", [f"checkpoint={run_dir}", "nfe=4", "loop.progress=false"]
+        "digits", [f"checkpoint={run_dir}", "ld3.nfe=4", "loop.progress=false"]
     )
     t0 = time.perf_counter()
     res = run(ld3_recipe.RECIPE, cfg, Path("runs/bench-digits-ld3"), resume=False)

@@ -109,7 +109,10 @@ class LD3Static:
     remat: bool = False
 
     def __post_init__(self):
-        self.sampler.steps_for_nfe(self.nfe)
+        try:
+            self.sampler.steps_for_nfe(self.nfe)
+        except ValueError as e:
+            raise ConfigError("nfe", self.nfe, str(e).split("expected ")[-1]) from None
         checks = [
             ("n_train", self.n_train, self.n_train >= 1, "a positive int"),
             ("n_valid", self.n_valid, self.n_valid >= 1, "a positive int"),
@@ -120,15 +123,16 @@ class LD3Static:
             ("rounds_v2", self.rounds_v2, self.rounds_v2 >= 0, ">= 0"),
             ("patience", self.patience, self.patience >= 1, ">= 1"),
             ("lr2_patience", self.lr2_patience, self.lr2_patience >= 1, ">= 1"),
+            ("data_shape", self.data_shape, all(d >= 1 for d in self.data_shape), "sizes >= 1"),
         ]
         for name, value, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name}: got {value!r}, expected {expected}")
+                raise ConfigError(name, value, expected)
         if self.rounds_v1 + self.rounds_v2 < 1:
-            raise ValueError("rounds_v1 + rounds_v2: got 0, expected at least one round")
+            raise ConfigError("rounds_v2", self.rounds_v2, "at least one round with rounds_v1")
         for name, n in (("n_train", self.n_train), ("n_valid", self.n_valid)):
             if n % self.batch_size:
-                raise ValueError(f"{name}: got {n}, expected a multiple of batch_size")
+                raise ConfigError(name, n, "a multiple of batch_size")
 
     @property
     def steps(self) -> int:

@@ -29,7 +29,7 @@ from jaxlab.core.sharding import MeshConfig, leading_axis_sharding, state_shardi
 from jaxlab.diffusion import ld3 as ld3_lib
 from jaxlab.diffusion import schedules as sched_lib
 from jaxlab.diffusion.gmm import gmm_eps_fn, ring_mixture
-from jaxlab.diffusion.samplers import SAMPLER_NAMES, SamplerSpec, sample
+from jaxlab.diffusion.samplers import SamplerSpec, sample
 from jaxlab.diffusion.sliced_wasserstein import sliced_wasserstein
 
 BASELINES: tuple[str, ...] = ("time_uniform", "time_quadratic", "logsnr", "edm")
@@ -52,6 +52,9 @@ class LD3Config:
 
     ``model``: "mixture" (the exact denoiser of a ring of Gaussians under ``schedule``) or
     "checkpoint" (the EMA model of the ``diffusion`` run in ``checkpoint``; its own schedule).
+    ``ld3``: LD3's static settings (the student ``ld3.sampler`` and ``ld3.nfe``, the pairs, batch,
+    rounds and patience); its ``data_shape`` is the model's (set from ``model``). ``teacher``,
+    ``teacher_nfe`` and ``teacher_steps``: the many-NFE solver whose outputs are distilled.
     ``prior_bound_scale`` sets the soft-loss ball radius r = scale * D / N^2 (the code's 0.001 for
     images; D = 2 on the mixture needs a larger value).
     """
@@ -63,26 +66,11 @@ class LD3Config:
     ring_components: int = 8
     ring_radius: float = 1.0
     ring_std: float = 0.1
-    sampler: str = "dpm_solver++"
-    order: int = 2
-    variant: str = "bh1"
-    nfe: int = 4
-    teacher_sampler: str = "uni_pc"
-    teacher_order: int = 3
-    teacher_variant: str = "bh2"
+    ld3: ld3_lib.LD3Static = ld3_lib.LD3Static()
+    teacher: SamplerSpec = ld3_lib.DEFAULT_TEACHER
     teacher_nfe: int = 64
     teacher_steps: Literal["time_uniform", "time_quadratic", "logsnr", "edm"] = "logsnr"
-    n_train: int = 50
-    n_valid: int = 50
     n_test: int = 1000
-    batch_size: int = 2
-    time_mode: Literal["lambda", "time"] = "lambda"
-    decoupled: bool = True
-    rounds_v1: int = 2
-    rounds_v2: int = 5
-    patience: int = 5
-    lr2_patience: int = 5
-    loss_type: Literal["l2", "l1"] = "l2"
     optim: ld3_lib.LD3Optim = ld3_lib.LD3Optim()
     prior_bound_scale: float = 0.05
     win_rate: float = 0.5
@@ -94,14 +82,6 @@ class LD3Config:
     def __post_init__(self):
         if self.model == "checkpoint" and not self.checkpoint:
             raise ConfigError("checkpoint", self.checkpoint, "a diffusion run directory")
-        for name, field in (("sampler", self.sampler), ("teacher_sampler", self.teacher_sampler)):
-            if field not in SAMPLER_NAMES:
-                raise ConfigError(name, field, f"one of {SAMPLER_NAMES}")
-        try:
-            _ = self.static
-        except ValueError as e:
-            key = str(e).split(":")[0]
-            raise ConfigError(key, getattr(self, key, None), str(e)) from None
         try:
             self.teacher.steps_for_nfe(self.teacher_nfe)
         except ValueError as e:
@@ -114,32 +94,10 @@ class LD3Config:
             raise ConfigError("prior_bound_scale", self.prior_bound_scale, "a float >= 0")
 
     @property
-    def spec(self) -> SamplerSpec:
-        return SamplerSpec(self.sampler, self.order, self.variant)
-
-    @property
-    def teacher(self) -> SamplerSpec:
-        return SamplerSpec(
-            self.teacher_sampler, self.teacher_order, self.teacher_variant, lower_order_final=False
-        )
-
-    @property
     def static(self) -> ld3_lib.LD3Static:
-        return ld3_lib.LD3Static(
-            sampler=self.spec,
-            nfe=self.nfe,
-            data_shape=(2,) if self.model == "mixture" else (8, 8, 1),
-            n_train=self.n_train,
-            n_valid=self.n_valid,
-            batch_size=self.batch_size,
-            time_mode=self.time_mode,
-            decoupled=self.decoupled,
-            rounds_v1=self.rounds_v1,
-            rounds_v2=self.rounds_v2,
-            patience=self.patience,
-            lr2_patience=self.lr2_patience,
-            loss_type=self.loss_type,
-        )
+        """``ld3`` with the data shape of ``model``."""
+        shape = (2,) if self.model == "mixture" else (8, 8, 1)
+        return dataclasses.replace(self.ld3, data_shape=shape)
 
     @property
     def hyper(self) -> ld3_lib.LD3Hyper:
@@ -198,7 +156,7 @@ class LD3Problem:
 def make_problem(cfg: LD3Config) -> LD3Problem:
     """The model and ``n_train + n_valid + n_test`` teacher pairs, split in that order."""
     eps_fn, schedule, schedule_name, shape = model_and_schedule(cfg)
-    n = cfg.n_train + cfg.n_valid + cfg.n_test
+    n = cfg.ld3.n_train + cfg.ld3.n_valid + cfg.n_test
     z, y = jax.jit(
         lambda k: ld3_lib.make_teacher_data(
             k,
@@ -212,7 +170,7 @@ def make_problem(cfg: LD3Config) -> LD3Problem:
             batch_size=None if n <= 4096 else 1000,
         )
     )(jax.random.PRNGKey(cfg.seed + 1))
-    a, b = cfg.n_train, cfg.n_train + cfg.n_valid
+    a, b = cfg.ld3.n_train, cfg.ld3.n_train + cfg.ld3.n_valid
     train, valid, test = (z[:a], y[:a]), (z[a:b], y[a:b]), (z[b:], y[b:])
     return LD3Problem(eps_fn, schedule, schedule_name, shape, train, valid, test)
 
@@ -308,7 +266,7 @@ def write_steps(
         t1,
         t2,
         sampler=cfg.static.sampler,
-        nfe=cfg.nfe,
+        nfe=cfg.ld3.nfe,
         schedule_name=problem.schedule_name,
         extra={"model": cfg.model, "checkpoint": cfg.checkpoint, "held_out": comparison},
     )

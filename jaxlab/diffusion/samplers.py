@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core.config import ConfigError
 from jaxlab.diffusion.model_wrapper import (  # noqa: F401  (re-exported: the sampler-facing API)
     GUIDANCE_TYPES,
     MODEL_TYPES,
@@ -614,15 +615,13 @@ class SamplerSpec:
 
     def __post_init__(self):
         if self.name not in SAMPLER_NAMES:
-            raise ValueError(f"name: got {self.name!r}, expected one of {SAMPLER_NAMES}")
+            raise ConfigError("name", self.name, f"one of {SAMPLER_NAMES}")
         if self.name in ("dpm_solver++", "uni_pc", "ipndm") and not (
             1 <= self.order <= _MAX_ORDER[self.name]
         ):
-            raise ValueError(
-                f"order: got {self.order!r}, expected 1..{_MAX_ORDER[self.name]} for {self.name}"
-            )
+            raise ConfigError("order", self.order, f"1..{_MAX_ORDER[self.name]} for {self.name}")
         if self.variant not in ("bh1", "bh2"):
-            raise ValueError(f"variant: got {self.variant!r}, expected 'bh1' or 'bh2'")
+            raise ConfigError("variant", self.variant, "'bh1' or 'bh2'")
 
     @property
     def nfe_per_step(self) -> int:

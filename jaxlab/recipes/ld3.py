@@ -1,7 +1,7 @@
 """``ld3``: learn the time steps of a few-NFE solver by distilling a many-NFE teacher (LD3).
 
-``jaxlab train ld3 sampler=dpm_solver++ nfe=4`` learns 4-NFE DPM-Solver++ steps for the analytic
-2-D ring mixture (EDM schedule, exact denoiser: no training needed); ``model=checkpoint
+``jaxlab train ld3 ld3.sampler.name=dpm_solver++ ld3.nfe=4`` learns 4-NFE DPM-Solver++ steps for
+the analytic 2-D ring mixture (EDM schedule, exact denoiser: no training needed); ``model=checkpoint
 checkpoint=RUN_DIR`` learns them for a model trained by the ``diffusion`` recipe. The teacher's
 (noise, output) pairs are generated once when the task is built; each loop step is one LD3
 iteration (:func:`jaxlab.diffusion.ld3.ld3_step`), a no-op once LD3's own stopping rule fires.

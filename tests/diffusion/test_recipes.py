@@ -66,7 +66,7 @@ def test_diffusion_digits_tiny_writes_a_png_grid(tmp_path):
 
 def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
     recipe = ld3_recipe.RECIPE
-    cfg = recipe.config("tiny", ["sampler=uni_pc", "order=2", "nfe=4"])
+    cfg = recipe.config("tiny", ["ld3.sampler.name=uni_pc", "ld3.sampler.order=2", "ld3.nfe=4"])
     res = run(recipe, cfg, tmp_path)
     ts, ts2, meta = load_time_steps(tmp_path / "steps.json")
     assert ts.shape == (5,) and meta["sampler"]["name"] == "uni_pc"
@@ -91,7 +91,12 @@ def test_ld3_tiny_writes_steps_the_samplers_accept(tmp_path):
             teacher_steps=cfg.teacher_steps,
         )
         out = sample(
-            cfg.spec, eps_fn, schedule.prior_std * z, ts, schedule=schedule, eval_timesteps=ts2
+            cfg.ld3.sampler,
+            eps_fn,
+            schedule.prior_std * z,
+            ts,
+            schedule=schedule,
+            eval_timesteps=ts2,
         )
         return jnp.mean(jnp.sum((out - y) ** 2, -1))
 
@@ -105,7 +110,7 @@ def test_ld3_eight_devices_equal_one():
     """Two LD3 iterations with the latents split over 8 devices equal one device; the traced
     starting rate is the optimizer's rate after the first steps."""
     recipe = ld3_recipe.RECIPE
-    cfg = recipe.config("tiny", ["n_train=8", "n_valid=8", "optim.time.lr=0.02"])
+    cfg = recipe.config("tiny", ["ld3.n_train=8", "ld3.n_valid=8", "optim.time.lr=0.02"])
     _, s8 = sharded_step_matches(recipe, cfg, {"mesh.data": 8}, steps=2)
     lr1 = s8.ld3.opt1[1].hyperparams["learning_rate"]
     assert set(s8.hparams) == {"optim.time.lr", "optim.eval_time.lr", "optim.shift.lr"}
@@ -142,9 +147,9 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="net.kind"):
         diffusion_recipe.RECIPE.config(None, ["net.kind=unet"])
     with pytest.raises(ConfigError, match="nfe"):
-        ld3_recipe.RECIPE.config(None, ["sampler=heun", "nfe=5"])
+        ld3_recipe.RECIPE.config(None, ["ld3.sampler.name=heun", "ld3.nfe=5"])
     with pytest.raises(ConfigError, match="sampler"):
-        ld3_recipe.RECIPE.config(None, ["sampler=plms"])
+        ld3_recipe.RECIPE.config(None, ["ld3.sampler.name=plms"])
     with pytest.raises(ConfigError, match="checkpoint"):
         ld3_recipe.RECIPE.config(None, ["model=checkpoint"])
     with pytest.raises(ConfigError, match="parametrization"):
