@@ -5,7 +5,7 @@ graph (cSBM or karate)  ->  rewiring (none | DIGL | JDR)  ->  GCN normalisation 
 
 :class:`GnnConfig` is the frozen, nested config shared by the ``gnn`` recipe (one run through the
 shared loop, also swept by ``jaxlab sweep gnn graph.phi=-0.5,0,0.5 rewire=none,jdr --seeds 10``) and
-by :func:`run_experiment`; dotted overrides such as ``graph.phi=0.25 rewire=jdr model=gprgnn
+by :func:`run_experiment`; dotted overrides such as ``graph.phi=0.25 rewire=jdr trainer.model=gprgnn
 num_seeds=10`` address its fields.
 
 The whole data pipeline is one pure function (:func:`make_data_fn`) that is traced inside the
@@ -164,15 +164,12 @@ class GnnConfig:
     Attributes:
       seed: seed of splits, initialisations and dropout (seed i of the vmap uses a key derived
         from it).
-      model: ``gcn`` or ``gprgnn``.
       rewire: ``none``, ``digl`` or ``jdr``.
       num_seeds: random splits x inits trained at once.
-      hidden: hidden width (paper 64).
-      dropout: dropout (paper 0.5).
-      dprate: GPRGNN dropout before propagation (paper 0.5).
-      gpr_k: GPRGNN hops (paper 10).
-      gpr_alpha: GPRGNN PPR init (paper 0.1).
-      patience: early-stopping patience in epochs on validation accuracy (paper 200).
+      trainer: the model and early stopping (``trainer.model`` ``gcn`` or ``gprgnn``,
+        ``trainer.hidden``, ``trainer.dropout``, ``trainer.patience``, ...; paper values by
+        default); its ``num_classes``, ``train_per_class`` and ``num_val`` are set from ``graph``
+        (2 classes, ``graph.split``).
       optim: the optimiser (paper: Adam at 0.01 with an L2 term 5e-4 added to the gradient;
         :func:`jaxlab.graph.node_classification.make_optimizer`); ``optim.lr`` and
         ``optim.weight_decay`` are traced (a sweep over them is one program).
@@ -185,15 +182,9 @@ class GnnConfig:
     """
 
     seed: int = 0
-    model: Literal["gcn", "gprgnn"] = "gcn"
     rewire: Literal["none", "digl", "jdr"] = "none"
     num_seeds: int = 10
-    hidden: int = 64
-    dropout: float = 0.5
-    dprate: float = 0.5
-    gpr_k: int = 10
-    gpr_alpha: float = 0.1
-    patience: int = 200
+    trainer: TrainerSpec = TrainerSpec()
     optim: OptimConfig = OPTIM
     graph: GraphConfig = GraphConfig()
     jdr: JdrConfig = JdrConfig()
@@ -223,7 +214,6 @@ class GnnConfig:
             split_sizes(n, 2, self.graph.split)
         except ValueError as e:
             raise ConfigError("graph.split", self.graph.split, str(e)) from None
-        trainer_spec(self)  # the model's settings (hidden, dropout, ...) are checked there
 
 
 def abs_ordering(cfg: GnnConfig) -> bool:
@@ -257,19 +247,10 @@ def jdr_params(cfg: GnnConfig) -> JDRParams:
 
 
 def trainer_spec(cfg: GnnConfig) -> TrainerSpec:
-    """The static trainer settings of a config (2 classes for both offline graphs)."""
+    """``cfg.trainer`` with the split of ``cfg.graph`` (2 classes for both offline graphs)."""
     per_class, num_val = split_sizes(cfg.graph.num_nodes, 2, cfg.graph.split)
-    return TrainerSpec(
-        model=cfg.model,
-        num_classes=2,
-        hidden=cfg.hidden,
-        dropout=cfg.dropout,
-        dprate=cfg.dprate,
-        gpr_k=cfg.gpr_k,
-        gpr_alpha=cfg.gpr_alpha,
-        patience=cfg.patience,
-        train_per_class=per_class,
-        num_val=num_val,
+    return dataclasses.replace(
+        cfg.trainer, num_classes=2, train_per_class=per_class, num_val=num_val
     )
 
 

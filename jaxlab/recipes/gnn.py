@@ -17,7 +17,7 @@ they are static: a sweep over them is a sequence of runs.
 Examples::
 
     jaxlab train gnn graph.phi=0.25 rewire=jdr
-    jaxlab train gnn --preset karate model=gprgnn
+    jaxlab train gnn --preset karate trainer.model=gprgnn
     jaxlab sweep gnn graph.phi=-0.5,0,0.5 rewire=none,jdr --seeds 10
 """
 
@@ -105,7 +105,7 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
         out = {
             "graph": cfg.graph.name,
             "phi": cfg.graph.phi if cfg.graph.name == "csbm" else None,
-            "model": cfg.model,
+            "model": cfg.trainer.model,
             "rewire": cfg.rewire,
             "epochs": int(state.step),
             "summary": evaluate(state),

@@ -81,7 +81,7 @@ def test_auto_ordering():
         (["jdr.eta_a=1.5"], "jdr.eta_a"),
         (["digl.alpha=0"], "digl.alpha"),
         (["num_seeds=0"], "num_seeds"),
-        (["dropout=1.0"], "dropout"),
+        (["trainer.dropout=1.0"], "trainer.dropout"),
         (["graph.d=900", "graph.n=900"], "graph.d"),
         (["rewire=rewire"], "rewire"),
     ],

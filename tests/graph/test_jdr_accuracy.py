@@ -20,8 +20,8 @@ OVERRIDES = [
     "graph.split=sparse",
     "graph.layout=dense",  # one compiled training step for both graphs
     "num_seeds=10",
-    "hidden=16",
-    "patience=50",
+    "trainer.hidden=16",
+    "trainer.patience=50",
     "loop.total_steps=100",
 ]
 

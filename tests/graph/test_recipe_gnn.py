@@ -34,8 +34,8 @@ def test_tiny_preset_end_to_end(tmp_path):
 
 def test_presets_resolve():
     assert set(gnn.RECIPE.presets()) >= {"tiny", "karate", "csbm-paper"}
-    k = gnn.RECIPE.config("karate", ["model=gprgnn", "rewire=digl"])
-    assert k.graph.name == "karate" and k.model == "gprgnn"
+    k = gnn.RECIPE.config("karate", ["trainer.model=gprgnn", "rewire=digl"])
+    assert k.graph.name == "karate" and k.trainer.model == "gprgnn"
     c = gnn.RECIPE.config(None, ["graph.phi=0.25", "rewire=jdr"])
     assert c.graph.phi == 0.25 and c.rewire == "jdr"
 
