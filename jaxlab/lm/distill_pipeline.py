@@ -430,6 +430,116 @@ def pcfg_task(
     return TeacherTask(setup.teacher, dummy, batch_loss, accuracy, results, "sentence")
 
 
+def _check_sizes(obj: Any, names: tuple[str, ...]) -> None:
+    """ConfigError naming the first of ``names`` (fields of ``obj``) that is not an int >= 1."""
+    for name in names:
+        if getattr(obj, name) < 1:
+            raise ConfigError(name, getattr(obj, name), "an integer >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityConfig:
+    """The sparse-parity task: ``n`` bits, parity of ``k`` of them; ``probe_samples`` inputs for
+    the correlation probes and the evaluations."""
+
+    n: int = 30
+    k: int = 4
+    probe_samples: int = 16384
+
+    def __post_init__(self):
+        sp.SparseParity(self.n, self.k)  # validates n, k
+        _check_sizes(self, ("probe_samples",))
+
+
+@dataclasses.dataclass(frozen=True)
+class PcfgConfig:
+    """The PCFG masked-LM task: the random grammar (``seed``, symbols per ``levels``, right-hand
+    side ``rule_lengths``), the corpus (``corpus_size`` sentences of at most ``max_len`` tokens,
+    masked at ``mask_rate``) and ``probe_sentences`` held-out sentences for the n-gram and
+    constituent probes."""
+
+    seed: int = 0
+    levels: tuple[int, ...] = (1, 3, 3)
+    rule_lengths: tuple[int, ...] = (2, 3)
+    corpus_size: int = 4096
+    max_len: int = 28
+    mask_rate: float = 0.3
+    probe_sentences: int = 48
+
+    def __post_init__(self):
+        pd.MLMTask(3, self.max_len, self.mask_rate)  # validates max_len, mask_rate
+        _check_sizes(self, ("corpus_size", "probe_sentences"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherConfig:
+    """The teacher: ``width`` (MLP width; pcfg: d_model, heads of 8), ``layers`` (pcfg
+    transformer depth), ``batch`` per step, a checkpoint kept every ``checkpoint_every`` steps."""
+
+    width: int = 1000
+    layers: int = 2
+    batch: int = 256
+    checkpoint_every: int = 50
+
+    def __post_init__(self):
+        _check_sizes(self, ("width", "layers", "batch", "checkpoint_every"))
+
+
+@dataclasses.dataclass(frozen=True)
+class StudentConfig:
+    """The students: ``width`` and ``layers`` as the teacher's; ``steps`` of ``batch`` samples,
+    evaluated every ``eval_every``; ``seeds`` per method (vmapped); the student at step ``u``
+    follows the first selected checkpoint at or after ``u·multiplier``; distillation temperature
+    ``tau``."""
+
+    width: int = 50
+    layers: int = 2
+    steps: int = 4000
+    batch: int = 64
+    eval_every: int = 100
+    multiplier: float = 2.0
+    tau: float = 1.0
+    seeds: int = 3
+
+    def __post_init__(self):
+        _check_sizes(self, ("width", "layers", "steps", "batch", "eval_every", "seeds"))
+        for name in ("multiplier", "tau"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "a float > 0")
+
+
+def make_task(
+    kind: str,
+    parity: ParityConfig,
+    grammar: PcfgConfig,
+    teacher: TeacherConfig,
+    student: StudentConfig,
+    *,
+    seed: int,
+    student_optim: OptimConfig,
+) -> TeacherTask:
+    """The ``kind`` ("parity" or "pcfg") task's teacher, students and probes."""
+    spec = distill.TrainSpec(student.steps, student.batch, student.eval_every, student_optim)
+    students = Students(spec, student.seeds, seed, student.multiplier, student.tau)
+    if kind == "parity":
+        return parity_task(
+            sp.SparseParity(parity.n, parity.k), teacher_width=teacher.width,
+            student_width=student.width, batch=teacher.batch,
+            probe_samples=parity.probe_samples, students=students,
+        )  # fmt: skip
+    g = pcfg.random_layered_grammar(
+        grammar.seed, symbols_per_level=grammar.levels, rhs_lengths=grammar.rule_lengths
+    )
+    setup = pcfg_setup(
+        g, max_len=grammar.max_len, mask_rate=grammar.mask_rate,
+        teacher=(teacher.width, teacher.layers), student=(student.width, student.layers),
+    )  # fmt: skip
+    return pcfg_task(
+        setup, batch=teacher.batch, corpus_size=grammar.corpus_size,
+        probe_sentences=grammar.probe_sentences, students=students,
+    )  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class DistillOptim:
     """The teacher's and the students' optimisers (plain SGD at 0.2, the paper's sparse-parity

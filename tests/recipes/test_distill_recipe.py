@@ -19,19 +19,21 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert result.step == cfg.loop.total_steps
     assert 0.0 <= result.eval_metrics["teacher_accuracy"] <= 1.0
     out = json.loads((tmp_path / "results.json").read_text())
-    n_ckpt = cfg.loop.total_steps // cfg.checkpoint_every
-    assert out["checkpoint_steps"] == [cfg.checkpoint_every * (i + 1) for i in range(n_ckpt)]
+    n_ckpt = cfg.loop.total_steps // cfg.teacher.checkpoint_every
+    assert out["checkpoint_steps"] == [
+        cfg.teacher.checkpoint_every * (i + 1) for i in range(n_ckpt)
+    ]
     assert set(out["samples_to_95"]) == {"progressive", "two_shot", "one_shot", "labels"}
-    assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.seeds, 2)
+    assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.student.seeds, 2)
     for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_config_needs_intermediate_checkpoints():
     with pytest.raises(ConfigError, match="checkpoint_every"):
-        C.replace(RECIPE.config("tiny"), checkpoint_every=100)
-    with pytest.raises(ConfigError, match="'k'"):
-        C.replace(RECIPE.config("tiny"), k=9)
+        C.replace(RECIPE.config("tiny"), **{"teacher.checkpoint_every": 100})
+    with pytest.raises(ConfigError, match="parity.k"):
+        C.replace(RECIPE.config("tiny"), **{"parity.k": 9})
 
 
 def test_teacher_step_data_parallel_equals_one_device():
@@ -59,5 +61,5 @@ def test_pcfg_tiny_preset_runs_end_to_end(tmp_path):
         assert loss[0][-1] < loss[0][0] - 0.05, (method, loss)
     for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(ConfigError, match="teacher_width"):
-        C.replace(cfg, teacher_width=12)
+    with pytest.raises(ConfigError, match="teacher.width"):
+        C.replace(cfg, **{"teacher.width": 12})
