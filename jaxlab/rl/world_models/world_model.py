@@ -21,20 +21,20 @@ from jaxlab.rl.world_models.rssm import WorldModel, zeros_latent
 
 
 def _kl(lhs_logits, rhs_logits):
+    """KL between categoricals given by their logits, per group."""
     return distrax.Categorical(logits=lhs_logits).kl_divergence(
         distrax.Categorical(logits=rhs_logits)
     )
 
 
 def _bce(logit, target):
+    """Binary cross-entropy of a logit against a target in [0, 1]."""
     return optax.sigmoid_binary_cross_entropy(logit, target)
 
 
-def make_world_model_fns(a: Agent):
-    """The world model's ``(observe(wm_p, key, embed, actions, is_first) -> (priors,
-    posteriors), wm_loss(wm_p, batch, key, scales) -> (loss, (metrics, posterior)))`` (module
-    docstring, step 1)."""
-    cfg, ls, net, wm, action_vec = a.cfg, a.ls, a.net, a.wm, a.action_vec
+def _make_observe(a: Agent):
+    """``observe(wm_p, key, embed, actions, is_first) -> (priors, posteriors)``."""
+    net, wm = a.net, a.wm
 
     def observe(wm_p, key, embed, actions, is_first):
         """Posterior rollout over time (axis 1 of ``[b, l, ...]`` inputs): priors, posteriors."""
@@ -55,15 +55,76 @@ def make_world_model_fns(a: Agent):
         swap = lambda t: jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), t)
         return swap(prior), swap(post)
 
-    def kl_terms(post_logits, prior_logits):
-        dyn = _kl(jax.lax.stop_gradient(post_logits), prior_logits).sum(-1)
-        rep = _kl(post_logits, jax.lax.stop_gradient(prior_logits)).sum(-1)
-        return (
-            jnp.maximum(dyn, cfg.free_bits),
-            jnp.maximum(rep, cfg.free_bits),
-            dyn,
-            rep,
-        )
+    return observe
+
+
+def _kl_terms(free_bits: float, post_logits, prior_logits):
+    """The dynamics and representation KLs summed over the groups: free-bits clipped, raw."""
+    dyn = _kl(jax.lax.stop_gradient(post_logits), prior_logits).sum(-1)
+    rep = _kl(post_logits, jax.lax.stop_gradient(prior_logits)).sum(-1)
+    return (
+        jnp.maximum(dyn, free_bits),
+        jnp.maximum(rep, free_bits),
+        dyn,
+        rep,
+    )
+
+
+def _add_ls_losses(a: Agent, wm_p, batch, post, feat, heads, key, scales, total):
+    """``total`` plus LS-Imagine's jump/intrinsic head losses and the jumpy transition's loss
+    (on the steps with a valid jump label), and their metrics."""
+    cfg, ls, wm, action_vec = a.cfg, a.ls, a.wm, a.action_vec
+    dyn_scale, rep_scale = scales
+    jump_loss = _bce(heads["jump"], batch["jump"].astype(jnp.float32))
+    intr_loss = twohot.loss(heads["intrinsic"], batch["intrinsic_reward"])
+    delta, acc, arrival, valid = ls_imagine.jump_labels(
+        batch["jump"],
+        batch["intrinsic"],
+        batch["zoomed_score"],
+        batch["reward"],
+        batch["is_first"],
+        cfg.gamma,
+    )
+    # the jumpy transition: from the posterior at t, the jump action, to the posterior
+    # of the zoomed view
+    zimg = preprocess(batch["zoomed"])
+    zembed = wm.apply(wm_p, zimg, method=WorldModel.encode)
+    jvec = action_vec(jnp.zeros_like(batch["prev_action"]), jnp.ones(delta.shape, bool))
+    k1, k2 = jax.random.split(key)
+    jprior = wm.apply(wm_p, k1, post, jvec, method=WorldModel.img_step)
+    jpost = wm.apply(wm_p, k2, jprior, zembed, method=WorldModel.obs_step)
+    jfeat = jpost.feat()
+    jrecon = wm.apply(wm_p, jfeat, method=WorldModel.decode)
+    jheads = wm.apply(wm_p, jfeat, method=WorldModel.heads)
+    d_logits, g_logits = wm.apply(wm_p, feat, jfeat, method=WorldModel.jump_heads)
+    jdyn, jrep, _, _ = _kl_terms(cfg.free_bits, jpost.logits, jprior.logits)
+    jl = (
+        jnp.sum((jrecon - zimg) ** 2, (-3, -2, -1))
+        + twohot.loss(jheads["reward"], arrival)
+        + twohot.loss(d_logits, delta)
+        + twohot.loss(g_logits, acc)
+        + dyn_scale * jdyn
+        + rep_scale * jrep
+    )
+    w = valid.astype(jnp.float32)
+    jump_total = jnp.sum(jl * w) / jnp.maximum(w.sum(), 1.0)
+    total = total + (jump_loss + intr_loss).mean() + ls.jump_loss_scale * jump_total
+    metrics = dict(
+        jump_loss=jump_loss.mean(),
+        intrinsic_loss=intr_loss.mean(),
+        jump_transition_loss=jump_total,
+        jump_rate=batch["jump"].astype(jnp.float32).mean(),
+        jump_valid=w.mean(),
+    )
+    return total, metrics
+
+
+def make_world_model_fns(a: Agent):
+    """The world model's ``(observe(wm_p, key, embed, actions, is_first) -> (priors,
+    posteriors), wm_loss(wm_p, batch, key, scales) -> (loss, (metrics, posterior)))`` (module
+    docstring, step 1)."""
+    cfg, ls, wm, action_vec = a.cfg, a.ls, a.wm, a.action_vec
+    observe = _make_observe(a)
 
     def wm_loss(wm_p, batch, key, scales=None):
         """World-model loss of a ``[b, l]`` batch: ``(loss, (metrics, posterior))``; ``scales``
@@ -81,7 +142,7 @@ def make_world_model_fns(a: Agent):
         image_loss = jnp.sum((recon - img) ** 2, (-3, -2, -1))
         reward_loss = twohot.loss(heads["reward"], batch["reward"])
         cont_loss = _bce(heads["cont"], batch["cont"])
-        dyn, rep, dyn_raw, rep_raw = kl_terms(post.logits, prior.logits)
+        dyn, rep, dyn_raw, rep_raw = _kl_terms(cfg.free_bits, post.logits, prior.logits)
         loss = image_loss + reward_loss + cont_loss + dyn_scale * dyn + rep_scale * rep
         metrics = {
             "image_loss": image_loss.mean(),
@@ -92,47 +153,11 @@ def make_world_model_fns(a: Agent):
         }
         total = loss.mean()
         if ls is not None:
-            jump_loss = _bce(heads["jump"], batch["jump"].astype(jnp.float32))
-            intr_loss = twohot.loss(heads["intrinsic"], batch["intrinsic_reward"])
-            delta, acc, arrival, valid = ls_imagine.jump_labels(
-                batch["jump"],
-                batch["intrinsic"],
-                batch["zoomed_score"],
-                batch["reward"],
-                batch["is_first"],
-                cfg.gamma,
+            kl_scales = (dyn_scale, rep_scale)
+            total, ls_metrics = _add_ls_losses(
+                a, wm_p, batch, post, feat, heads, k_jump, kl_scales, total
             )
-            # the jumpy transition: from the posterior at t, the jump action, to the posterior
-            # of the zoomed view
-            zimg = preprocess(batch["zoomed"])
-            zembed = wm.apply(wm_p, zimg, method=WorldModel.encode)
-            jvec = action_vec(jnp.zeros_like(batch["prev_action"]), jnp.ones(delta.shape, bool))
-            k1, k2 = jax.random.split(k_jump)
-            jprior = wm.apply(wm_p, k1, post, jvec, method=WorldModel.img_step)
-            jpost = wm.apply(wm_p, k2, jprior, zembed, method=WorldModel.obs_step)
-            jfeat = jpost.feat()
-            jrecon = wm.apply(wm_p, jfeat, method=WorldModel.decode)
-            jheads = wm.apply(wm_p, jfeat, method=WorldModel.heads)
-            d_logits, g_logits = wm.apply(wm_p, feat, jfeat, method=WorldModel.jump_heads)
-            jdyn, jrep, _, _ = kl_terms(jpost.logits, jprior.logits)
-            jl = (
-                jnp.sum((jrecon - zimg) ** 2, (-3, -2, -1))
-                + twohot.loss(jheads["reward"], arrival)
-                + twohot.loss(d_logits, delta)
-                + twohot.loss(g_logits, acc)
-                + dyn_scale * jdyn
-                + rep_scale * jrep
-            )
-            w = valid.astype(jnp.float32)
-            jump_total = jnp.sum(jl * w) / jnp.maximum(w.sum(), 1.0)
-            total = total + (jump_loss + intr_loss).mean() + ls.jump_loss_scale * jump_total
-            metrics.update(
-                jump_loss=jump_loss.mean(),
-                intrinsic_loss=intr_loss.mean(),
-                jump_transition_loss=jump_total,
-                jump_rate=batch["jump"].astype(jnp.float32).mean(),
-                jump_valid=w.mean(),
-            )
+            metrics.update(ls_metrics)
         return total, (metrics, post)
 
     return observe, wm_loss
