@@ -299,6 +299,47 @@ class SACParts:
     replay: Any
 
 
+def _make_init(
+    cfg: SACConfig,
+    optim: SACOptim,
+    learner: SACLearner,
+    replay: Any,
+    env: Any,
+    env_params: Any,
+    n: int,
+    obs_dim: int,
+    act_dim: int,
+) -> Callable[[PRNGKeyArray], SACState]:
+    """``init(key) -> SACState``: networks and optimiser states, an empty buffer, ``n`` reset
+    envs."""
+
+    def init(key: PRNGKeyArray) -> SACState:
+        k_a, k_c, k_env, k_run = jax.random.split(key, 4)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(k_env, n), env_params
+        )
+        item = {
+            "obs": jnp.zeros((obs_dim,)),
+            "action": jnp.zeros((act_dim,)),
+            "reward": jnp.zeros(()),
+            "next_obs": jnp.zeros((obs_dim,)),
+            "discount": jnp.zeros(()),
+        }
+        return SACState(
+            **learner.init(k_a, k_c, obs_dim, cfg.init_alpha),
+            buffer=replay.init(item),
+            env_state=env_state,
+            obs=obs.reshape(n, obs_dim).astype(jnp.float32),
+            episode_return=jnp.zeros((n,)),
+            last_return=jnp.zeros((n,)),
+            key=k_run,
+            iteration=jnp.int32(0),
+            hparams=hparams(cfg, optim),
+        )
+
+    return init
+
+
 def make_parts(
     cfg: SACConfig,
     off_policy: OffPolicyConfig,
@@ -327,30 +368,7 @@ def make_parts(
         total_updates=max(1, iterations - off.learning_starts) * off.updates_per_iteration,
     )
     n = off.num_envs
-
-    def init(key: PRNGKeyArray) -> SACState:
-        k_a, k_c, k_env, k_run = jax.random.split(key, 4)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-            jax.random.split(k_env, n), env_params
-        )
-        item = {
-            "obs": jnp.zeros((obs_dim,)),
-            "action": jnp.zeros((act_dim,)),
-            "reward": jnp.zeros(()),
-            "next_obs": jnp.zeros((obs_dim,)),
-            "discount": jnp.zeros(()),
-        }
-        return SACState(
-            **learner.init(k_a, k_c, obs_dim, cfg.init_alpha),
-            buffer=replay.init(item),
-            env_state=env_state,
-            obs=obs.reshape(n, obs_dim).astype(jnp.float32),
-            episode_return=jnp.zeros((n,)),
-            last_return=jnp.zeros((n,)),
-            key=k_run,
-            iteration=jnp.int32(0),
-            hparams=hparams(cfg, optim),
-        )
+    init = _make_init(cfg, optim, learner, replay, env, env_params, n, obs_dim, act_dim)
 
     def update(state: SACState, key: PRNGKeyArray) -> tuple[SACState, dict]:
         """One gradient step of critics, actor, temperature and targets."""

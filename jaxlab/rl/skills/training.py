@@ -216,32 +216,17 @@ def policy_input(obs: Float[Array, "*b o"], skill: Float[Array, "*b d"]) -> Floa
     return jnp.concatenate([obs, skill], axis=-1)
 
 
-def make_skill_parts(
+def _make_nets(
     cfg: SkillConfig,
-    off_policy: OffPolicyConfig,
+    off: OffPolicyConfig,
     optim: SkillOptim,
     critic: nn.Module,
-    make_update: Callable[[SkillConfig, Nets], Callable[[SkillState, dict, PRNGKeyArray], Any]],
-    traced: tuple[str, ...],
-    *,
-    env_options: Mapping[str, Any] | None = None,
-    iterations: int = 1,
-    spread: Callable[[Any], Any] | None = None,
-) -> SkillParts:
-    """The shared loop around a method's ``make_update(cfg, nets) -> update(state, batch, key)``
-    on ``off_policy.env`` (made with ``env_options``); ``traced`` are the keys the method reads
-    from ``state.hparams`` (``metra.TRACED``, ``csf.TRACED``).
-
-    ``critic`` is initialised as ``critic.init(key, [s, z], a)``; ``iterations`` (the run's
-    length) is the horizon of decaying learning-rate schedules; ``spread`` (data parallel)
-    constrains every sampled batch's leading axis to the mesh's data axes.
-    """
-    off = off_policy
-    env, env_params, obs_dim, act_dim = make_box_env(off.env, env_options or {})
-    d, n = cfg.skill_dim, off.num_envs
-    replay = make_replay(
-        ReplayConfig(off.buffer_size, off.batch_size, max(off.batch_size, off.num_envs))
-    )
+    obs_dim: int,
+    act_dim: int,
+    iterations: int,
+) -> Nets:
+    """The actor, ``critic``, ``phi`` and the SAC learner whose optimisers run at traced rates
+    over ``iterations`` (the horizon of decaying schedules)."""
     actor = Actor(act_dim, tuple(cfg.hidden))
     learner = SACLearner(
         actor,
@@ -253,8 +238,22 @@ def make_skill_parts(
         entropy_key="skills.target_entropy_per_dim",
         total_updates=max(1, iterations - off.learning_starts) * off.updates_per_iteration,
     )
-    nets = Nets(actor, critic, Phi(d, tuple(cfg.hidden)), learner, obs_dim, act_dim)
-    method_update = make_update(cfg, nets)
+    return Nets(actor, critic, Phi(cfg.skill_dim, tuple(cfg.hidden)), learner, obs_dim, act_dim)
+
+
+def _make_init(
+    cfg: SkillConfig,
+    optim: SkillOptim,
+    traced: tuple[str, ...],
+    nets: Nets,
+    replay: Any,
+    env: Any,
+    env_params: Any,
+    n: int,
+) -> Callable[[PRNGKeyArray], SkillState]:
+    """``init(key) -> SkillState``: networks, optimiser states and the dual variable, an empty
+    buffer, ``n`` reset envs with a fresh skill each."""
+    d, obs_dim, act_dim, learner = cfg.skill_dim, nets.obs_dim, nets.act_dim, nets.learner
     txs = {r: optim_lib.make(getattr(optim, r), 1) for r in ("phi", "dual")}  # states' structure
 
     def init(key: PRNGKeyArray) -> SkillState:
@@ -285,6 +284,39 @@ def make_skill_parts(
             hparams=hparams(cfg, optim, traced),
         )
 
+    return init
+
+
+def make_skill_parts(
+    cfg: SkillConfig,
+    off_policy: OffPolicyConfig,
+    optim: SkillOptim,
+    critic: nn.Module,
+    make_update: Callable[[SkillConfig, Nets], Callable[[SkillState, dict, PRNGKeyArray], Any]],
+    traced: tuple[str, ...],
+    *,
+    env_options: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+    spread: Callable[[Any], Any] | None = None,
+) -> SkillParts:
+    """The shared loop around a method's ``make_update(cfg, nets) -> update(state, batch, key)``
+    on ``off_policy.env`` (made with ``env_options``); ``traced`` are the keys the method reads
+    from ``state.hparams`` (``metra.TRACED``, ``csf.TRACED``).
+
+    ``critic`` is initialised as ``critic.init(key, [s, z], a)``; ``iterations`` (the run's
+    length) is the horizon of decaying learning-rate schedules; ``spread`` (data parallel)
+    constrains every sampled batch's leading axis to the mesh's data axes.
+    """
+    off = off_policy
+    env, env_params, obs_dim, act_dim = make_box_env(off.env, env_options or {})
+    d, n = cfg.skill_dim, off.num_envs
+    replay = make_replay(
+        ReplayConfig(off.buffer_size, off.batch_size, max(off.batch_size, off.num_envs))
+    )
+    nets = _make_nets(cfg, off, optim, critic, obs_dim, act_dim, iterations)
+    method_update = make_update(cfg, nets)
+    init = _make_init(cfg, optim, traced, nets, replay, env, env_params, n)
+
     def update(state: SkillState, key: PRNGKeyArray) -> tuple[SkillState, dict]:
         k_sample, k_update = jax.random.split(key)
         batch = replay.sample(state.buffer, k_sample).experience
@@ -294,7 +326,7 @@ def make_skill_parts(
 
     def iteration(state: SkillState) -> tuple[SkillState, dict]:
         key, k_act, k_rand, k_step, k_z, k_learn = jax.random.split(state.key, 6)
-        pi = actor.apply(state.actor, policy_input(state.obs, state.skill))
+        pi = nets.actor.apply(state.actor, policy_input(state.obs, state.skill))
         policy_a, _ = sample_and_log_prob(pi, k_act)
         random_a = jax.random.uniform(k_rand, (n, act_dim), minval=-1.0, maxval=1.0)
         warm = state.iteration < off.learning_starts
