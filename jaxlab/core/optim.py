@@ -138,18 +138,11 @@ def make(
         rule = optax.adam(rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
     else:
         rule = optax.sgd(rate, momentum=cfg.momentum or None, nesterov=cfg.nesterov)
-    if has_decay_term(cfg) and cfg.name != "adamw":
+    if cfg.name != "adamw" and (weight_decay is not None or cfg.weight_decay > 0):
         rule = optax.chain(optax.add_decayed_weights(decay), rule)
     if cfg.clip_norm > 0:
         rule = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), rule)
     return rule
-
-
-def has_decay_term(cfg: OptimConfig) -> bool:
-    """Whether the transformation of ``cfg`` has a weight-decay term (``adamw`` always; ``adam``
-    and ``sgd`` when ``weight_decay > 0``). The optimiser state's structure follows from the config
-    alone, never from a traced value, so the state made by ``init`` fits every swept point."""
-    return cfg.name == "adamw" or cfg.weight_decay > 0
 
 
 def traced_keys(prefix: str = "optim") -> tuple[str, ...]:
@@ -170,14 +163,11 @@ def from_hparams(
     prefix: str = "optim",
 ) -> optax.GradientTransformation:
     """:func:`make` with the traced fields read from ``values`` (a state's ``hparams``); a key
-    missing from ``values`` keeps the config's value."""
+    missing from ``values`` keeps the config's value.
+
+    For ``adam`` and ``sgd`` the decay term is present when the config's decay is non-zero or the
+    decay is traced, so ``init`` builds its optimiser state with this same function and the same
+    keys: the state's structure then never depends on a traced value."""
     lr = values.get(f"{prefix}.lr")
     decay = values.get(f"{prefix}.weight_decay")
-    if decay is not None and not has_decay_term(cfg):
-        raise ConfigError(
-            f"{prefix}.weight_decay",
-            cfg.weight_decay,
-            f"a traced value only where the rule has a decay term ({cfg.name} with weight_decay=0 "
-            "has none: give it a weight_decay > 0, or trace only the learning rate)",
-        )
     return make(cfg, total_steps, lr=lr, weight_decay=decay)
