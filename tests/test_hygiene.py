@@ -44,9 +44,11 @@ TEXT_SUFFIXES = {
 }
 TEXT_NAMES = {"run", ".gitignore", "LICENSE", "Makefile"}
 MAX_LINE = 300
-# Modules whose docstrings are being rewritten in parallel; an entry goes once its file is clean.
-NOT_YET_CHECKED = frozenset(
+# Left out of the checks: this file (it states the rules and their examples), and modules whose
+# docstrings still cite their sources by internal names; drop an entry once its file is clean.
+NOT_CHECKED = frozenset(
     {
+        "tests/test_hygiene.py",
         "jaxlab/diffusion/planner.py",
         "jaxlab/envs/driving/__init__.py",
         "jaxlab/lm/dept.py",
@@ -74,7 +76,7 @@ def tracked_text() -> dict[str, str]:
     files = {}
     for rel in filter(None, out.split("\0")):
         path = ROOT / rel
-        if rel in NOT_YET_CHECKED:
+        if rel in NOT_CHECKED:
             continue
         if not (path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES) or not path.is_file():
             continue
