@@ -31,6 +31,8 @@ def test_the_docs_site_builds_strict(tmp_path):
         "api/optim/index.html": "OptimConfig",
         "api/kinetix/index.html": "KinetixEnv",
         "api/physics/index.html": "step",
+        "api/envs/index.html": "final_observation",
+        "cli/index.html": "jaxlab sweep",
         "getting-started/index.html": "kinetix-ppo",
         "results/index.html": "core_speed_cpu",
     }
