@@ -244,11 +244,11 @@ def train_student(
     eval_batch: MaskedBatch,
     *,
     multiplier: float = 1.0,
-    tau: float = 1.0,
+    kd: distill.KDLoss = distill.FORWARD_KL,
 ) -> distill.StudentCurve:
     """Distils the student masked LM from the teacher run: at step ``u`` the teacher is checkpoint
     :func:`distill.schedule_index` ``(u, run.steps, selected, multiplier)`` and the loss is
-    :func:`distill.distillation_loss` over the masked positions (``α = 1``: labels only). Records
+    ``kd`` (:func:`distill.distillation_loss`) over the masked positions (``α = 1``: labels only). Records
     the masked-token accuracy on ``eval_batch`` every ``spec.every`` steps. Vmap over ``key``
     (seeds) and ``(selected, alpha)`` (methods)."""
     run = jax.tree.map(jnp.asarray, run)
@@ -266,12 +266,13 @@ def train_student(
 
         def loss_fn(p):
             s_logits = student.apply(p, batch.inputs, batch.attend)
-            return distill.distillation_loss(
+            return kd(
                 s_logits.reshape(-1, n_out),
                 t_logits.reshape(-1, n_out),
                 batch.targets.reshape(-1),
                 alpha=alpha,
-                tau=tau,
+                step=u,
+                steps=spec.steps,
                 weights=batch.weights.reshape(-1),
             )
 

@@ -45,7 +45,8 @@ class DistillConfig:
       parity: the sparse-parity task (``parity.n``, ``parity.k``, ``parity.probe_samples``).
       pcfg: the PCFG masked-LM task (grammar, corpus, probes).
       teacher: the teacher (``teacher.checkpoint_every`` divides ``loop.total_steps``).
-      student: the students (``student.multiplier``, ``student.tau``, ``student.seeds``, ...).
+      student: the students (``student.multiplier``, ``student.tau`` (the teacher's temperature),
+        ``student.tau_anneal``, ``student.kl``, ``student.seeds``, ...).
       optim: the teacher's and the students' optimisers.
     """
 

@@ -35,17 +35,62 @@ def _np_log_softmax(z):
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-@pytest.mark.parametrize("alpha,tau", [(0.0, 1.0), (0.3, 2.0), (1.0, 0.5)])
-def test_distillation_loss_matches_numpy(alpha, tau):
+def _np_kd(s, t, y, alpha, tau, reverse):
+    """NumPy loss and analytic gradient in the student's logits of α·CE(y, s) + (1−α)·KL with
+    the teacher tempered (softmax(t/τ)) and the student not (softmax(s))."""
+    b = s.shape[0]
+    log_ps, log_pt = _np_log_softmax(s), _np_log_softmax(t / tau)
+    ps, pt, onehot = np.exp(log_ps), np.exp(log_pt), np.eye(s.shape[1])[y]
+    ce = -log_ps[np.arange(b), y]
+    if reverse:
+        d = log_ps - log_pt
+        kl = (ps * d).sum(-1)
+        g_kl = ps * (d - kl[:, None])
+    else:
+        kl = (pt * (log_pt - log_ps)).sum(-1)
+        g_kl = ps - pt
+    loss = np.mean(alpha * ce + (1 - alpha) * kl)
+    return loss, (alpha * (ps - onehot) + (1 - alpha) * g_kl) / b
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
+def test_distillation_loss_and_gradient_match_numpy(alpha, tau, reverse):
+    """Only the teacher is tempered: value and ∂/∂s equal the NumPy reference at every τ."""
     rng = np.random.default_rng(0)
-    s, t = rng.normal(size=(2, 7, 3)).astype(np.float32) * 3
+    s, t = (rng.normal(size=(2, 7, 3)) * 3).astype(np.float64)
     y = rng.integers(0, 3, 7)
-    ce = -_np_log_softmax(s)[np.arange(7), y]
-    pt = np.exp(_np_log_softmax(t / tau))
-    kl = (pt * (np.log(pt) - _np_log_softmax(s / tau))).sum(-1)
-    want = np.mean(alpha * ce + (1 - alpha) * kl)
-    got = jax.jit(distill.distillation_loss)(s, t, y, alpha=alpha, tau=tau)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    want, want_grad = _np_kd(s, t, y, alpha, tau, reverse)
+
+    t32, y32 = jnp.asarray(t, jnp.float32), jnp.asarray(y)
+
+    def f(s):
+        return distill.distillation_loss(s, t32, y32, alpha=alpha, tau=tau, reverse=reverse)
+
+    got, grad = jax.jit(jax.value_and_grad(f))(jnp.asarray(s, jnp.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_kd_loss_anneals_the_temperature_and_refuses_nonpositive_ones():
+    """``linear``: τ_u = max(τ(1 − u/steps), τ_min); the loss uses τ_u; τ <= 0 names the key."""
+    kd = distill.KDLoss(tau=2.0, anneal="linear", tau_min=0.1)
+    taus = [float(kd.temperature(u, 100)) for u in (0, 50, 99, 100)]
+    np.testing.assert_allclose(taus, [2.0, 1.0, 0.1, 0.1], rtol=1e-6)
+    assert float(distill.KDLoss(tau=3.0).temperature(77, 100)) == 3.0
+    rng = np.random.default_rng(2)
+    s, t = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    y = rng.integers(0, 4, 5)
+    got = kd(jnp.asarray(s), jnp.asarray(t), jnp.asarray(y), alpha=0.0, step=50, steps=100)
+    np.testing.assert_allclose(got, _np_kd(s, t, y, 0.0, 1.0, False)[0], rtol=1e-5)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ConfigError, match="'tau'"):
+            distill.KDLoss(tau=bad)
+    with pytest.raises(ConfigError, match="'tau_min'"):
+        distill.KDLoss(tau_min=0.0)
+    with pytest.raises(ConfigError, match="'kl'"):
+        distill.KDLoss(kl="both")
 
 
 def test_distillation_loss_gradient_ignores_the_teacher():

@@ -36,6 +36,16 @@ def test_config_needs_intermediate_checkpoints():
         C.replace(RECIPE.config("tiny"), **{"parity.k": 9})
 
 
+@pytest.mark.parametrize(
+    "key,value",
+    [("student.tau", 0.0), ("student.tau", -2.0), ("student.tau_min", 0.0),
+     ("student.tau_anneal", "cosine"), ("student.kl", "both")],
+)  # fmt: skip
+def test_bad_distillation_term_names_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        C.replace(RECIPE.config("tiny"), **{key: value})
+
+
 def test_teacher_step_data_parallel_equals_one_device():
     """The teacher batch split over 8 simulated devices: two SGD steps equal one device
     (parameters, snapshots, losses)."""
