@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from jaxlab import cli
 from jaxlab.core import config as C
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
@@ -13,7 +14,7 @@ from jaxlab.core.config import ConfigError
 RECIPE = recipe_lib.get("distill")
 
 
-def test_tiny_preset_runs_end_to_end(tmp_path):
+def test_tiny_preset_runs_end_to_end(tmp_path, capsys):
     cfg = RECIPE.config("tiny")
     result = loop.run(RECIPE, cfg, tmp_path)
     assert result.step == cfg.loop.total_steps
@@ -27,6 +28,13 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.student.seeds, 2)
     for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    # `jaxlab eval` prints the teacher's accuracy and the students by method
+    capsys.readouterr()
+    assert cli.main(["eval", "distill", "--run-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "teacher accuracy" in printed and "samples to 95% acc" in printed
+    for method in ("progressive", "two_shot", "one_shot", "labels"):
+        assert f"\n{method} " in printed, printed
 
 
 def test_config_needs_intermediate_checkpoints():
