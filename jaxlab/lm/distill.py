@@ -419,6 +419,59 @@ def method_selection(method: str, n_checkpoints: int, transition: int | None) ->
     return mask
 
 
+@flax.struct.dataclass
+class Saturation:
+    """State of the ``saturate`` teacher schedule (the paper's ``progressive_till_saturate``).
+
+    Attributes:
+      index: the teacher checkpoint in use.
+      history: ``[window + 1]`` the latest evaluation accuracies, oldest first.
+      seen: evaluations so far.
+      last: the accuracy when the teacher last moved on (``-1``: not yet set).
+    """
+
+    index: Int[Array, ""]
+    history: Float[Array, " W"]
+    seen: Int[Array, ""]
+    last: Float[Array, ""]
+
+
+def saturation_init(selected: Bool[Array, " C"], window: int = 5) -> Saturation:
+    """The schedule at the student's start: the first selected checkpoint, no history."""
+    return Saturation(
+        index=jnp.argmax(selected).astype(jnp.int32),
+        history=jnp.zeros((window + 1,), jnp.float32),
+        seen=jnp.zeros((), jnp.int32),
+        last=jnp.float32(-1.0),
+    )
+
+
+def saturation_update(
+    sat: Saturation, accuracy: Float[Array, ""], selected: Bool[Array, " C"], *, tol: float = 0.01
+) -> Saturation:
+    """Moves to the next selected checkpoint when the student has saturated on the current one.
+
+    With ``W + 1`` accuracies seen, ``prev`` = the mean of the ``W`` before the newest ``a``
+    (``last`` is set to ``prev`` the first time): the teacher moves on when ``a − prev < tol``
+    (no gain over the window) and ``a − last > tol`` (progress since the last move), as the paper's
+    ``boolean_distill_expts.py``; the last selected checkpoint is kept once reached.
+    """
+    history = jnp.concatenate([sat.history[1:], jnp.asarray(accuracy, jnp.float32)[None]])
+    seen = sat.seen + 1
+    ready = seen >= history.shape[0]
+    prev = jnp.mean(history[:-1])
+    last = jnp.where(ready & (sat.last < 0), prev, sat.last)
+    move = ready & (history[-1] - prev < tol) & (history[-1] - last > tol)
+    later = selected & (jnp.arange(selected.shape[0]) > sat.index)
+    nxt = jnp.where(jnp.any(later), jnp.argmax(later), sat.index).astype(jnp.int32)
+    return Saturation(
+        index=jnp.where(move, nxt, sat.index),
+        history=history,
+        seen=seen,
+        last=jnp.where(move, history[-1], last),
+    )
+
+
 # ----------------------------------------------------------------------------- students
 
 
@@ -430,7 +483,8 @@ class StudentCurve:
       steps: ``[E]`` student steps of the evaluations.
       accuracy: ``[E]`` accuracy on the evaluation inputs.
       loss: ``[E]`` mean training loss over the preceding ``every`` steps.
-      teacher_index: ``[E]`` teacher checkpoint used at the evaluation.
+      teacher_index: ``[E]`` teacher checkpoint used at the evaluation (``saturate``: the one used
+        in the steps before it).
     """
 
     steps: Int[Array | np.ndarray, "*batch E"]
@@ -452,8 +506,13 @@ def train_student(
     *,
     multiplier: float = 1.0,
     kd: KDLoss = FORWARD_KL,
+    saturate: bool = False,
 ) -> StudentCurve:
     """Distils ``student`` from the teacher run with the loss ``kd`` (:func:`distillation_loss`).
+
+    With ``saturate`` the teacher is instead the current checkpoint of :class:`Saturation`: it
+    starts at the first selected one and moves to the next selected one when the student's
+    evaluation accuracy saturates (:func:`saturation_update`).
 
     At step ``u`` the teacher is checkpoint :func:`schedule_index` ``(u, run.steps, selected,
     multiplier)`` gathered from the stack; with ``α = 1`` its logits get zero weight (labels only).
@@ -466,10 +525,13 @@ def train_student(
     opt = spec.make_optimizer()
     eval_y = sparse_parity.labels(task, eval_x)
 
+    def teacher_at(u, sat):
+        return sat.index if saturate else schedule_index(u, run.steps, selected, multiplier)
+
     def step(carry, u):
-        params, opt_state = carry
+        params, opt_state, sat = carry
         x, y = sparse_parity.sample(jax.random.fold_in(data_key, u), task, spec.batch)
-        index = schedule_index(u, run.steps, selected, multiplier)
+        index = teacher_at(u, sat)
         t_logits = teacher.apply(checkpoint_params(run, index), x)
 
         def loss_fn(p):
@@ -477,16 +539,19 @@ def train_student(
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        return (optax.apply_updates(params, updates), opt_state, sat), loss
 
     def chunk(carry, c):
         carry, losses = jax.lax.scan(step, carry, c * spec.every + jnp.arange(spec.every))
-        acc = jnp.mean(jnp.argmax(student.apply(carry[0], eval_x), -1) == eval_y)
-        done = (c + 1) * spec.every
-        return carry, (acc, jnp.mean(losses), schedule_index(done, run.steps, selected, multiplier))
+        params, opt_state, sat = carry
+        acc = jnp.mean(jnp.argmax(student.apply(params, eval_x), -1) == eval_y)
+        tindex = teacher_at((c + 1) * spec.every, sat)
+        sat = saturation_update(sat, acc, selected) if saturate else sat
+        return (params, opt_state, sat), (acc, jnp.mean(losses), tindex)
 
     n_eval = spec.steps // spec.every
-    _, (acc, loss, tindex) = jax.lax.scan(chunk, (params, opt.init(params)), jnp.arange(n_eval))
+    start = (params, opt.init(params), saturation_init(selected))
+    _, (acc, loss, tindex) = jax.lax.scan(chunk, start, jnp.arange(n_eval))
     steps = (jnp.arange(n_eval, dtype=jnp.int32) + 1) * spec.every
     return StudentCurve(steps=steps, accuracy=acc, loss=loss, teacher_index=tindex)
 

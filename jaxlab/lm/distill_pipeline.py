@@ -65,6 +65,8 @@ class Students:
       multiplier: the student at step ``u`` follows the first selected checkpoint at or after
         ``u·multiplier``.
       kd: the distillation term (temperature, its annealing, forward or reverse KL).
+      saturate: follow the teacher's checkpoints at the student's pace (move on when its accuracy
+        saturates, :func:`distill.saturation_update`) instead of at ``multiplier``.
     """
 
     spec: distill.TrainSpec
@@ -72,6 +74,7 @@ class Students:
     seed: int = 0
     multiplier: float = 1.0
     kd: distill.KDLoss = distill.KDLoss()
+    saturate: bool = False
 
 
 def init_teacher(
@@ -185,7 +188,7 @@ def parity_results(
     def one(key, mask, alpha):
         return distill.train_student(
             key, student, teacher, run, mask, alpha, task, sspec, eval_x,
-            multiplier=students.multiplier, kd=students.kd,
+            multiplier=students.multiplier, kd=students.kd, saturate=students.saturate,
         )  # fmt: skip
 
     curves = distil_students(one, n_done, transition, students)
@@ -277,7 +280,7 @@ def pcfg_results(
     def one(key, mask, alpha):
         return pd.train_student(
             key, setup.student, setup.teacher, run, mask, alpha, corpus, task, sspec, eval_batch,
-            multiplier=students.multiplier, kd=students.kd,
+            multiplier=students.multiplier, kd=students.kd, saturate=students.saturate,
         )  # fmt: skip
 
     curves = distil_students(one, n_done, transition, students)
@@ -492,7 +495,10 @@ class StudentConfig:
     follows the first selected checkpoint at or after ``u·multiplier``; the teacher's distillation
     temperature ``tau`` (only the teacher is tempered), constant or annealed (``tau_anneal:
     linear``: ``max(tau·(1 − u/steps), tau_min)``), and the ``kl`` direction (``forward``:
-    KL(teacher ‖ student), ``reverse``: KL(student ‖ teacher)); :class:`distill.KDLoss`."""
+    KL(teacher ‖ student), ``reverse``: KL(student ‖ teacher)); :class:`distill.KDLoss`.
+    ``schedule``: ``multiplier`` (the checkpoint at or after ``u·multiplier``) or ``saturate``
+    (the paper's ``progressive_till_saturate``: the next selected checkpoint once the student's
+    accuracy stops rising; :func:`distill.saturation_update`)."""
 
     width: int = 50
     layers: int = 2
@@ -504,6 +510,7 @@ class StudentConfig:
     tau_anneal: Literal["none", "linear"] = "none"
     tau_min: float = 0.05
     kl: Literal["forward", "reverse"] = "forward"
+    schedule: Literal["multiplier", "saturate"] = "multiplier"
     seeds: int = 3
 
     def __post_init__(self):
@@ -511,6 +518,8 @@ class StudentConfig:
         if not self.multiplier > 0:
             raise ConfigError("multiplier", self.multiplier, "a float > 0")
         self.kd()  # validates tau, tau_anneal, tau_min, kl
+        if self.schedule not in ("multiplier", "saturate"):
+            raise ConfigError("schedule", self.schedule, "'multiplier' or 'saturate'")
 
     def kd(self) -> distill.KDLoss:
         """The students' distillation term."""
@@ -529,7 +538,9 @@ def make_task(
 ) -> TeacherTask:
     """The ``kind`` ("parity" or "pcfg") task's teacher, students and probes."""
     spec = distill.TrainSpec(student.steps, student.batch, student.eval_every, student_optim)
-    students = Students(spec, student.seeds, seed, student.multiplier, student.kd())
+    students = Students(
+        spec, student.seeds, seed, student.multiplier, student.kd(), student.schedule == "saturate"
+    )
     if kind == "parity":
         return parity_task(
             sp.SparseParity(parity.n, parity.k), teacher_width=teacher.width,

@@ -51,7 +51,7 @@ class DistillConfig:
       pcfg: the PCFG masked-LM task (grammar, corpus, probes).
       teacher: the teacher (``teacher.checkpoint_every`` divides ``loop.total_steps``).
       student: the students (``student.multiplier``, ``student.tau`` (the teacher's temperature),
-        ``student.tau_anneal``, ``student.kl``, ``student.seeds``, ...).
+        ``student.tau_anneal``, ``student.kl``, ``student.schedule``, ``student.seeds``, ...).
       optim: the teacher's and the students' optimisers.
     """
 

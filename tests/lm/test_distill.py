@@ -101,6 +101,44 @@ def test_distillation_loss_gradient_ignores_the_teacher():
     assert float(distill.distillation_loss(t, t, y, alpha=0.0)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_saturate_schedule_moves_on_when_the_accuracy_stops_rising():
+    """The teacher moves to the next *selected* checkpoint once the newest accuracy is within 0.01
+    of the mean of the 5 before it and 0.01 above the accuracy of the last move; a plateau
+    without progress since then keeps it; the last selected checkpoint is kept."""
+    selected = jnp.array([True, False, True, True])
+    accs = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6] + [0.6] * 6 + [0.7] + [0.8] * 6 + [0.9] * 8
+    update = jax.jit(distill.saturation_update)
+    sat, index = distill.saturation_init(selected), []
+    for a in accs:
+        sat = update(sat, jnp.float32(a), selected)
+        index.append(int(sat.index))
+    # moves after the 11th evaluation (plateau at 0.6) and the 19th (plateau at 0.8)
+    assert index == [0] * 10 + [2] * 8 + [3] * 9, index
+
+
+def test_saturate_student_follows_selected_checkpoints_in_order():
+    """``saturate=True`` trains a student whose teacher index starts at the first selected
+    checkpoint, only takes selected ones and never goes back."""
+    small, task = distill.ParityMLP(width=8), sp.SparseParity(n=6, k=2)
+    keys = jax.random.split(jax.random.PRNGKey(3), 4)
+    params = [small.init(k, jnp.zeros((1, task.n))) for k in keys]
+    run = distill.TeacherRun(
+        params=jax.tree.map(lambda *p: jnp.stack(p), *params),
+        steps=jnp.array([10, 20, 30, 40], jnp.int32),
+        losses=jnp.zeros((40,), jnp.float32),
+    )
+    spec = distill.TrainSpec(steps=120, batch=16, every=4, optim=SGD_02)
+    selected = jnp.array([False, True, False, True])
+    x, _ = sp.sample(jax.random.PRNGKey(4), task, 64)
+    train = jax.jit(distill.train_student, static_argnums=(1, 2, 6, 7), static_argnames="saturate")
+    curve = train(
+        jax.random.PRNGKey(5), small, small, run, selected, 0.0, task, spec, x, saturate=True
+    )
+    index = np.asarray(curve.teacher_index)
+    assert index[0] == 1 and set(index.tolist()) <= {1, 3} and np.all(np.diff(index) >= 0)
+    assert np.all(np.isfinite(np.asarray(curve.loss)))
+
+
 def test_schedule_picks_first_selected_checkpoint_at_or_after_t_times_multiplier():
     steps = jnp.array([100, 200, 300, 400])
     every = jnp.ones(4, bool)

@@ -47,7 +47,7 @@ def test_config_needs_intermediate_checkpoints():
 @pytest.mark.parametrize(
     "key,value",
     [("student.tau", 0.0), ("student.tau", -2.0), ("student.tau_min", 0.0),
-     ("student.tau_anneal", "cosine"), ("student.kl", "both")],
+     ("student.tau_anneal", "cosine"), ("student.kl", "both"), ("student.schedule", "fast")],
 )  # fmt: skip
 def test_bad_distillation_term_names_the_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
