@@ -80,7 +80,7 @@ def parity(args) -> None:
             sspec,
             eval_x,
             multiplier=args.multiplier,
-            tau=args.tau,
+            kd=distill.KDLoss(tau=args.tau),
         )
 
     students = jax.jit(jax.vmap(jax.vmap(one, (None, None, 0, 0)), (None, 0, None, None)))
@@ -186,7 +186,7 @@ def pcfg_distillation(args) -> None:
 
     def one(run, key, mask, alpha):
         return pd.train_student(key, student, teacher, run, mask, alpha, corpus, task, sspec,
-                                eval_batch, multiplier=args.multiplier, tau=args.tau)  # fmt: skip
+                                eval_batch, multiplier=args.multiplier, kd=distill.KDLoss(tau=args.tau))  # fmt: skip
 
     students = jax.jit(jax.vmap(jax.vmap(one, (None, None, 0, 0)), (None, 0, None, None)))
     speed_labels, speed_one = {m: [] for m in distill.METHODS}, {m: [] for m in distill.METHODS}

@@ -3,10 +3,11 @@
 Panigrahi et al., "Progressive distillation induces an implicit curriculum" (ICLR 2025,
 arXiv 2410.05464). The student minimises (the paper's ``boolean_distill_expts.py``)
 
-    L = α · CE(y, s(x)) + (1 − α) · KL(softmax(t(x)/τ) ‖ softmax(s(x)/τ))
+    L = α · CE(y, s(x)) + (1 − α) · KL(softmax(t(x)/τ) ‖ softmax(s(x)))
 
-(forward KL; equal to the paper's soft cross-entropy up to the teacher's entropy, which has no
-gradient). The teacher ``t`` used at student step ``u`` is the *first selected teacher checkpoint
+(forward KL with only the teacher tempered; equal to the paper's soft cross-entropy up to the
+teacher's entropy, which has no gradient; :class:`KDLoss` adds the paper's linear temperature
+annealing and the reverse KL). The teacher ``t`` used at student step ``u`` is the *first selected teacher checkpoint
 at or after step u · multiplier* (the student follows the teacher's trajectory, faster by the
 multiplier), and the last selected one once the trajectory is exhausted. The methods differ in the
 selection: **progressive** (every checkpoint), **2-shot** (the checkpoint at the teacher's phase
@@ -148,23 +149,77 @@ def distillation_loss(
     *,
     alpha: Float[Array, ""] | float,
     tau: Float[Array, ""] | float = 1.0,
+    reverse: bool = False,
     weights: Float[Array, " batch"] | None = None,
 ) -> Float[Array, ""]:
-    """``α·CE(y, s) + (1−α)·KL(softmax(t/τ) ‖ softmax(s/τ))``, averaged over the batch (nats).
+    """``α·CE(y, s) + (1−α)·KL(softmax(t/τ) ‖ softmax(s))``, averaged over the batch (nats).
 
-    With ``weights`` the average is ``Σ w·ℓ / max(Σ w, 1)`` (the masked positions of a masked LM).
-    The teacher's logits are treated as constants (``stop_gradient``).
+    Only the teacher is tempered: its distribution is ``softmax(t/τ)`` and the student's is its
+    untempered ``softmax(s)``, as in the paper's ``boolean_distill_expts.py`` (a soft
+    cross-entropy there; the KL differs from it by the teacher's entropy, which has no gradient).
+    ``reverse`` uses ``KL(softmax(s) ‖ softmax(t/τ))`` instead. With ``weights`` the average is
+    ``Σ w·ℓ / max(Σ w, 1)`` (the masked positions of a masked LM). The teacher's logits are
+    constants (``stop_gradient``); ``τ > 0`` may be traced (an annealed temperature).
     """
     s = student_logits.astype(jnp.float32)
     t = jax.lax.stop_gradient(teacher_logits.astype(jnp.float32))
     ce = optax.softmax_cross_entropy_with_integer_labels(s, labels)
     log_p_t = jax.nn.log_softmax(t / tau, axis=-1)
-    log_p_s = jax.nn.log_softmax(s / tau, axis=-1)
-    kl = jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s), axis=-1)
+    log_p_s = jax.nn.log_softmax(s, axis=-1)
+    if reverse:
+        kl = jnp.sum(jnp.exp(log_p_s) * (log_p_s - log_p_t), axis=-1)
+    else:
+        kl = jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s), axis=-1)
     per_example = alpha * ce + (1.0 - alpha) * kl
     if weights is None:
         return jnp.mean(per_example)
     return jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class KDLoss:
+    """The distillation term of a student's loss (static; hashable).
+
+    Attributes:
+      tau: the teacher's temperature ``τ > 0`` (at step 0 when annealed).
+      anneal: ``"none"`` (constant ``τ``) or ``"linear"``: ``τ_u = max(τ·(1 − u/steps), tau_min)``
+        over the student's ``steps`` (the paper's ``teacher_temperature_anneal``).
+      tau_min: floor of the annealed temperature (``> 0``).
+      kl: ``"forward"`` ``KL(teacher ‖ student)`` or ``"reverse"`` ``KL(student ‖ teacher)``.
+    """
+
+    tau: float = 1.0
+    anneal: Literal["none", "linear"] = "none"
+    tau_min: float = 0.05
+    kl: Literal["forward", "reverse"] = "forward"
+
+    def __post_init__(self) -> None:
+        for name in ("tau", "tau_min"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ConfigError(name, v, "a temperature > 0")
+        if self.anneal not in ("none", "linear"):
+            raise ConfigError("tau_anneal", self.anneal, "'none' or 'linear'")
+        if self.kl not in ("forward", "reverse"):
+            raise ConfigError("kl", self.kl, "'forward' or 'reverse'")
+
+    def temperature(self, step: Int[Array, ""] | int, steps: int) -> Float[Array, ""]:
+        """``τ`` at student step ``step`` of ``steps`` (traced steps allowed)."""
+        if self.anneal == "none":
+            return jnp.float32(self.tau)
+        frac = jnp.asarray(step, jnp.float32) / steps
+        return jnp.maximum(self.tau * (1.0 - frac), self.tau_min)
+
+    def __call__(self, student_logits, teacher_logits, labels, *, alpha, step, steps, weights=None):
+        """:func:`distillation_loss` at step ``step`` of ``steps`` with this temperature and KL."""
+        return distillation_loss(
+            student_logits, teacher_logits, labels, alpha=alpha,
+            tau=self.temperature(step, steps), reverse=self.kl == "reverse", weights=weights,
+        )  # fmt: skip
+
+
+#: the default distillation term: forward KL at τ = 1
+FORWARD_KL = KDLoss()
 
 
 # ----------------------------------------------------------------------------- teacher runs
@@ -364,6 +419,59 @@ def method_selection(method: str, n_checkpoints: int, transition: int | None) ->
     return mask
 
 
+@flax.struct.dataclass
+class Saturation:
+    """State of the ``saturate`` teacher schedule (the paper's ``progressive_till_saturate``).
+
+    Attributes:
+      index: the teacher checkpoint in use.
+      history: ``[window + 1]`` the latest evaluation accuracies, oldest first.
+      seen: evaluations so far.
+      last: the accuracy when the teacher last moved on (``-1``: not yet set).
+    """
+
+    index: Int[Array, ""]
+    history: Float[Array, " W"]
+    seen: Int[Array, ""]
+    last: Float[Array, ""]
+
+
+def saturation_init(selected: Bool[Array, " C"], window: int = 5) -> Saturation:
+    """The schedule at the student's start: the first selected checkpoint, no history."""
+    return Saturation(
+        index=jnp.argmax(selected).astype(jnp.int32),
+        history=jnp.zeros((window + 1,), jnp.float32),
+        seen=jnp.zeros((), jnp.int32),
+        last=jnp.float32(-1.0),
+    )
+
+
+def saturation_update(
+    sat: Saturation, accuracy: Float[Array, ""], selected: Bool[Array, " C"], *, tol: float = 0.01
+) -> Saturation:
+    """Moves to the next selected checkpoint when the student has saturated on the current one.
+
+    With ``W + 1`` accuracies seen, ``prev`` = the mean of the ``W`` before the newest ``a``
+    (``last`` is set to ``prev`` the first time): the teacher moves on when ``a − prev < tol``
+    (no gain over the window) and ``a − last > tol`` (progress since the last move), as the paper's
+    ``boolean_distill_expts.py``; the last selected checkpoint is kept once reached.
+    """
+    history = jnp.concatenate([sat.history[1:], jnp.asarray(accuracy, jnp.float32)[None]])
+    seen = sat.seen + 1
+    ready = seen >= history.shape[0]
+    prev = jnp.mean(history[:-1])
+    last = jnp.where(ready & (sat.last < 0), prev, sat.last)
+    move = ready & (history[-1] - prev < tol) & (history[-1] - last > tol)
+    later = selected & (jnp.arange(selected.shape[0]) > sat.index)
+    nxt = jnp.where(jnp.any(later), jnp.argmax(later), sat.index).astype(jnp.int32)
+    return Saturation(
+        index=jnp.where(move, nxt, sat.index),
+        history=history,
+        seen=seen,
+        last=jnp.where(move, history[-1], last),
+    )
+
+
 # ----------------------------------------------------------------------------- students
 
 
@@ -375,7 +483,8 @@ class StudentCurve:
       steps: ``[E]`` student steps of the evaluations.
       accuracy: ``[E]`` accuracy on the evaluation inputs.
       loss: ``[E]`` mean training loss over the preceding ``every`` steps.
-      teacher_index: ``[E]`` teacher checkpoint used at the evaluation.
+      teacher_index: ``[E]`` teacher checkpoint used at the evaluation (``saturate``: the one used
+        in the steps before it).
     """
 
     steps: Int[Array | np.ndarray, "*batch E"]
@@ -396,9 +505,14 @@ def train_student(
     eval_x: Float[Array, "m n"],
     *,
     multiplier: float = 1.0,
-    tau: float = 1.0,
+    kd: KDLoss = FORWARD_KL,
+    saturate: bool = False,
 ) -> StudentCurve:
-    """Distils ``student`` from the teacher run with the loss of :func:`distillation_loss`.
+    """Distils ``student`` from the teacher run with the loss ``kd`` (:func:`distillation_loss`).
+
+    With ``saturate`` the teacher is instead the current checkpoint of :class:`Saturation`: it
+    starts at the first selected one and moves to the next selected one when the student's
+    evaluation accuracy saturates (:func:`saturation_update`).
 
     At step ``u`` the teacher is checkpoint :func:`schedule_index` ``(u, run.steps, selected,
     multiplier)`` gathered from the stack; with ``α = 1`` its logits get zero weight (labels only).
@@ -411,27 +525,33 @@ def train_student(
     opt = spec.make_optimizer()
     eval_y = sparse_parity.labels(task, eval_x)
 
+    def teacher_at(u, sat):
+        return sat.index if saturate else schedule_index(u, run.steps, selected, multiplier)
+
     def step(carry, u):
-        params, opt_state = carry
+        params, opt_state, sat = carry
         x, y = sparse_parity.sample(jax.random.fold_in(data_key, u), task, spec.batch)
-        index = schedule_index(u, run.steps, selected, multiplier)
+        index = teacher_at(u, sat)
         t_logits = teacher.apply(checkpoint_params(run, index), x)
 
         def loss_fn(p):
-            return distillation_loss(student.apply(p, x), t_logits, y, alpha=alpha, tau=tau)
+            return kd(student.apply(p, x), t_logits, y, alpha=alpha, step=u, steps=spec.steps)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        return (optax.apply_updates(params, updates), opt_state, sat), loss
 
     def chunk(carry, c):
         carry, losses = jax.lax.scan(step, carry, c * spec.every + jnp.arange(spec.every))
-        acc = jnp.mean(jnp.argmax(student.apply(carry[0], eval_x), -1) == eval_y)
-        done = (c + 1) * spec.every
-        return carry, (acc, jnp.mean(losses), schedule_index(done, run.steps, selected, multiplier))
+        params, opt_state, sat = carry
+        acc = jnp.mean(jnp.argmax(student.apply(params, eval_x), -1) == eval_y)
+        tindex = teacher_at((c + 1) * spec.every, sat)
+        sat = saturation_update(sat, acc, selected) if saturate else sat
+        return (params, opt_state, sat), (acc, jnp.mean(losses), tindex)
 
     n_eval = spec.steps // spec.every
-    _, (acc, loss, tindex) = jax.lax.scan(chunk, (params, opt.init(params)), jnp.arange(n_eval))
+    start = (params, opt.init(params), saturation_init(selected))
+    _, (acc, loss, tindex) = jax.lax.scan(chunk, start, jnp.arange(n_eval))
     steps = (jnp.arange(n_eval, dtype=jnp.int32) + 1) * spec.every
     return StudentCurve(steps=steps, accuracy=acc, loss=loss, teacher_index=tindex)
 

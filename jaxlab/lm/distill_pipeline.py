@@ -17,7 +17,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import flax.struct
 import jax
@@ -64,14 +64,17 @@ class Students:
       seed: the experiment's seed (the students' keys, the probes' inputs and the PCFG corpus).
       multiplier: the student at step ``u`` follows the first selected checkpoint at or after
         ``u·multiplier``.
-      tau: distillation temperature.
+      kd: the distillation term (temperature, its annealing, forward or reverse KL).
+      saturate: follow the teacher's checkpoints at the student's pace (move on when its accuracy
+        saturates, :func:`distill.saturation_update`) instead of at ``multiplier``.
     """
 
     spec: distill.TrainSpec
     seeds: int = 1
     seed: int = 0
     multiplier: float = 1.0
-    tau: float = 1.0
+    kd: distill.KDLoss = distill.KDLoss()
+    saturate: bool = False
 
 
 def init_teacher(
@@ -185,7 +188,7 @@ def parity_results(
     def one(key, mask, alpha):
         return distill.train_student(
             key, student, teacher, run, mask, alpha, task, sspec, eval_x,
-            multiplier=students.multiplier, tau=students.tau,
+            multiplier=students.multiplier, kd=students.kd, saturate=students.saturate,
         )  # fmt: skip
 
     curves = distil_students(one, n_done, transition, students)
@@ -277,7 +280,7 @@ def pcfg_results(
     def one(key, mask, alpha):
         return pd.train_student(
             key, setup.student, setup.teacher, run, mask, alpha, corpus, task, sspec, eval_batch,
-            multiplier=students.multiplier, tau=students.tau,
+            multiplier=students.multiplier, kd=students.kd, saturate=students.saturate,
         )  # fmt: skip
 
     curves = distil_students(one, n_done, transition, students)
@@ -489,8 +492,13 @@ class TeacherConfig:
 class StudentConfig:
     """The students: ``width`` and ``layers`` as the teacher's; ``steps`` of ``batch`` samples,
     evaluated every ``eval_every``; ``seeds`` per method (vmapped); the student at step ``u``
-    follows the first selected checkpoint at or after ``u·multiplier``; distillation temperature
-    ``tau``."""
+    follows the first selected checkpoint at or after ``u·multiplier``; the teacher's distillation
+    temperature ``tau`` (only the teacher is tempered), constant or annealed (``tau_anneal:
+    linear``: ``max(tau·(1 − u/steps), tau_min)``), and the ``kl`` direction (``forward``:
+    KL(teacher ‖ student), ``reverse``: KL(student ‖ teacher)); :class:`distill.KDLoss`.
+    ``schedule``: ``multiplier`` (the checkpoint at or after ``u·multiplier``) or ``saturate``
+    (the paper's ``progressive_till_saturate``: the next selected checkpoint once the student's
+    accuracy stops rising; :func:`distill.saturation_update`)."""
 
     width: int = 50
     layers: int = 2
@@ -499,13 +507,23 @@ class StudentConfig:
     eval_every: int = 100
     multiplier: float = 2.0
     tau: float = 1.0
+    tau_anneal: Literal["none", "linear"] = "none"
+    tau_min: float = 0.05
+    kl: Literal["forward", "reverse"] = "forward"
+    schedule: Literal["multiplier", "saturate"] = "multiplier"
     seeds: int = 3
 
     def __post_init__(self):
         _check_sizes(self, ("width", "layers", "steps", "batch", "eval_every", "seeds"))
-        for name in ("multiplier", "tau"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(name, getattr(self, name), "a float > 0")
+        if not self.multiplier > 0:
+            raise ConfigError("multiplier", self.multiplier, "a float > 0")
+        self.kd()  # validates tau, tau_anneal, tau_min, kl
+        if self.schedule not in ("multiplier", "saturate"):
+            raise ConfigError("schedule", self.schedule, "'multiplier' or 'saturate'")
+
+    def kd(self) -> distill.KDLoss:
+        """The students' distillation term."""
+        return distill.KDLoss(self.tau, self.tau_anneal, self.tau_min, self.kl)
 
 
 def make_task(
@@ -520,7 +538,9 @@ def make_task(
 ) -> TeacherTask:
     """The ``kind`` ("parity" or "pcfg") task's teacher, students and probes."""
     spec = distill.TrainSpec(student.steps, student.batch, student.eval_every, student_optim)
-    students = Students(spec, student.seeds, seed, student.multiplier, student.tau)
+    students = Students(
+        spec, student.seeds, seed, student.multiplier, student.kd(), student.schedule == "saturate"
+    )
     if kind == "parity":
         return parity_task(
             sp.SparseParity(parity.n, parity.k), teacher_width=teacher.width,

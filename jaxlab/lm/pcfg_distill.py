@@ -244,12 +244,14 @@ def train_student(
     eval_batch: MaskedBatch,
     *,
     multiplier: float = 1.0,
-    tau: float = 1.0,
+    kd: distill.KDLoss = distill.FORWARD_KL,
+    saturate: bool = False,
 ) -> distill.StudentCurve:
     """Distils the student masked LM from the teacher run: at step ``u`` the teacher is checkpoint
     :func:`distill.schedule_index` ``(u, run.steps, selected, multiplier)`` and the loss is
-    :func:`distill.distillation_loss` over the masked positions (``α = 1``: labels only). Records
-    the masked-token accuracy on ``eval_batch`` every ``spec.every`` steps. Vmap over ``key``
+    ``kd`` (:func:`distill.distillation_loss`) over the masked positions (``α = 1``: labels only). Records
+    the masked-token accuracy on ``eval_batch`` every ``spec.every`` steps. ``saturate``: the teacher
+    schedule of :func:`distill.saturation_update` instead. Vmap over ``key``
     (seeds) and ``(selected, alpha)`` (methods)."""
     run = jax.tree.map(jnp.asarray, run)
     init_key, data_key = jax.random.split(key)
@@ -258,36 +260,42 @@ def train_student(
     opt = spec.make_optimizer()
     n_out = task.n_terminals
 
+    def teacher_at(u, sat):
+        return sat.index if saturate else distill.schedule_index(u, run.steps, selected, multiplier)
+
     def step(carry, u):
-        params, opt_state = carry
+        params, opt_state, sat = carry
         batch = sample_batch(jax.random.fold_in(data_key, u), corpus, spec.batch, task)
-        index = distill.schedule_index(u, run.steps, selected, multiplier)
+        index = teacher_at(u, sat)
         t_logits = teacher.apply(distill.checkpoint_params(run, index), batch.inputs, batch.attend)
 
         def loss_fn(p):
             s_logits = student.apply(p, batch.inputs, batch.attend)
-            return distill.distillation_loss(
+            return kd(
                 s_logits.reshape(-1, n_out),
                 t_logits.reshape(-1, n_out),
                 batch.targets.reshape(-1),
                 alpha=alpha,
-                tau=tau,
+                step=u,
+                steps=spec.steps,
                 weights=batch.weights.reshape(-1),
             )
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        return (optax.apply_updates(params, updates), opt_state, sat), loss
 
     def chunk(carry, c):
         carry, losses = jax.lax.scan(step, carry, c * spec.every + jnp.arange(spec.every))
-        _, acc = mlm_metrics(student, carry[0], eval_batch)
-        done = (c + 1) * spec.every
-        tindex = distill.schedule_index(done, run.steps, selected, multiplier)
-        return carry, (acc, jnp.mean(losses), tindex)
+        params, opt_state, sat = carry
+        _, acc = mlm_metrics(student, params, eval_batch)
+        tindex = teacher_at((c + 1) * spec.every, sat)
+        sat = distill.saturation_update(sat, acc, selected) if saturate else sat
+        return (params, opt_state, sat), (acc, jnp.mean(losses), tindex)
 
     n_eval = spec.steps // spec.every
-    _, (acc, loss, tindex) = jax.lax.scan(chunk, (params, opt.init(params)), jnp.arange(n_eval))
+    start = (params, opt.init(params), distill.saturation_init(selected))
+    _, (acc, loss, tindex) = jax.lax.scan(chunk, start, jnp.arange(n_eval))
     steps = (jnp.arange(n_eval, dtype=jnp.int32) + 1) * spec.every
     return distill.StudentCurve(steps=steps, accuracy=acc, loss=loss, teacher_index=tindex)
 

@@ -2,8 +2,9 @@
 
 Training-time ("Scaling Laws for Precision", Kumar et al. ICLR 2025, §2): set
 ``DecoderConfig.quant = QuantConfig(w_bits=P_w, a_bits=P_a, kv_bits=P_kv)``; the shared layers
-(:mod:`jaxlab.nn.quantization`) then fake-quantise weights per output channel, activations per
-tensor and keys/values per token and head, forward only (straight-through gradients).
+(:mod:`jaxlab.nn.quantization`) then fake-quantise, forward only (straight-through gradients),
+at the granularities of ``QuantConfig.{w,a,kv}_granularity``: by default the paper's, weights per
+output channel, activations per tensor and keys/values per head.
 
 Post-training (§4, App. F): a trained full-precision parameter tree is quantised to ``P_post``
 bits, weights only, per output channel, either by

@@ -24,17 +24,20 @@ Derived quantities:
   makes the post-quantised model worse.
 
 The functions are written in ``jax.numpy`` (jit- and vmap-able); :func:`fit_law` runs
-``scipy.optimize.least_squares`` in float64 with the exact Jacobian from ``jax.jacfwd`` and gives
-standard errors and 95% confidence intervals from ``σ² (JᵀJ)⁻¹``.
+``scipy.optimize.least_squares`` in float64 with the exact Jacobian from ``jax.jacfwd`` from
+several starts (the given law, its offset-free form and seeded perturbations of both), keeps the
+best, gives standard errors and 95% confidence intervals from ``σ² (JᵀJ)⁻¹``, and reports a fit
+whose R² stays below a threshold (a warning or an error carrying the R² reached).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -262,6 +265,7 @@ class FitResult:
         r2: coefficient of determination of the target.
         rmse: root mean squared residual.
         n_points: number of data points.
+        converged: whether ``r2`` reached the fit's ``min_r2``.
     """
 
     law: PrecisionLaw
@@ -271,6 +275,7 @@ class FitResult:
     r2: float
     rmse: float
     n_points: int
+    converged: bool = True
 
     def table(self) -> list[dict[str, Any]]:
         """One row per fitted constant: name, value, stderr, ci95."""
@@ -317,6 +322,44 @@ def ptq_model(law: PrecisionLaw, data: Columns) -> jax.Array:
     )
 
 
+class FitWarning(UserWarning):
+    """A fit of the law ended below the R² it was asked to reach (``r2`` holds what it reached)."""
+
+    def __init__(self, message: str, r2: float):
+        super().__init__(message)
+        self.r2 = r2
+
+
+class FitError(ValueError):
+    """A fit of the law ended below the required R² (``on_poor_fit="raise"``; ``r2``, ``fit``)."""
+
+    def __init__(self, message: str, r2: float, fit: FitResult):
+        super().__init__(message)
+        self.r2, self.fit = r2, fit
+
+
+def default_starts(init: PrecisionLaw, free: Sequence[str], *, n_random: int = 6) -> list:
+    """Starting points of :func:`fit_law`: ``init``, ``init.without_offsets()`` (a law whose offset
+    makes some data point diverge has zero gradient there; the offset-free form never does) and
+    ``n_random`` seeded perturbations of each: positive constants scaled by ``e^{U(-1, 1)}``,
+    the others shifted by ``U(-1, 1)`` (the offsets clipped at 0 below)."""
+    rng = np.random.default_rng(0)
+    bases = [init, init.without_offsets()]
+    starts = list(bases)
+    for i in range(n_random):
+        base = bases[i % 2]
+        changes = {}
+        for f in free:
+            v, u = getattr(base, f), rng.uniform(-1.0, 1.0)
+            if v is None or (isinstance(v, float) and math.isinf(v)):
+                continue
+            changes[f] = v * math.exp(u) if f in POSITIVE else v + u
+            if f in ("n_w", "n_a", "n_kv", "b_post"):
+                changes[f] = max(changes[f], 0.0)
+        starts.append(dataclasses.replace(base, **changes))
+    return starts
+
+
 def fit_law(
     data: Mapping[str, Sequence[float] | np.ndarray],
     target: Sequence[float] | np.ndarray,
@@ -325,32 +368,46 @@ def fit_law(
     init: PrecisionLaw = TABLE2,
     model: LawFn = loss_model,
     log_target: bool = False,
+    starts: Sequence[PrecisionLaw] | None = None,
+    min_r2: float = 0.99,
+    on_poor_fit: Literal["warn", "raise"] = "warn",
 ) -> FitResult:
     """Least-squares fit of the constants ``free`` of ``model(law, data)`` to ``target``.
 
-    Positive constants are fitted in log space. Residuals ``model - target`` (or of their logs
-    with ``log_target``, suited to ``δ_PTQ`` spanning decades) are minimised by
-    ``scipy.optimize.least_squares`` (trust region, exact float64 Jacobian from ``jax.jacfwd``).
+    Positive constants are fitted in log space (they stay positive). Residuals ``model - target``
+    (or of their logs with ``log_target``, suited to ``δ_PTQ`` spanning decades) are minimised by
+    ``scipy.optimize.least_squares`` (trust region, exact float64 Jacobian from ``jax.jacfwd``)
+    from every start, and the lowest cost wins. A best fit whose R² is below ``min_r2`` is
+    reported, never returned silently: a :class:`FitWarning` (``on_poor_fit="warn"``) or a
+    :class:`FitError` (``"raise"``), each carrying the R² reached; ``FitResult.converged`` says
+    which.
 
     Args:
         data: columns (e.g. ``N, D, P_w, P_a, P_kv`` or ``P_post``), equal lengths.
         target: measured values (loss or ``δ_PTQ``), one per row.
         free: names of :class:`PrecisionLaw` fields to fit (``"beta"`` unties ``β`` from ``α``).
-        init: starting point and the values of all fixed constants.
+        init: the values of all fixed constants, and the first start.
         model: :func:`loss_model`, :func:`ptq_model` or any ``(law, data) -> prediction``.
         log_target: fit ``log model`` to ``log target``.
+        starts: starting laws (their ``free`` constants are used); default
+            :func:`default_starts` of ``init``.
+        min_r2: the R² below which the fit is reported as not converged.
+        on_poor_fit: ``"warn"`` or ``"raise"``.
 
     Returns:
-        :class:`FitResult`.
+        :class:`FitResult` of the best start.
 
     Raises:
-        ConfigError: unknown constant in ``free`` (field ``free``), or fewer data points than
-            fitted constants plus one (field ``points``).
+        ConfigError: unknown constant in ``free`` (field ``free``), fewer data points than
+            fitted constants plus one (field ``points``), or a bad ``on_poor_fit``.
+        FitError: R² below ``min_r2`` with ``on_poor_fit="raise"``.
     """
     free = tuple(free)
     bad = [f for f in free if f not in FIELDS]
     if bad or not free or len(set(free)) != len(free):
         raise ConfigError("free", free, f"distinct names from {FIELDS}")
+    if on_poor_fit not in ("warn", "raise"):
+        raise ConfigError("on_poor_fit", on_poor_fit, "'warn' or 'raise'")
     y = np.asarray(target, dtype=np.float64)
     n = y.shape[0]
     if n < len(free) + 1:
@@ -359,6 +416,8 @@ def fit_law(
         )
     if "beta" in free and init.beta is None:
         init = dataclasses.replace(init, beta=init.alpha)
+    starts = list(default_starts(init, free) if starts is None else starts)
+    starts = [dataclasses.replace(s, beta=s.alpha) if s.beta is None else s for s in starts]
     logged = [f in POSITIVE for f in free]
 
     with jax.enable_x64(True):
@@ -383,27 +442,52 @@ def fit_law(
         jac = jax.jit(
             lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0)
         )
-        theta0 = np.array(
-            [
-                np.log(getattr(init, f)) if lg else getattr(init, f)
-                for f, lg in zip(free, logged, strict=True)
-            ]
-        )
-        res = scipy.optimize.least_squares(
-            lambda th: np.asarray(resid(jnp.asarray(th))),
-            theta0,
-            jac=lambda th: np.asarray(jac(jnp.asarray(th))),
-            method="trf",
-            x_scale="jac",
-            max_nfev=2000,
-        )
-        theta = res.x
+        best = None
+        for start in starts:
+            theta0 = _theta(start, free, logged)
+            if not np.all(np.isfinite(theta0)):
+                continue
+            res = scipy.optimize.least_squares(
+                lambda th: np.asarray(resid(jnp.asarray(th))),
+                theta0,
+                jac=lambda th: np.asarray(jac(jnp.asarray(th))),
+                method="trf",
+                x_scale="jac",
+                max_nfev=2000,
+            )
+            if best is None or res.cost < best.cost:
+                best = res
+        if best is None:
+            raise ConfigError("starts", len(starts), "a start with finite free constants")
+        theta = best.x
         r = np.asarray(resid(jnp.asarray(theta)))
         j = np.asarray(jac(jnp.asarray(theta)))
         pred = np.asarray(predict(jnp.asarray(theta)))
     if log_target:
         pred = np.exp(pred)
-    return _fit_result(init, free, logged, theta, r, j, pred, y)
+    fit = _fit_result(init, free, logged, theta, r, j, pred, y, min_r2)
+    if not fit.converged:
+        msg = (
+            f"fit_law: R² = {fit.r2:.4f} after {len(starts)} starts, below min_r2 = {min_r2} "
+            f"(free: {', '.join(free)}); the law does not describe these data with these "
+            "constants free"
+        )
+        if on_poor_fit == "raise":
+            raise FitError(msg, fit.r2, fit)
+        warnings.warn(FitWarning(msg, fit.r2), stacklevel=2)
+    return fit
+
+
+def _theta(law: PrecisionLaw, free: tuple[str, ...], logged: list[bool]) -> np.ndarray:
+    """The fit coordinates of ``law``'s free constants (log for the positive ones)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.array(
+            [
+                np.log(getattr(law, f)) if lg else getattr(law, f)
+                for f, lg in zip(free, logged, strict=True)
+            ],
+            np.float64,
+        )
 
 
 def _fit_result(
@@ -415,6 +499,7 @@ def _fit_result(
     j: np.ndarray,
     pred: np.ndarray,
     y: np.ndarray,
+    min_r2: float,
 ) -> FitResult:
     """The fitted law with standard errors and 95 % intervals from the Gauss-Newton covariance
     ``sigma^2 (J^T J)^+`` at the optimum (log-space constants mapped back), R^2 and RMSE."""
@@ -430,7 +515,8 @@ def _fit_result(
         values[f] = val
         stderr[f] = float(val * se) if lg else float(se)
         lo, hi = th - t * se, th + t * se
-        ci[f] = (float(np.exp(lo)), float(np.exp(hi))) if lg else (float(lo), float(hi))
+        with np.errstate(over="ignore"):  # a poorly determined constant: an interval to inf
+            ci[f] = (float(np.exp(lo)), float(np.exp(hi))) if lg else (float(lo), float(hi))
     ss_res = float(np.sum((pred - y) ** 2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
@@ -442,6 +528,7 @@ def _fit_result(
         r2=r2,
         rmse=float(np.sqrt(ss_res / n)),
         n_points=n,
+        converged=bool(r2 >= min_r2),
     )
 
 

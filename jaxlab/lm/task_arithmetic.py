@@ -246,8 +246,8 @@ class ExperimentConfig:
     Attributes:
       data: the data model's sizes.
       width: MLP width of the one-layer transformer.
-      steps, batch: fine-tuning of each task from ``Ψ_0`` (hinge loss; the optimiser is
-        :func:`run_experiment`'s ``optim``).
+      batch: samples per fine-tuning step of each task from ``Ψ_0`` (hinge loss; the number of
+        steps and the optimiser are :func:`run_experiment`'s ``steps`` and ``optim``).
       eval_samples: test samples per task.
       grid: values per axis of the ``λ`` grid over ``[grid_lo, grid_hi]``.
       rank: rank of the truncated task vectors.
@@ -256,7 +256,6 @@ class ExperimentConfig:
 
     data: TaskDataConfig = TaskDataConfig()
     width: int = 64
-    steps: int = 200
     batch: int = 32
     eval_samples: int = 512
     grid: int = 9
@@ -266,7 +265,7 @@ class ExperimentConfig:
     keep: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("width", "steps", "batch", "eval_samples", "rank"):
+        for name in ("width", "batch", "eval_samples", "rank"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
         if self.grid < 2:
@@ -333,10 +332,11 @@ def run_experiment(
     cfg: ExperimentConfig,
     alpha: Float[Array, ""] | float,
     optim: OptimConfig = SGD,
+    steps: int = 200,
 ) -> dict[str, Float[Array, "g g 3"]]:
-    """Fine-tunes ``Ψ_1, Ψ_2`` from one ``Ψ_0`` on tasks with ``⟨μ_1, μ_2⟩ = alpha`` and evaluates
+    """Fine-tunes ``Ψ_1, Ψ_2`` from one ``Ψ_0`` (``steps`` each) on tasks with ``⟨μ_1, μ_2⟩ = alpha`` and evaluates
     the edits over the λ grid (:func:`evaluate_edits`) on ``T_1``, ``T_2`` and ``μ'`` (last axis).
-    Jit with ``cfg`` and ``optim`` (the fine-tuning optimiser) static; vmap over ``alpha``
+    Jit with ``cfg``, ``optim`` (the fine-tuning optimiser) and ``steps`` static; vmap over ``alpha``
     (relations) and ``key`` (seeds).
 
     Returns:
@@ -345,7 +345,7 @@ def run_experiment(
     """
     k_setup, k1, k2 = jax.random.split(key, 3)
     model, p0, mu, irrelevant, tests = setup(k_setup, cfg, alpha)
-    kwargs = dict(steps=cfg.steps, batch=cfg.batch, optim=optim)
+    kwargs = dict(steps=steps, batch=cfg.batch, optim=optim)
     # both fine-tunes are one vmapped program
     tuned, losses = jax.vmap(
         lambda k, m: finetune(k, model, p0, cfg.data, m, irrelevant, **kwargs)

@@ -11,7 +11,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.nn.initializers import kernel_init
 from jaxlab.nn.norms import RMSNorm
-from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
+from jaxlab.nn.quantization import QuantConfig, sow_calibration
 from jaxlab.nn.rope import apply_rope
 
 
@@ -221,12 +221,10 @@ class MultiHeadAttention(nn.Module):
         kv_source = x if context is None else context.astype(dtype)
         w_q, w_k, w_v, w_o = _projection_kernels(self, d_model, kv_source.shape[-1], dtype)
         quant = self.quant or QuantConfig()
-        w_bits, a_bits = quant.weight_bits("attention"), quant.act_bits("attention")
-        kv_bits = quant.cache_bits()
-        w_q, w_k, w_v = (fake_quant(w, w_bits, 0) for w in (w_q, w_k, w_v))
-        w_o = fake_quant(w_o, w_bits, (0, 1))
-        x = fake_quant(x, a_bits)
-        kv_source = x if context is None else fake_quant(kv_source, a_bits)
+        w_q, w_k, w_v = (quant.weights("attention", w, (0,)) for w in (w_q, w_k, w_v))
+        w_o = quant.weights("attention", w_o, (0, 1))
+        x = quant.activations("attention", x)
+        kv_source = x if context is None else quant.activations("attention", kv_source)
         sow_calibration(self, "qkv_in", x)
 
         q = jnp.einsum("bsd,dhk->bshk", x, w_q)
@@ -238,12 +236,12 @@ class MultiHeadAttention(nn.Module):
             k = RMSNorm(name="k_norm", dtype=dtype, param_dtype=self.param_dtype, **norm_kwargs)(k)
 
         if context is not None:
-            k, v = fake_quant(k, kv_bits, -1), fake_quant(v, kv_bits, -1)
+            k, v = quant.cache(k), quant.cache(v)
             n_ctx = context.shape[1]
             if context_mask is None:
                 context_mask = jnp.ones((batch, n_ctx), jnp.bool_)
             mask = jnp.broadcast_to(context_mask[:, None, :], (batch, seq, n_ctx))
-            out = fake_quant(dot_product_attention(q, k, v, mask), a_bits)
+            out = quant.activations("attention", dot_product_attention(q, k, v, mask), 2)
             sow_calibration(self, "o_in", out)
             y = jnp.einsum("bshk,hkd->bsd", out, w_o)
             return nn.with_logical_constraint(y, ("batch", "seq", "embed")), None
@@ -258,7 +256,7 @@ class MultiHeadAttention(nn.Module):
         if self.use_rope:
             q = apply_rope(q, positions, base=self.rope_base)
             k = apply_rope(k, positions, base=self.rope_base)
-        k, v = fake_quant(k, kv_bits, -1), fake_quant(v, kv_bits, -1)
+        k, v = quant.cache(k), quant.cache(v)
         q = nn.with_logical_constraint(q, ("batch", "seq", "heads", "kv"))
         k = nn.with_logical_constraint(k, ("batch", "seq", "heads", "kv"))
         v = nn.with_logical_constraint(v, ("batch", "seq", "heads", "kv"))
@@ -271,7 +269,7 @@ class MultiHeadAttention(nn.Module):
             out, new_cache = _cached_attention(
                 q, k, v, cache, padding_mask, slots, causal=self.causal, dtype=dtype
             )
-        out = fake_quant(out, a_bits)
+        out = quant.activations("attention", out, 2)
         sow_calibration(self, "o_in", out)
         y = jnp.einsum("bshk,hkd->bsd", out, w_o)
         return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache

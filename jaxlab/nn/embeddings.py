@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Int
 
 from jaxlab.nn.initializers import embedding_init, kernel_init
-from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
+from jaxlab.nn.quantization import QuantConfig, sow_calibration
 
 
 class TokenEmbedding(nn.Module):
@@ -102,8 +102,8 @@ class OutputHead(nn.Module):
             self.param_dtype,
         )
         quant = self.quant or QuantConfig()
-        w = fake_quant(w.astype(h.dtype), quant.weight_bits("head"), 0)
-        h = fake_quant(h, quant.act_bits("head"))
+        w = quant.weights("head", w.astype(h.dtype), (0,))
+        h = quant.activations("head", h)
         sow_calibration(self, "head_in", h)
         logits = jnp.einsum("bsd,dv->bsv", h, w, preferred_element_type=jnp.float32)
         return nn.with_logical_constraint(logits, ("batch", "seq", "vocab"))

@@ -9,7 +9,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Float
 
 from jaxlab.nn.initializers import kernel_init
-from jaxlab.nn.quantization import QuantConfig, fake_quant, sow_calibration
+from jaxlab.nn.quantization import QuantConfig, sow_calibration
 
 
 class MLP(nn.Module):
@@ -125,14 +125,13 @@ class SwiGLU(nn.Module):
             self.param_dtype,
         )
         quant = self.quant or QuantConfig()
-        w_bits, a_bits = quant.weight_bits("mlp"), quant.act_bits("mlp")
         w_gate, w_up, w_down = (
-            fake_quant(w.astype(dtype), w_bits, 0) for w in (w_gate, w_up, w_down)
+            quant.weights("mlp", w.astype(dtype), (0,)) for w in (w_gate, w_up, w_down)
         )
-        x = fake_quant(x.astype(dtype), a_bits)
+        x = quant.activations("mlp", x.astype(dtype))
         sow_calibration(self, "up_in", x)
         gate = jnp.einsum("...d,df->...f", x, w_gate)
         up = jnp.einsum("...d,df->...f", x, w_up)
-        hidden = fake_quant(nn.silu(gate) * up, a_bits)
+        hidden = quant.activations("mlp", nn.silu(gate) * up)
         sow_calibration(self, "down_in", hidden)
         return jnp.einsum("...f,fd->...d", hidden, w_down)

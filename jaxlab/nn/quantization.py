@@ -8,10 +8,12 @@ approximation
     Q_b(x) = s · clip(round(x / s), -2^{b-1}, 2^{b-1} - 1)
 
 and the backward pass is the identity (straight-through estimator, ``∂Q_b(x)/∂x := I``), so
-gradients are computed in high precision. Granularities used by the paper and by the layers here:
-weights per output channel (the absmax runs over the input axes), activations per tensor, the KV
-cache per head (the absmax runs over ``head_dim`` of each token and head, so incremental decoding
-with a cache gives the same numbers as the full pass).
+gradients are computed in high precision. The granularity (which elements share one scale) is
+selectable per kind of tensor; the defaults are the paper's: weights per output channel (the
+absmax runs over the input axes), activations per tensor, the KV cache per head (one scale per
+head over batch, tokens and ``head_dim``). With ``kv_granularity: token_head`` (one scale per token
+and head) incremental decoding with a cache gives the same numbers as the full pass; with the
+per-head default a cached decode scales each call's new keys and values by their own absmax.
 
 :class:`QuantConfig` is the static (hashable) choice of bit widths and target layers consumed by
 :class:`jaxlab.nn.attention.MultiHeadAttention`, :class:`jaxlab.nn.mlp.SwiGLU`,
@@ -37,6 +39,14 @@ MAX_BITS = 32
 TARGETS = ("attention", "mlp", "experts", "head")
 #: collection into which the layers ``sow`` the inputs of their linear maps (GPTQ calibration).
 CALIBRATION_COLLECTION = "quant_calibration"
+#: granularities each kind of tensor accepts (which elements share one absmax scale).
+GRANULARITIES = {
+    "w_granularity": ("channel", "tensor"),
+    "a_granularity": ("tensor", "token"),
+    "kv_granularity": ("head", "token_head", "token", "tensor"),
+}
+#: reduction axes of a ``[batch, seq, heads, head_dim]`` key or value per KV granularity.
+_KV_AXES = {"head": (0, 1, 3), "token_head": (3,), "token": (2, 3), "tensor": None}
 
 
 def check_bits(field: str, bits: object) -> None:
@@ -57,22 +67,32 @@ class QuantConfig:
         w_bits: ``P_w``, bits of the weights (per output channel); ``None`` = full precision.
         a_bits: ``P_a``, bits of the activations entering every quantised linear map (per
             tensor); ``None`` = full precision.
-        kv_bits: ``P_kv``, bits of the attention keys and values (the KV cache; per token and
-            head); ``None`` = full precision.
+        kv_bits: ``P_kv``, bits of the attention keys and values (the KV cache); ``None`` = full
+            precision.
         targets: layer groups whose linear maps are quantised, a subset of
             ``("attention", "mlp", "experts", "head")``; ``None`` = every linear map of the
             transformer blocks (attention, dense MLP, experts) and not the output head, as in the
             paper. The router of an MoE layer and the embedding are never quantised.
+        w_granularity: ``"channel"`` (one scale per output channel, the paper's) or ``"tensor"``.
+        a_granularity: ``"tensor"`` (the paper's) or ``"token"`` (one scale per token).
+        kv_granularity: ``"head"`` (one scale per head, the paper's), ``"token_head"`` (per token
+            and head), ``"token"`` (per token, all heads) or ``"tensor"``.
     """
 
     w_bits: int | None = None
     a_bits: int | None = None
     kv_bits: int | None = None
     targets: tuple[str, ...] | None = None
+    w_granularity: str = "channel"
+    a_granularity: str = "tensor"
+    kv_granularity: str = "head"
 
     def __post_init__(self) -> None:
         for name in ("w_bits", "a_bits", "kv_bits"):
             check_bits(name, getattr(self, name))
+        for name, allowed in GRANULARITIES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, getattr(self, name), f"one of {allowed}")
         if self.targets is not None:
             if isinstance(self.targets, str) or not isinstance(self.targets, Sequence):
                 raise ConfigError("targets", self.targets, f"None or a tuple from {TARGETS}")
@@ -105,6 +125,52 @@ class QuantConfig:
     def cache_bits(self) -> int | None:
         """``kv_bits`` if attention is targeted, else None."""
         return self.kv_bits if self.applies_to("attention") else None
+
+    def weights(self, group: str, w: Array, input_axes: tuple[int, ...]) -> Array:
+        """``w`` fake-quantised at ``weight_bits(group)`` and ``w_granularity`` (``input_axes``:
+        the kernel's input axes, reduced for per-output-channel scales).
+
+        Raises:
+          ConfigError: ``quant.w_granularity`` "channel" on a kernel with no output axis left.
+        """
+        if self.w_granularity == "tensor":
+            return fake_quant(w, self.weight_bits(group))
+        axes = tuple(a % w.ndim for a in input_axes)
+        if not axes or len(set(axes)) >= w.ndim:
+            raise ConfigError(
+                "quant.w_granularity", "channel", f"a kernel with output axes, got shape {w.shape}"
+            )
+        return fake_quant(w, self.weight_bits(group), axes)
+
+    def activations(self, group: str, x: Array, features: int = 1) -> Array:
+        """``x`` fake-quantised at ``act_bits(group)`` and ``a_granularity`` (``x``: ``[batch, seq,
+        *features]`` with ``features`` trailing feature axes, reduced for per-token scales).
+
+        Raises:
+          ConfigError: ``quant.a_granularity`` "token" on an array without token axes.
+        """
+        if self.a_granularity == "tensor":
+            return fake_quant(x, self.act_bits(group))
+        if x.ndim <= features:
+            raise ConfigError(
+                "quant.a_granularity", "token", f"an array with token axes, got shape {x.shape}"
+            )
+        return fake_quant(x, self.act_bits(group), tuple(range(x.ndim - features, x.ndim)))
+
+    def cache(self, kv: Float[Array, "batch seq heads head_dim"]) -> Array:
+        """Keys or values fake-quantised at ``cache_bits()`` and ``kv_granularity``.
+
+        Raises:
+          ConfigError: ``quant.kv_granularity`` on an array that is not ``[batch, seq, heads,
+            head_dim]``.
+        """
+        if kv.ndim != 4:
+            raise ConfigError(
+                "quant.kv_granularity",
+                self.kv_granularity,
+                f"keys/values of shape [batch, seq, heads, head_dim], got {kv.shape}",
+            )
+        return fake_quant(kv, self.cache_bits(), _KV_AXES[self.kv_granularity])
 
 
 def sow_calibration(module: nn.Module, name: str, x: Array) -> None:

@@ -16,16 +16,21 @@ Examples::
     jaxlab train distill --preset cpu
     jaxlab train distill parity.n=40 parity.k=4 student.multiplier=4
     jaxlab train distill --preset pcfg
+    jaxlab eval distill --run-dir DIR      # teacher accuracy and the students by method
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
+import math
 from pathlib import Path
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
@@ -45,7 +50,8 @@ class DistillConfig:
       parity: the sparse-parity task (``parity.n``, ``parity.k``, ``parity.probe_samples``).
       pcfg: the PCFG masked-LM task (grammar, corpus, probes).
       teacher: the teacher (``teacher.checkpoint_every`` divides ``loop.total_steps``).
-      student: the students (``student.multiplier``, ``student.tau``, ``student.seeds``, ...).
+      student: the students (``student.multiplier``, ``student.tau`` (the teacher's temperature),
+        ``student.tau_anneal``, ``student.kl``, ``student.schedule``, ``student.seeds``, ...).
       optim: the teacher's and the students' optimisers.
     """
 
@@ -125,6 +131,55 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     )
 
 
+def student_table(results: dict) -> str:
+    """The students by method: final accuracy and samples to the target (seed means; a seed that
+    never reached the target makes the mean ``never``), from :func:`dp.parity_results` or
+    :func:`dp.pcfg_results`."""
+    if results.get("task") == "pcfg":
+        key, target = "samples_to_labels_final", "samples to labels' final acc"
+    else:
+        key, target = "samples_to_95", "samples to 95% acc"
+    seeds = len(next(iter(results["student_accuracy"].values())))
+    per = f"{seeds} seed{'s' * (seeds != 1)}, means"
+    lines = [f"{'method':<12} {'final acc':>9} {target:>30}   ({per})"]
+    for method in distill.METHODS:
+        acc = float(np.mean([curve[-1] for curve in results["student_accuracy"][method]]))
+        samples = float(np.mean(results[key][method]))
+        shown = "never" if not math.isfinite(samples) else f"{samples:.0f}"
+        lines.append(f"{method:<12} {acc:>9.4f} {shown:>30}")
+    return "\n".join(lines)
+
+
+def eval_main(cfg: DistillConfig, run_dir: Path, argv: list[str]) -> int:
+    """``jaxlab eval distill --run-dir DIR [--json]``: the teacher's accuracy at the latest
+    checkpoint and the students of every method (``results.json`` of a finished run; otherwise the
+    students are distilled now from the checkpoints so far)."""
+    from jaxlab.core.run import open_run
+
+    p = argparse.ArgumentParser(prog="jaxlab eval distill")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = p.parse_args(argv)
+    run = open_run(run_dir, recipe=RECIPE)
+    teacher = float(run.parts.evaluate(run.state)["teacher_accuracy"])
+    saved = Path(run_dir) / "results.json"
+    if saved.exists() and run.step == cfg.loop.total_steps:
+        results = json.loads(saved.read_text())
+    else:
+        task = dp.make_task(
+            cfg.task, cfg.parity, cfg.pcfg, cfg.teacher, cfg.student, seed=cfg.seed,
+            student_optim=cfg.optim.student,
+        )  # fmt: skip
+        results = task.results(dp.teacher_run(jax.device_get(run.state), cfg.teacher_spec()))
+    if args.json:
+        keep = ("student_accuracy", "samples_to_95", "samples_to_labels_final")
+        out = {k: v for k, v in results.items() if k in keep}
+        print(json.dumps({"step": run.step, "teacher_accuracy": teacher, **out}, default=float))
+        return 0
+    print(f"checkpoint step {run.step} of {run_dir}: teacher accuracy {teacher:.4f}")
+    print(student_table(results))
+    return 0
+
+
 RECIPE = register(
     Recipe(
         name="distill",
@@ -134,5 +189,6 @@ RECIPE = register(
         "trajectory, probes, progressive / 2-shot / one-shot / label students",
         default_preset="cpu",
         traced=("optim.teacher.lr",),
+        eval_main=eval_main,
     )
 )

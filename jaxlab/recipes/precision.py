@@ -6,7 +6,9 @@ The decoder trains with forward-only fake quantisation (``model.quant``; :mod:`j
 through the shared LM train step (:mod:`jaxlab.lm.training`). ``D = loop.total_steps ×
 data.batch_size × data.seq_len`` tokens; ``N`` is the number of non-embedding parameters (the
 paper's convention, :func:`jaxlab.lm.ptq.non_embedding_params`). Evaluation reports the
-validation loss, ``N``, ``D`` so far and, for every ``ptq.bits`` and ``ptq.methods``
+validation loss, ``N``, ``D`` so far, the training precisions and their granularities
+(``model.quant.{w,a,kv}_granularity``; by default the paper's: weights per output channel,
+activations per tensor, KV cache per head) and, for every ``ptq.bits`` and ``ptq.methods``
 (round-to-nearest and GPTQ on ``ptq.calib_batches`` training batches), the validation loss after
 post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A
 grid of runs over ``N``, ``D`` and the precisions (``experiments/precision_grid/precision_grid.py``, through
@@ -69,7 +71,7 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
     def val_loss(params: Any, windows: list[jax.Array]) -> float:
         return training.mean_validation_loss(model, params, windows, eval_loss)
 
-    def evaluate(state: LmState) -> dict[str, float]:
+    def evaluate(state: LmState) -> dict[str, float | str]:
         windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
         params = jax.device_get(state.params)
         base = val_loss(params, windows)
@@ -81,6 +83,9 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
             "P_w": float(q.w_bits or math.inf),
             "P_a": float(q.a_bits or math.inf),
             "P_kv": float(q.kv_bits or math.inf),
+            "w_granularity": q.w_granularity,
+            "a_granularity": q.a_granularity,
+            "kv_granularity": q.kv_granularity,
         }
         if cfg.ptq.bits:
             calib_it = train_iterator(

@@ -37,7 +37,7 @@ RELATIONS = tuple(ta.RELATIONS)
 
 @dataclasses.dataclass(frozen=True)
 class TaskArithmeticConfig:
-    """``loop.total_steps`` is the number of fine-tuning steps (``experiment.steps`` is unused).
+    """``loop.total_steps`` is the number of fine-tuning steps.
 
     Attributes:
       seed: PRNG seed.

@@ -164,6 +164,24 @@ def test_trim_rows(trim_case):
             rtol=1e-4,
             atol=1e-6,
         )
+    # a row held by both sampled sources lands on the mean of their two rows (averaged, not
+    # summed, over its holders)
+    emb1 = jax.tree.map(lambda e: jnp.take(e, rows[1], axis=0, mode="fill", fill_value=0),
+                        state0.server_emb)  # fmt: skip
+    _, emb_k1, _ = jax.jit(dept.local_train)(
+        state0.hparams, state0.body, emb1, toks[idx[1]], valid[1]
+    )
+    shared = np.nonzero(holders == 2)[0]
+    assert shared.size > 0
+    pos = [{int(r): p for p, r in enumerate(rows[k]) if valid[k][p]} for k in (0, 1)]
+    for name in ("embed", "head"):
+        mean = np.stack(
+            [(np.asarray(emb_k[name])[pos[0][r]] + np.asarray(emb_k1[name])[pos[1][r]]) / 2
+             for r in shared]
+        )  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(state1.server_emb[name])[shared], mean, rtol=1e-4, atol=1e-6
+        )
     sizes = src.vocabs.sizes[idx]
     n_body = D.param_count(state0.body)
     expected = sum(2 * 4 * (n_body + 2 * int(vk) * MODEL.d_model) for vk in sizes)

@@ -35,17 +35,62 @@ def _np_log_softmax(z):
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-@pytest.mark.parametrize("alpha,tau", [(0.0, 1.0), (0.3, 2.0), (1.0, 0.5)])
-def test_distillation_loss_matches_numpy(alpha, tau):
+def _np_kd(s, t, y, alpha, tau, reverse):
+    """NumPy loss and analytic gradient in the student's logits of α·CE(y, s) + (1−α)·KL with
+    the teacher tempered (softmax(t/τ)) and the student not (softmax(s))."""
+    b = s.shape[0]
+    log_ps, log_pt = _np_log_softmax(s), _np_log_softmax(t / tau)
+    ps, pt, onehot = np.exp(log_ps), np.exp(log_pt), np.eye(s.shape[1])[y]
+    ce = -log_ps[np.arange(b), y]
+    if reverse:
+        d = log_ps - log_pt
+        kl = (ps * d).sum(-1)
+        g_kl = ps * (d - kl[:, None])
+    else:
+        kl = (pt * (log_pt - log_ps)).sum(-1)
+        g_kl = ps - pt
+    loss = np.mean(alpha * ce + (1 - alpha) * kl)
+    return loss, (alpha * (ps - onehot) + (1 - alpha) * g_kl) / b
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
+def test_distillation_loss_and_gradient_match_numpy(alpha, tau, reverse):
+    """Only the teacher is tempered: value and ∂/∂s equal the NumPy reference at every τ."""
     rng = np.random.default_rng(0)
-    s, t = rng.normal(size=(2, 7, 3)).astype(np.float32) * 3
+    s, t = (rng.normal(size=(2, 7, 3)) * 3).astype(np.float64)
     y = rng.integers(0, 3, 7)
-    ce = -_np_log_softmax(s)[np.arange(7), y]
-    pt = np.exp(_np_log_softmax(t / tau))
-    kl = (pt * (np.log(pt) - _np_log_softmax(s / tau))).sum(-1)
-    want = np.mean(alpha * ce + (1 - alpha) * kl)
-    got = jax.jit(distill.distillation_loss)(s, t, y, alpha=alpha, tau=tau)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    want, want_grad = _np_kd(s, t, y, alpha, tau, reverse)
+
+    t32, y32 = jnp.asarray(t, jnp.float32), jnp.asarray(y)
+
+    def f(s):
+        return distill.distillation_loss(s, t32, y32, alpha=alpha, tau=tau, reverse=reverse)
+
+    got, grad = jax.jit(jax.value_and_grad(f))(jnp.asarray(s, jnp.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_kd_loss_anneals_the_temperature_and_refuses_nonpositive_ones():
+    """``linear``: τ_u = max(τ(1 − u/steps), τ_min); the loss uses τ_u; τ <= 0 names the key."""
+    kd = distill.KDLoss(tau=2.0, anneal="linear", tau_min=0.1)
+    taus = [float(kd.temperature(u, 100)) for u in (0, 50, 99, 100)]
+    np.testing.assert_allclose(taus, [2.0, 1.0, 0.1, 0.1], rtol=1e-6)
+    assert float(distill.KDLoss(tau=3.0).temperature(77, 100)) == 3.0
+    rng = np.random.default_rng(2)
+    s, t = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    y = rng.integers(0, 4, 5)
+    got = kd(jnp.asarray(s), jnp.asarray(t), jnp.asarray(y), alpha=0.0, step=50, steps=100)
+    np.testing.assert_allclose(got, _np_kd(s, t, y, 0.0, 1.0, False)[0], rtol=1e-5)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ConfigError, match="'tau'"):
+            distill.KDLoss(tau=bad)
+    with pytest.raises(ConfigError, match="'tau_min'"):
+        distill.KDLoss(tau_min=0.0)
+    with pytest.raises(ConfigError, match="'kl'"):
+        distill.KDLoss(kl="both")
 
 
 def test_distillation_loss_gradient_ignores_the_teacher():
@@ -54,6 +99,44 @@ def test_distillation_loss_gradient_ignores_the_teacher():
     np.testing.assert_array_equal(g, 0.0)
     # zero at s = t for α = 0
     assert float(distill.distillation_loss(t, t, y, alpha=0.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_saturate_schedule_moves_on_when_the_accuracy_stops_rising():
+    """The teacher moves to the next *selected* checkpoint once the newest accuracy is within 0.01
+    of the mean of the 5 before it and 0.01 above the accuracy of the last move; a plateau
+    without progress since then keeps it; the last selected checkpoint is kept."""
+    selected = jnp.array([True, False, True, True])
+    accs = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6] + [0.6] * 6 + [0.7] + [0.8] * 6 + [0.9] * 8
+    update = jax.jit(distill.saturation_update)
+    sat, index = distill.saturation_init(selected), []
+    for a in accs:
+        sat = update(sat, jnp.float32(a), selected)
+        index.append(int(sat.index))
+    # moves after the 11th evaluation (plateau at 0.6) and the 19th (plateau at 0.8)
+    assert index == [0] * 10 + [2] * 8 + [3] * 9, index
+
+
+def test_saturate_student_follows_selected_checkpoints_in_order():
+    """``saturate=True`` trains a student whose teacher index starts at the first selected
+    checkpoint, only takes selected ones and never goes back."""
+    small, task = distill.ParityMLP(width=8), sp.SparseParity(n=6, k=2)
+    keys = jax.random.split(jax.random.PRNGKey(3), 4)
+    params = [small.init(k, jnp.zeros((1, task.n))) for k in keys]
+    run = distill.TeacherRun(
+        params=jax.tree.map(lambda *p: jnp.stack(p), *params),
+        steps=jnp.array([10, 20, 30, 40], jnp.int32),
+        losses=jnp.zeros((40,), jnp.float32),
+    )
+    spec = distill.TrainSpec(steps=120, batch=16, every=4, optim=SGD_02)
+    selected = jnp.array([False, True, False, True])
+    x, _ = sp.sample(jax.random.PRNGKey(4), task, 64)
+    train = jax.jit(distill.train_student, static_argnums=(1, 2, 6, 7), static_argnames="saturate")
+    curve = train(
+        jax.random.PRNGKey(5), small, small, run, selected, 0.0, task, spec, x, saturate=True
+    )
+    index = np.asarray(curve.teacher_index)
+    assert index[0] == 1 and set(index.tolist()) <= {1, 3} and np.all(np.diff(index) >= 0)
+    assert np.all(np.isfinite(np.asarray(curve.loss)))
 
 
 def test_schedule_picks_first_selected_checkpoint_at_or_after_t_times_multiplier():

@@ -67,6 +67,48 @@ def test_bad_bits_name_the_field(bits):
         unchecked(quantize_dequantize)(X, bits)  # its own validation
 
 
+KV = (
+    jax.random.normal(jax.random.key(7), (2, 5, 3, 4))
+    * jnp.linspace(0.2, 2.0, 3)[None, None, :, None]
+)
+
+
+@pytest.mark.parametrize(
+    "granularity,axes",
+    [("head", (0, 1, 3)), ("token_head", (3,)), ("token", (2, 3)), ("tensor", None)],
+)
+def test_kv_granularity_matches_numpy(granularity, axes):
+    """The default (the paper's) is one scale per head over batch, tokens and head_dim."""
+    quant = QuantConfig(kv_bits=3, kv_granularity=granularity)
+    np.testing.assert_allclose(quant.cache(KV), _numpy_quant(np.asarray(KV), 3, axes), rtol=1e-6)
+    if granularity == "head":
+        np.testing.assert_array_equal(QuantConfig(kv_bits=3).cache(KV), quant.cache(KV))
+
+
+def test_weight_and_activation_granularities_match_numpy():
+    """Defaults: weights per output channel, activations per tensor; the alternatives too."""
+    x = np.asarray(X)
+    default = QuantConfig(w_bits=3, a_bits=3)
+    np.testing.assert_allclose(default.weights("mlp", X, (0,)), _numpy_quant(x, 3, 0), rtol=1e-6)
+    np.testing.assert_allclose(default.activations("mlp", X), _numpy_quant(x, 3, None), rtol=1e-6)
+    w = QuantConfig(w_bits=3, a_bits=3, w_granularity="tensor", a_granularity="token")
+    np.testing.assert_allclose(w.weights("mlp", X, (0,)), _numpy_quant(x, 3, None), rtol=1e-6)
+    np.testing.assert_allclose(w.activations("mlp", X), _numpy_quant(x, 3, 1), rtol=1e-6)
+
+
+def test_granularity_that_does_not_fit_names_the_key():
+    for key, value in (("w_granularity", "head"), ("a_granularity", "head"),
+                       ("kv_granularity", "channel")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            QuantConfig(**{key: value})
+    with pytest.raises(ConfigError, match="'quant.kv_granularity'"):
+        unchecked(QuantConfig.cache)(QuantConfig(kv_bits=4), X)  # its own validation
+    with pytest.raises(ConfigError, match="'quant.w_granularity'"):
+        QuantConfig(w_bits=4).weights("mlp", X, (0, 1))
+    with pytest.raises(ConfigError, match="'quant.a_granularity'"):
+        QuantConfig(a_bits=4, a_granularity="token").activations("mlp", X[0])
+
+
 def test_unknown_or_absent_target_names_the_field():
     with pytest.raises(ConfigError, match="'targets'"):
         QuantConfig(w_bits=4, targets=("attn",))
@@ -100,12 +142,15 @@ def test_16_bit_model_equals_full_precision_to_round_off(model_and_params):
     err4 = float(jnp.max(jnp.abs(q4 - full)))
     assert err16 < 1e-4 * float(jnp.max(jnp.abs(full))) + 1e-5, err16
     assert err4 > 50 * err16  # the hooks are live: 4 bits moves the logits
+    per_token = _logits(QuantConfig(4, 4, 4, kv_granularity="token_head"), params, tokens)
+    assert float(jnp.max(jnp.abs(per_token - q4))) > 10 * err16  # the KV granularity is live
 
 
 def test_kv_quantised_cache_decoding_equals_full_pass(model_and_params):
     """Per-token, per-head KV scales make incremental decoding equal the full pass."""
     tokens, params = model_and_params
-    cfg = DecoderConfig(**{**CFG.__dict__, "quant": QuantConfig(w_bits=5, kv_bits=3)})
+    quant = QuantConfig(w_bits=5, kv_bits=3, kv_granularity="token_head")
+    cfg = DecoderConfig(**{**CFG.__dict__, "quant": quant})
     model = Decoder(cfg)
     full = jax.jit(model.apply)(params, tokens)
     decode = jax.jit(lambda p, t, c: model.apply(p, t, c, method=Decoder.decode))

@@ -37,6 +37,9 @@ def test_config_errors():
         RECIPE.config("tiny", ["dept.variant=global"])
     with pytest.raises(C.ConfigError, match="sources_per_round"):
         RECIPE.config("tiny", ["dept.sources_per_round=4"])
+    for fewer in ("0", "-1"):  # fewer participating sources than one
+        with pytest.raises(C.ConfigError, match="'dept.sources_per_round'"):
+            RECIPE.config("tiny", [f"dept.sources_per_round={fewer}"])
     with pytest.raises(C.ConfigError, match="'optim.outer.momentum'"):
         RECIPE.config("tiny", ["optim.outer.momentum=1.0"])
     assert RECIPE.config("tiny", ["dept.variant=spec"]).dept.variant == "spec"

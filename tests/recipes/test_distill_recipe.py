@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from jaxlab import cli
 from jaxlab.core import config as C
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
@@ -13,7 +14,7 @@ from jaxlab.core.config import ConfigError
 RECIPE = recipe_lib.get("distill")
 
 
-def test_tiny_preset_runs_end_to_end(tmp_path):
+def test_tiny_preset_runs_end_to_end(tmp_path, capsys):
     cfg = RECIPE.config("tiny")
     result = loop.run(RECIPE, cfg, tmp_path)
     assert result.step == cfg.loop.total_steps
@@ -27,6 +28,13 @@ def test_tiny_preset_runs_end_to_end(tmp_path):
     assert np.asarray(out["student_accuracy"]["labels"]).shape == (cfg.student.seeds, 2)
     for name in ("teacher_loss.png", "teacher_probes.png", "students.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    # `jaxlab eval` prints the teacher's accuracy and the students by method
+    capsys.readouterr()
+    assert cli.main(["eval", "distill", "--run-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "teacher accuracy" in printed and "samples to 95% acc" in printed
+    for method in ("progressive", "two_shot", "one_shot", "labels"):
+        assert f"\n{method} " in printed, printed
 
 
 def test_config_needs_intermediate_checkpoints():
@@ -34,6 +42,16 @@ def test_config_needs_intermediate_checkpoints():
         C.replace(RECIPE.config("tiny"), **{"teacher.checkpoint_every": 100})
     with pytest.raises(ConfigError, match="parity.k"):
         C.replace(RECIPE.config("tiny"), **{"parity.k": 9})
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("student.tau", 0.0), ("student.tau", -2.0), ("student.tau_min", 0.0),
+     ("student.tau_anneal", "cosine"), ("student.kl", "both"), ("student.schedule", "fast")],
+)  # fmt: skip
+def test_bad_distillation_term_names_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        C.replace(RECIPE.config("tiny"), **{key: value})
 
 
 def test_teacher_step_data_parallel_equals_one_device():

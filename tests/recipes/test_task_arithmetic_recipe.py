@@ -2,8 +2,11 @@
 
 import json
 
+import pytest
+
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.config import ConfigError
 
 RECIPE = recipe_lib.get("task-arithmetic")
 
@@ -27,3 +30,9 @@ def test_finetune_step_data_parallel_equals_one_device():
 
     cfg = RECIPE.config("tiny", ["experiment.batch=16"])
     sharded_step_matches(RECIPE, cfg, {"mesh.data": 8}, steps=2)
+
+
+def test_fine_tuning_steps_are_loop_total_steps_only():
+    """``experiment.steps`` is no key: the fine-tuning length is ``loop.total_steps``."""
+    with pytest.raises(ConfigError, match="'experiment.steps'"):
+        RECIPE.config("tiny", ["experiment.steps=5"])

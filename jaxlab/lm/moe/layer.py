@@ -40,7 +40,7 @@ from jaxlab.lm.moe.experts import (
 from jaxlab.lm.moe.router import _token_entropy, _z_loss_from_lse, load_balancing_loss, route
 from jaxlab.lm.routing_stats import RoutingStats, routing_stats
 from jaxlab.nn.initializers import kernel_init
-from jaxlab.nn.quantization import QuantConfig, fake_quant
+from jaxlab.nn.quantization import QuantConfig
 
 #: flax ``sow`` collection holding each MoE layer's raw (unweighted) auxiliary losses.
 AUX_LOSS_COLLECTION = "moe_aux_loss"
@@ -180,9 +180,10 @@ class MoEFeedForward(nn.Module):
             w2=param("w2", (e, ff, d), ("expert", "mlp", "embed")),
         )
         quant = self.quant or QuantConfig()
-        w_bits = quant.weight_bits("experts")
-        weights = jax.tree.map(lambda w: fake_quant(jnp.asarray(w, self.dtype), w_bits, 1), weights)
-        x = fake_quant(jnp.asarray(x, self.dtype), quant.act_bits("experts"))
+        weights = jax.tree.map(
+            lambda w: quant.weights("experts", jnp.asarray(w, self.dtype), (1,)), weights
+        )
+        x = quant.activations("experts", jnp.asarray(x, self.dtype))
         y, aux = moe_ffn(x, jnp.asarray(router, self.dtype), weights, config=cfg)
         self.sow(AUX_LOSS_COLLECTION, "lb_loss", aux.lb_loss)
         self.sow(AUX_LOSS_COLLECTION, "z_loss", aux.z_loss)
