@@ -51,9 +51,7 @@ NOT_CHECKED = frozenset(
         "tests/test_hygiene.py",
         "jaxlab/diffusion/planner.py",
         "jaxlab/envs/driving/__init__.py",
-        "jaxlab/lm/dept.py",
         "jaxlab/lm/routing_stats.py",
-        "jaxlab/lm/scaling_laws.py",
         "jaxlab/workflows/standin.py",
     }
 )

@@ -21,7 +21,7 @@ Embeddings (token embedding ``E [V, d]`` and the untied output head, stored here
 * ``spec``: each source has its own tokenizer and ``E_k, H_k``; they stay with the client (in
   ``DeptState.client_emb``), never enter the server state, and persist across rounds.
 
-Communication (paper Tab. 1, brief §4): per round, each sampled client receives and sends
+Communication (paper Tab. 1): per round, each sampled client receives and sends
 ``2·b·(|θ_body| + |E_shared|)`` bytes with ``|E_shared| = m·|V|·d`` (glob), ``m·|R_k|·d`` (trim),
 ``0`` (spec), ``m = 2`` for an untied head (1 tied) and ``b`` bytes per parameter. Synchronous data
 parallel at equal tokens sends ``2·b·(|θ_body| + m·|V|·d)`` per worker on each of the ``N`` steps.

@@ -1,6 +1,6 @@
 """Precision-aware scaling laws ("Scaling Laws for Precision", Kumar et al., ICLR 2025).
 
-The unified law (§5, eq. 6-8 of the paper; brief ``papers/lm.md`` §7):
+The unified law (§5, eq. 6-8 of the paper):
 
     L(N, D, P_w, P_a, P_kv, P_post) = A N_eff^{-α} + B D^{-β} + E + δ_PTQ
     N_eff = N · Π_{x ∈ {w, a, kv}} (1 - e^{-P_x/γ_x + n_x})                    (training precision)
