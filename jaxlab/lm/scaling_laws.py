@@ -33,6 +33,7 @@ whose R² stays below a threshold (a warning or an error carrying the R² reache
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -360,6 +361,32 @@ def default_starts(init: PrecisionLaw, free: Sequence[str], *, n_random: int = 6
     return starts
 
 
+def _predict(theta, cols, *, free, logged, init, model, log):
+    """The model's prediction (its log with ``log``) at the free constants ``theta`` (positive
+    ones as logs)."""
+    values = {f: (jnp.exp(t) if lg else t) for f, t, lg in zip(free, theta, logged, strict=True)}
+    pred = model(dataclasses.replace(init, **values), cols)
+    return jnp.log(pred) if log else pred
+
+
+_FIXED = ("free", "logged", "init", "model", "log")
+
+
+@functools.partial(jax.jit, static_argnames=_FIXED)
+def _residuals(theta, cols, y, **fixed):
+    """Residuals of the fit; a trial step into a diverging region (u <= 0, overflow) gets a
+    large finite residual. One compiled program per law form and data shape, shared by fits."""
+    raw = _predict(theta, cols, **fixed) - y
+    return jnp.nan_to_num(raw, nan=1e6, posinf=1e6, neginf=-1e6)
+
+
+@functools.partial(jax.jit, static_argnames=_FIXED)
+def _jacobian(theta, cols, y, **fixed):
+    """The exact Jacobian of the residuals (float64 under ``enable_x64``), non-finite -> 0."""
+    j = jax.jacfwd(lambda th: _predict(th, cols, **fixed) - y)(theta)
+    return jnp.nan_to_num(j, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def fit_law(
     data: Mapping[str, Sequence[float] | np.ndarray],
     target: Sequence[float] | np.ndarray,
@@ -427,21 +454,11 @@ def fit_law(
                 raise ConfigError(f"data.{k}", v.shape, f"a column of length {n} (len(target))")
         y_fit = np.log(y) if log_target else y
 
-        def predict(theta):
-            values = {
-                f: (jnp.exp(t) if lg else t) for f, t, lg in zip(free, theta, logged, strict=True)
-            }
-            pred = model(dataclasses.replace(init, **values), cols)
-            return jnp.log(pred) if log_target else pred
-
-        def raw(th):
-            return predict(th) - jnp.asarray(y_fit)
-
-        # a trial step into a diverging region (u <= 0, overflow) gets a large finite residual
-        resid = jax.jit(lambda th: jnp.nan_to_num(raw(th), nan=1e6, posinf=1e6, neginf=-1e6))
-        jac = jax.jit(
-            lambda th: jnp.nan_to_num(jax.jacfwd(raw)(th), nan=0.0, posinf=0.0, neginf=0.0)
-        )
+        fixed = dict(free=free, logged=tuple(logged), init=init, model=model, log=log_target)
+        y_arg = jnp.asarray(y_fit)
+        resid = lambda th: _residuals(th, cols, y_arg, **fixed)
+        jac = lambda th: _jacobian(th, cols, y_arg, **fixed)
+        predict = lambda th: _predict(th, cols, **fixed)
         best = None
         for start in starts:
             theta0 = _theta(start, free, logged)
