@@ -1,4 +1,4 @@
-"""Decoding demonstrations on the project's own small models (issue 9), one JSON line each.
+"""Decoding demonstrations on the project's own small models, one JSON line each.
 
 Two ``lm-tiny`` byte-level decoders are trained on the shipped corpus with the recipe (a small
 drafter and a larger verifier; checkpoints are cached in ``--run-root``, git-ignored ``runs/``,

@@ -1,7 +1,7 @@
 """Physics engine throughput, side by side with the original Jax2D on the same scenes.
 
 Scenes are the ones the peer benchmark uses: S ``s/h2_one_wheel_car`` and M ``m/h5_angry_birds``
-from ``../shared/kinetix-levels``, L the M level padded to L capacities (12 polygons, 4 circles,
+of the original Kinetix levels (kinetix-env's ``kinetix/levels``, read from ``LEVELS``), L the M level padded to L capacities (12 polygons, 4 circles,
 6 joints, 2 thrusters). Work per measurement: ``jit(lax.scan(vmap(step)))`` over ``n`` copies of
 the scene with zero actions, ``k = max(1, min(64, 8192 // n))`` engine steps per call, timed
 at steady state for ``--seconds`` after one untimed call; compile (lower + XLA) separately.

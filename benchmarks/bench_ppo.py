@@ -36,7 +36,8 @@ Every measurement prints one JSON line. Modes (combine freely):
 Rates: ``rate`` is wall-clock env-steps/s; ``rate_cpu`` is env-steps per CPU-second of this
 process (``time.process_time``), which stays meaningful on a loaded shared machine (``load``
 is the 1-minute load average at the end of the measurement). Levels: S is the shipped
-``s/h2_one_wheel_car``; M is ``../shared/kinetix-levels/m/h5_angry_birds.json``; L pads that M
+``s/h2_one_wheel_car``; M is ``m/h5_angry_birds`` of
+the original Kinetix levels (kinetix-env's ``kinetix/levels``, read from ``SHARED``); L pads that M
 level into L capacities (costs depend on the capacities, not on the level's contents).
 
 Usage: ``python -m benchmarks.bench_ppo [--train] [--profile] [--curve] [--peer] [--peer-train] [--floor]

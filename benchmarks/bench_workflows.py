@@ -1,4 +1,4 @@
-"""AFlow workflow search (issue 25): throughput of workflow evaluation and the search ablations,
+"""AFlow workflow search: throughput of workflow evaluation and the search ablations,
 one JSON line per measurement.
 
 * ``standin_eval``: workflow evaluations/s on the stand-in (validation split of 200 problems),

@@ -10,7 +10,7 @@ from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.recipe import get as get_recipe
 from jaxlab.core.sharding import MeshConfig, make_mesh
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "ConfigError",

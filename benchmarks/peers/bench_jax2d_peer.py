@@ -13,9 +13,10 @@ Runs inside the peer venv only (``benchmarks/peers/.venv-kinetix``, made by
   uniform random continuous actions, flat or entity observations. ``steps_per_s`` counts env
   steps (each is ``frame_skip`` engine steps); ``engine_steps_per_s`` multiplies that out.
 
-Scenes: S ``s/h2_one_wheel_car`` and M ``m/h5_angry_birds`` from ``../shared/kinetix-levels``;
+Scenes: S ``s/h2_one_wheel_car`` and M ``m/h5_angry_birds`` of the original Kinetix levels
+(``LEVELS``, byte-identical to the wheel's);
 L is ``m/h5_angry_birds`` padded to L capacities with ``kinetix.util.saving.expand_env_state``
-(shared/ holds no L level) and, for the engine, also ``l/h0_angrybirds`` shipped in the
+(``LEVELS`` holds no L level) and, for the engine, also ``l/h0_angrybirds`` shipped in the
 kinetix-env wheel. Same static sizes share one compiled program.
 
 Usage (repository root)::
@@ -73,7 +74,7 @@ def _common() -> dict:
 def load_scene(size: str, scene: str):
     """Return (state, static_env_params, env_params) for a scene name.
 
-    ``scene`` is ``<dir>/<level>`` under ``../shared/kinetix-levels`` or, for ``l/...``,
+    ``scene`` is ``<dir>/<level>`` under ``LEVELS`` or, for ``l/...``,
     the kinetix-env wheel's own level directory. For size L with an M scene, the level is
     padded with ``expand_env_state`` to ``static_env_params_from_size("l")``.
     """

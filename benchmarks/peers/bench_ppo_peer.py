@@ -42,7 +42,7 @@ state), not through ``reset_fn``; with a single fixed level the per-step cost is
 Cells (as ``bench_ppo.config``): ``num_steps`` 64 at N <= 256 and 8 above (``--steps``
 overrides), ``update_epochs`` 8, minibatches of 512 transitions (``num_minibatches =
 N * steps // 512``, at least 1). Levels (as ``bench_ppo.LEVELS``): S ``s/h2_one_wheel_car``,
-M ``../shared/kinetix-levels/m/h5_angry_birds.json``, L the same level padded to L capacities.
+M ``m/h5_angry_birds`` of ``SHARED_LEVELS``, L the same level padded to L capacities.
 ``rate`` is wall-clock env-steps/s, ``rate_cpu`` env-steps per CPU-second of this process.
 
 Usage (repository root)::

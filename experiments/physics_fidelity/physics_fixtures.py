@@ -2,7 +2,7 @@
 
 The files ``tests/physics/fixtures/<size>_<level>.npz`` are written by
 ``benchmarks/peers/make_reference_trajectories.py`` in the peer venv (kinetix-env 3.0.2,
-jax2d 1.0.1, float32 CPU JAX). ``s`` and ``m`` come from ``../shared/kinetix-levels``; ``l``
+jax2d 1.0.1, float32 CPU JAX). ``s`` and ``m`` come from the original Kinetix levels; ``l``
 from the levels shipped in the kinetix-env wheel. Reading them needs only NumPy.
 
 Shapes use P polygons, C circles, J joints, T thrusters (the level's static capacities,

@@ -4,11 +4,9 @@ On the CPU backend, XLA hands dot, elementwise and reduction fusions to YNNPACK 
 (``--xla_cpu_experimental_ynn_fusion_type``). For dots that pays; for jaxlab's elementwise-heavy
 programs (the physics solver's sequential impulses, observation building, the PPO update's
 optimizer and activations) XLA's own fused loops are faster. jaxlab therefore compiles with YNN
-fusions for dots only. Measured side by side on a 2-core CPU (2026-12-05, scene-steps/s and
-env-steps/s, XLA default -> dots only; ``benchmarks/results/core_speed_cpu.jsonl``): engine S
-161k -> 210k, M 73k -> 88k, L 6.2k -> 11.1k (256 scenes); env L 3.0k -> 4.9k; PPO with the MLP
-10.1k -> 13.8k, with the entity transformer 614 -> 664 (256 envs). With YNN fusions off
-entirely the transformer's update is slower (585): its dots are YNNPACK's.
+fusions for dots only; turning YNN fusions off entirely would slow the dots (the entity
+transformer's update). Rates are recorded with the options in force on every line of
+``docs/results/core_speed_cpu.md`` and ``docs/results/ppo_cpu.md`` (``compiler_options``).
 
 The option changes which kernels run, not the program: results agree to float32 round-off (the
 physics fidelity tests pass under both). It is applied only where jaxlab compiles (the shared

@@ -5,11 +5,10 @@ Why: on the CPU (jaxlib 0.10), a batched LAPACK call (``geqrf``, ``syevd``, ``ge
 ``potrf``) splits its batch over XLA's intra-op thread pool from inside a pool thread. When
 several such calls are independent in one program (decompositions under ``vmap``, the layers of a
 network initialised under ``vmap`` over seeds), each waits for pool threads the others hold and
-the program hangs with every thread idle. Seen on 2 cores with four independent calls under a
-``vmap`` over 8: QR, SVD, ``inv`` and ``solve`` of 128x128, ``eigh``, ``cholesky`` and ``solve``
-of 32x32; ``--xla_cpu_multi_thread_eigen=false`` and
-``--xla_cpu_enable_concurrency_optimized_scheduler=false`` make no difference
-(``tests/core/test_linalg.py`` keeps a reproducer). jaxlib 0.11.2 compiles that parallel path out
+the program can hang with every thread waiting (four independent calls under a ``vmap`` over 8
+are enough on a small machine; ``tests/core/test_linalg.py`` keeps a reproducer). The flags
+``--xla_cpu_multi_thread_eigen=false`` and ``--xla_cpu_enable_concurrency_optimized_scheduler=false``
+do not prevent it. jaxlib 0.11.2 compiles that parallel path out
 of open-source builds; the project's pin still admits 0.10.
 
 What: :func:`one_at_a_time` gives a function of unbatched arrays a ``vmap`` rule that, on the CPU,

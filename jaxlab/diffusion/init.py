@@ -1,8 +1,9 @@
 """Parameter initialisation of the diffusion networks from an RBG key derived from any key.
 
-Flax draws one random tensor per parameter. With the default threefry PRNG each draw costs about
-0.3 s of XLA compile time on a CPU, i.e. ~15 s for the ~40 tensors of the small U-Net; XLA's
-RngBitGenerator ("rbg" keys) compiles about 3x faster. The RBG key is derived deterministically from
+Flax draws one random tensor per parameter. With the default threefry PRNG each draw is its own
+hashing computation in the compiled program, which dominates the compile time of a small
+network's ``init``; XLA's RngBitGenerator ("rbg" keys) is one op per draw and compiles much
+faster. The RBG key is derived deterministically from
 the given key, so the same key gives the same parameters (on the same backend).
 """
 

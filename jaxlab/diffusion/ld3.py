@@ -36,8 +36,7 @@ Differences from the code, on purpose:
 - The soft loss of a sample is the smaller of its losses at x' and at the ball's centre x_T
   (:func:`soft_hard_losses`), and the shift step starts from that better latent. The code keeps x'
   once accepted; since acceptance compares against the loss under the *previous* steps, after the
-  steps move a stored x' can be worse than x_T (we saw this in 28 of 175 iterations on the 2-D
-  mixture). With the minimum, soft <= hard holds at every evaluation, as the paper's definition
+  steps move a stored x' can be worse than x_T. With the minimum, soft <= hard holds at every evaluation, as the paper's definition
   (x_T lies in the ball) implies.
 - The p' clip uses the smallest gap of the lambda steps (the code, in lambda mode, takes it from the
   raw parameters p, which is zero at initialisation, so p' could never move).

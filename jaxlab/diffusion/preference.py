@@ -20,7 +20,7 @@ the preference margin is (``scale_term = -0.5 * beta``)
   this is denoising score matching on the winners.
 - DSPO, SDXL branch (``variant="sdxl"``): with d = batch mean of mean ||eps_theta - eps_ref||^2 on
   the winners, L = mean ||(1 - sigmoid(z)) (eps_theta - eps_ref)||^2 if d >= 0.1, else
-  mean (1 - sigmoid(z))^2 (no score-matching term; see DSPO issue #3).
+  mean (1 - sigmoid(z))^2 (no score-matching term, as in the DSPO authors' code).
 - SFT: denoising score matching on the winners only.
 
 All losses require noise prediction (the code asserts ``prediction_type == "epsilon"``).

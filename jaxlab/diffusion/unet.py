@@ -8,7 +8,7 @@ up path, strided-conv downsampling and nearest-neighbour upsampling, and optiona
 self-attention (jaxlab.nn.MultiHeadAttention without RoPE) at the lowest resolution. The output
 convolution is zero-initialised. Convolutions are ``jaxlab.nn.conv.Conv`` (``nn.Conv``'s parameters
 and results as im2col + matmul: training and sampling run inside ``lax.scan``, where XLA:CPU's
-weight-gradient convolution is 10-20x slower).
+weight-gradient convolution is much slower than a matmul).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A 2-D point mass with continuous velocity actions in an open square arena.
 
-The skill-discovery testbed of "Can a MISL Fly?" (CSF vs METRA, papers/other.md §3) and a
+The skill-discovery testbed of "Can a MISL Fly?" (CSF vs METRA; Zheng et al. 2025) and a
 standard continuous-control task for SAC. Registered as ``"point-mass-2d"``.
 
 Dynamics (``dt`` = 1 step), action ``a in [-1, 1]^2`` (a velocity command):

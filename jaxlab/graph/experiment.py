@@ -94,9 +94,8 @@ class JdrConfig:
     ``configs/csbm_phi_0.375.yaml``), which also work for phi = -0.375 with the abs ordering
     (see the sweep); the paper's generic defaults are ``iterations=10, l_x=l_a=100,
     eta_x=eta_a=eta_final=0.1``. The LOBPCG solver is the default: it needs only the leading
-    ``max(l_x, l_a) + offset`` eigenpairs, O(n^2 k) per iteration instead of O(n^3); on a CPU
-    it costs about as much as the dense solver at n = 1000 and is faster from n = 2000 on
-    (``benchmarks/bench_graph.py``).
+    ``max(l_x, l_a) + offset`` eigenpairs, O(n^2 k) per iteration instead of O(n^3), so it
+    pays off on large graphs (``benchmarks/bench_graph.py`` times both against n).
 
     Attributes:
       iterations: K [denoise_iterations].

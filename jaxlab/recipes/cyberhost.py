@@ -28,9 +28,9 @@ class CyberHostConfig(AvatarConfig):
 
     The audio reaches the denoiser through a windowed audio encoder (the audio-to-latents MLP over
     each frame's log-mel window, without motion features: ``task.p_motion_feat = 0``), our
-    stand-in for the wav2vec features the original attends to. Cross-attention to the linearly
-    projected log-mel frames alone did not learn the audio (hand sync 0.01 after 6000 steps,
-    0.84 with the encoder, means of 3 seeds; ``experiments/avatar_figures/avatar_figures.py``)."""
+    stand-in for the wav2vec features the original attends to: cross-attention to the linearly
+    projected log-mel frames alone does not learn the audio on these tasks (the comparison is in
+    ``experiments/avatar_figures/``)."""
 
     net: VideoNetConfig = VideoNetConfig(
         motion_len=4,

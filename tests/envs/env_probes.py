@@ -24,7 +24,6 @@ from jaxlab import envs
 
 B = 2  # batch of every compiled rollout
 T = 8  # steps of every compiled rollout
-SHARED_LEVELS = Path(__file__).resolve().parents[3] / "shared" / "kinetix-levels"
 
 
 def rollout_one(env, state, actions, keys, params):

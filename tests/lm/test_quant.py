@@ -101,7 +101,7 @@ def test_gptq_beats_rtn_on_a_trained_model(trained):
     base = float(evaluate(params, held))
     assert base < 3.2, base  # it learned something (uniform over bytes is 5.6 nats)
     # 2 and 4 bits: at 3 bits both increases sit inside the held-out loss's noise at this size
-    # (measured 2026-12-03 with today's dependency resolution: RTN +0.0002 at 3 bits vs +0.0035 at
+    # (one run gave RTN +0.0002 at 3 bits vs +0.0035 at
     # 4, i.e. not even monotone in the bits; GPTQ +0.0035 and +0.0009; at 2 bits 0.162 vs 0.021)
     for bits in (2, 4):
         rtn = float(evaluate(rtn_quantize(CFG, params, bits), held)) - base

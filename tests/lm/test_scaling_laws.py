@@ -14,7 +14,7 @@ T2 = sl.TABLE2
 
 
 def test_effective_parameter_fractions_with_offsets():
-    """N_eff/N with P_w = P_a = P_kv = P and the App. K offsets (brief §7 check (c))."""
+    """N_eff/N with P_w = P_a = P_kv = P and the App. K offsets of the paper."""
     assert float(sl.effective_params(T2, 1.0, 8, 8, 8)) == pytest.approx(0.828, abs=1e-3)
     assert float(sl.effective_params(T2, 1.0, 4, 4, 4)) == pytest.approx(0.191, abs=1e-3)
     # without offsets the law is more forgiving

@@ -7,7 +7,7 @@ initial state (one vmapped ``lax.scan`` per size class, see ``fidelity_rollout``
 deviation at step k is the maximum over active shapes of the position error (infinity norm, m)
 and the rotation error (rad).
 
-Tolerances. One step must agree to float32 round-off (the brief's parity goal is 1e-4; the
+Tolerances. One step must agree to float32 round-off (a parity goal of 1e-4; the
 test asks 1e-5, which a 1 % gravity error already violates). Over longer horizons contacts are
 chaotic, so sums of simultaneous impulses that differ in the last bit can grow: the bounds are
 tight for the median level (round-off level, ~1e-6 measured) and loose, but finite, for the

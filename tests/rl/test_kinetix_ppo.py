@@ -108,10 +108,9 @@ def test_eval_command_prints_the_table(tiny_run, capsys):
 
 
 def test_flat_policy_on_random_levels_evaluates_only_levels_that_fit(tmp_path):
-    """Issue 27: an MLP on flat observations trained at size S with the library as evaluation
-    levels used to train and then crash in the final evaluation. Now it evaluates the levels
-    that fit S (naming those left out), and a level set with none that fits is refused with a
-    ConfigError before anything is trained or written.
+    """An MLP on flat observations trained at size S with the library as evaluation levels
+    evaluates the levels that fit S (naming those left out), and a level set with none
+    that fits is refused with a ConfigError before anything is trained or written.
 
     The run trains on the pretraining presets' levels, ``env.train_levels=random`` (the
     procedural generator, drawn by the env's reset; without the no-op filter, which halves the

@@ -1,5 +1,5 @@
-"""Evaluation of discovered skills (papers/other.md §3, "Metrics"): state coverage, zero-shot goal
-reaching, and a picture of the skills.
+"""Evaluation of discovered skills: state coverage, zero-shot goal reaching, and a picture of the
+skills (the metrics of Zheng et al. 2025, "Can a MISL Fly?").
 
 * **Coverage**: ``num_skills`` rollouts of ``steps`` env steps, each with one skill from the prior
   (``z`` uniform on the unit sphere) and the deterministic policy ``a = tanh(mu([s, z]))``; the

@@ -3,7 +3,7 @@
 With ``Delta = phi(s') - phi(s)`` and ``z`` the trajectory's unit-sphere skill, one gradient step
 on a replay batch (``update``):
 
-1. representation (eq. 8 relaxed by a Lagrange multiplier, papers/other.md §3): maximise
+1. representation (eq. 8 of Park et al. 2024 relaxed by a Lagrange multiplier): maximise
 
        E[Delta^T z + lambda * min(1 - ||Delta||^2, epsilon)]
 

@@ -10,13 +10,15 @@ import pytest
 from PIL import Image
 
 from jaxlab.envs.kinetix.cli import main
+from tests.envs.conftest import SHARED_LEVELS
 
-LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
-LEVEL = LEVELS / "s" / "h0_weak_thrust.json"  # terminates (touches red) at step 19 with no-ops
+LEVEL = (
+    SHARED_LEVELS / "s" / "h0_weak_thrust.json"
+)  # terminates (touches red) at step 19 with no-ops
 STEPS = 24
 
 
-def test_show_prints_the_level(capsys):
+def test_show_prints_the_level(shared_levels, capsys):
     assert main(["show", str(LEVEL)]) == 0
     out = capsys.readouterr().out
     assert "polygons 5 (4 static), circles 2, joints 1, thrusters 1" in out
@@ -24,7 +26,7 @@ def test_show_prints_the_level(capsys):
 
 
 @pytest.fixture(scope="module")
-def trajectory(tmp_path_factory):
+def trajectory(shared_levels, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "traj.npz"
     assert (
         main(

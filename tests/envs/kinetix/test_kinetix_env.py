@@ -7,8 +7,6 @@ observations, multi-discrete actions; batch ``B = 2``, ``T = 8`` steps per call,
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +18,6 @@ from jaxlab.envs.kinetix.levels import collision_matrix_np
 from tests.envs.env_probes import B, T, kinetix_probe
 
 GREEN, BLUE, RED = 1, 2, 3
-LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 
 
 def _noop(batch=B, steps=T):
@@ -144,12 +141,12 @@ def test_dense_shaping_rewards_approach_and_punishes_retreat(s_probe):
     "size,names",
     [("s", ("h0_weak_thrust", "h4_thrust_aim")), ("m", ("arm_up", "h0_unicycle"))],
 )
-def test_rewards_and_dones_match_the_original(size, names):
+def test_rewards_and_dones_match_the_original(shared_levels, size, names):
     """Zero actions until the first termination, against the original env's rollout
     (``tests/physics/fixtures``, kinetix-env 3.0.2)."""
     p = kinetix_probe(size)
     sp = StaticEnvParams.from_size(size)
-    levels = [load_level(LEVELS / size / f"{n}.json", sp) for n in names]
+    levels = [load_level(shared_levels / size / f"{n}.json", sp) for n in names]
     refs = [load_fixture(f"{size}_{n}") for n in names]
     params = levels[0].params
     horizon = max(int(r["env_first_done"]) for r in refs) + 1
@@ -168,9 +165,9 @@ def test_rewards_and_dones_match_the_original(size, names):
         np.testing.assert_allclose(rewards[b, : k + 1], ref["env_reward"][: k + 1], atol=2e-3)
 
 
-def test_padding_into_a_larger_size_keeps_the_dynamics():
+def test_padding_into_a_larger_size_keeps_the_dynamics(shared_levels):
     """``s/h2_one_wheel_car`` (motor on: multi-discrete 1 on binding 0) in S and padded into M."""
-    path = LEVELS / "s" / "h2_one_wheel_car.json"
+    path = shared_levels / "s" / "h2_one_wheel_car.json"
     small = load_level(path)
     big = load_level(path, StaticEnvParams.from_size("m"))
     drive = jnp.zeros((B, T, 6), jnp.int32).at[:, :, 0].set(1)

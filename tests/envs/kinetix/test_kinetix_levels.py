@@ -25,9 +25,9 @@ from jaxlab.envs.kinetix import (
 )
 from jaxlab.envs.kinetix.levels import collision_matrix_np
 from jaxlab.physics import calculate_collision_matrix
+from tests.envs.conftest import SHARED_LEVELS
 
-ROOT = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
-LEVELS = sorted(ROOT.glob("*/*.json"))
+LEVELS = sorted(SHARED_LEVELS.glob("*/*.json"))
 IDS = [f"{p.parent.name}/{p.stem}" for p in LEVELS]
 # The L levels ship inside the kinetix-env wheel; the peer venv (benchmarks/peers) has them.
 PEER_L = sorted(

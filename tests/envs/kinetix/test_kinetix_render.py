@@ -26,7 +26,6 @@ from jaxlab.envs.kinetix import (
 from jaxlab.envs.kinetix.render import FIXATED_COLOUR, ROLE_COLOURS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LEVELS = Path(__file__).resolve().parents[4] / "shared" / "kinetix-levels"
 WHITE = [255, 255, 255]
 
 
@@ -75,10 +74,10 @@ def test_circle_rotation_line_points_along_the_rotation(demo):
 
 
 @pytest.mark.parametrize("name", ["s/h2_one_wheel_car", "m/h5_angry_birds"])
-def test_pixel_observation_matches_the_original(name):
+def test_pixel_observation_matches_the_original(shared_levels, name):
     with np.load(FIXTURES / f"obs_{name.replace('/', '_')}.npz") as z:
         ref, ref_global = z["t0/pixels"].astype(np.float32), z["t0/pixels_global"]
-    state, sp, params = load_level(LEVELS / f"{name}.json")
+    state, sp, params = load_level(shared_levels / f"{name}.json")
     obs = jax.jit(make_observation_fn("pixels", sp))(state, params)
     ours = np.asarray(obs.image) * 255
     same = np.all(np.abs(ours - ref) < 0.5, axis=-1)
