@@ -52,9 +52,7 @@ NOT_CHECKED = frozenset(
         "jaxlab/diffusion/planner.py",
         "jaxlab/envs/driving/__init__.py",
         "jaxlab/lm/dept.py",
-        "jaxlab/lm/routing_stats.py",
         "jaxlab/lm/scaling_laws.py",
-        "jaxlab/workflows/standin.py",
     }
 )
 

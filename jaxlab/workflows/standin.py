@@ -1,6 +1,6 @@
 """A seeded stand-in executor with known per-operator accuracies (no model).
 
-The offline design of the AFlow brief: each operator call is a Bernoulli draw against the true
+An offline design for testing AFlow's search: each operator call is a Bernoulli draw against the true
 answer, so a workflow's expected accuracy has a closed form and the search can be checked
 against it.
 
