@@ -1,7 +1,7 @@
 """The Kinetix general agent's pieces: the env of a :class:`KinetixEnvConfig` on its training
 levels, the actor-critic network, the level curriculum and PPO, and the PPO update placed on a
 mesh (envs and the SFL buffer split over the ``data`` axis with ``shard_map``; each device rolls
-out its share and the gradients are averaged, ``ppo.py``).
+out its share and the gradients are averaged, :mod:`jaxlab.rl.ppo`).
 
 ``make_agent(...)`` is what the ``kinetix-ppo`` recipe, its evaluation, the benchmarks and the
 tests share; ``ppo.train(agent.ppo, key, n)`` is a whole run as one pure function.
