@@ -48,6 +48,7 @@ Usage: ``python -m benchmarks.bench_ppo [--train] [--profile] [--curve] [--peer]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -66,6 +67,8 @@ from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.actions import random_action
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import kinetix_eval as ke
+from jaxlab.rl import ppo as ppo_lib
+from jaxlab.rl.ppo.rollouts import step_envs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "kinetix-levels"
@@ -125,9 +128,9 @@ def bench_train(
     cfg = config(size, net, envs, grad_chunks, steps)
     with Clock() as build:
         agent = kp.agent(cfg)
-        state = jit(agent.ppo.init)(jax.random.PRNGKey(0))
+        state = jit(functools.partial(ppo_lib.init, agent.ppo))(jax.random.PRNGKey(0))
         jax.block_until_ready(state)
-    step = jit(agent.ppo.update, donate_argnums=0)
+    step = jit(functools.partial(ppo_lib.update, agent.ppo), donate_argnums=0)
     with Clock() as comp:
         compiled = step.lower(state).compile()
     state, m = compiled(state)  # warm-up
@@ -163,7 +166,7 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
     cfg = config(size, net, envs, steps=steps)
     agent = kp.agent(cfg)
     ppo = agent.ppo
-    state = jit(ppo.init)(jax.random.PRNGKey(0))
+    state = jit(functools.partial(ppo_lib.init, ppo))(jax.random.PRNGKey(0))
     T, at, sp = cfg.ppo.num_steps, cfg.env.action_type, agent.static
 
     @jit
@@ -171,7 +174,7 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
         def body(carry, k):
             es = carry
             a = jax.vmap(lambda kk: random_action(kk, at, sp))(jax.random.split(k, envs))
-            _, es, *_ = ppo._step_envs(k, es, a, state.levels)
+            _, es, *_ = step_envs(ppo, k, es, a, state.levels)
             return es, None
 
         es, _ = jax.lax.scan(body, state.env_state, jax.random.split(state.key, T))
@@ -179,24 +182,33 @@ def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0)
 
     @jit
     def rollout(state):
-        return ppo.rollout(
-            state.key, state.params, state.obs_stats, state.env_state, state.obs, state.levels, T
+        return ppo_lib.rollout(
+            ppo,
+            state.key,
+            state.params,
+            state.obs_stats,
+            state.env_state,
+            state.obs,
+            state.levels,
+            T,
         )
 
     _, _, traj = rollout(state)
-    _, last_v = ppo.policy(state.params, state.obs_stats, state.obs)
+    _, last_v = ppo_lib.policy(ppo, state.params, state.obs_stats, state.obs)
     from jaxlab.rl.ppo import compute_gae
 
     adv, tgt = compute_gae(traj.reward, traj.value, traj.done, last_v, 0.99, 0.95)
 
     @jit
     def update_only(state, traj, adv, tgt):
-        return ppo._train(state.key, state.params, state.opt_state, state.obs_stats, traj, adv, tgt)
+        return ppo_lib.learn(
+            ppo, state.key, state.params, state.opt_state, state.obs_stats, traj, adv, tgt
+        )
 
     @jit
     def forward_only(state, traj):
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
-        return ppo.policy(state.params, state.obs_stats, flat)[1]
+        return ppo_lib.policy(ppo, state.params, state.obs_stats, flat)[1]
 
     rows = {}
     for name, fn, args in (
@@ -230,8 +242,8 @@ def bench_curve(max_updates: int, attempts: int, level: str = "s/h2_one_wheel_ca
     recipe = recipe_lib.get("kinetix-ppo")
     cfg = recipe.config("cpu-single", [f"env.train_levels={level}"])
     agent = kp.agent(cfg)
-    state = jit(agent.ppo.init)(jax.random.PRNGKey(cfg.seed))
-    step = jit(agent.ppo.update, donate_argnums=0)
+    state = jit(functools.partial(ppo_lib.init, agent.ppo))(jax.random.PRNGKey(cfg.seed))
+    step = jit(functools.partial(ppo_lib.update, agent.ppo), donate_argnums=0)
     evaluator = ke.Evaluator(agent, level, num_attempts=attempts, max_steps=cfg.env.max_timesteps)
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     per = cfg.ppo.num_envs * cfg.ppo.num_steps
@@ -387,12 +399,14 @@ def bench_floor(
     cfg = config(size, net, envs, grad_chunks, steps)
     agent = kp.agent(cfg)
     ppo = agent.ppo
-    state = jax.eval_shape(ppo.init, jax.random.PRNGKey(0))
-    full = dot_flops(jax.make_jaxpr(ppo.update)(state))
+    state = jax.eval_shape(functools.partial(ppo_lib.init, ppo), jax.random.PRNGKey(0))
+    full = dot_flops(jax.make_jaxpr(functools.partial(ppo_lib.update, ppo))(state))
     T = cfg.ppo.num_steps
     rollout = dot_flops(
         jax.make_jaxpr(
-            lambda s: ppo.rollout(s.key, s.params, s.obs_stats, s.env_state, s.obs, s.levels, T)
+            lambda s: ppo_lib.rollout(
+                ppo, s.key, s.params, s.obs_stats, s.env_state, s.obs, s.levels, T
+            )
         )(state)
     )
     peak = gemm_peak()

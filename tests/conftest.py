@@ -33,11 +33,10 @@ if TYPECHECK:
     _HOOK = jaxtyping.install_import_hook(["jaxlab"], "tests.typecheck.checker")
 
 # Bounded worker memory. An xdist worker runs ~1,100 tests in one process, and JAX keeps every
-# compiled executable its jit caches have seen for the life of the process: CI's worker grew past
-# the machine's memory and died at 96% of the suite (stops 30-31, "node down", inside a late
-# Kinetix test). After a test module, if the worker holds more than ``JAXLAB_TEST_RSS_GIB``
-# (default 4) GiB, the caches are dropped and freed memory handed back to the OS; programs shared
-# across modules below that mark are kept. ``JAXLAB_TEST_MEMLOG=path`` logs each module's RSS.
+# compiled executable its jit caches have seen for the life of the process, which can outgrow the
+# machine ("node down" late in the suite). After a test module, if the worker holds more than
+# ``JAXLAB_TEST_RSS_GIB`` (default 4) GiB, the caches are dropped and freed memory handed back to
+# the OS; programs shared across modules below that mark are kept. ``JAXLAB_TEST_MEMLOG=path`` logs each module's RSS.
 import ctypes  # noqa: E402
 import gc  # noqa: E402
 import time  # noqa: E402

@@ -51,8 +51,6 @@ NOT_CHECKED = frozenset(
         "tests/test_hygiene.py",
         "jaxlab/diffusion/planner.py",
         "jaxlab/envs/driving/__init__.py",
-        "jaxlab/lm/routing_stats.py",
-        "jaxlab/workflows/standin.py",
     }
 )
 

@@ -21,6 +21,7 @@ import optax
 
 from jaxlab.core import optim
 from jaxlab.diffusion import planner as pl
+from jaxlab.diffusion.ema import ema_update
 from jaxlab.diffusion.planner_config import PlannerRunConfig
 from jaxlab.diffusion.planner_data import dummy_scene, scene_of
 from jaxlab.envs.driving.perturbation import perturb_ego_state
@@ -125,9 +126,7 @@ def make_train_step(
         )
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        k = state.step.astype(jnp.float32)
-        decay = jnp.minimum(state.hparams["ema_decay"], (1.0 + k) / (10.0 + k))
-        ema = optax.incremental_update(params, state.ema_params, 1.0 - decay)
+        ema = ema_update(params, state.ema_params, state.step, state.hparams["ema_decay"])
         new = state.replace(
             params=params, ema_params=ema, opt_state=opt_state, key=key, step=state.step + 1
         )

@@ -31,6 +31,7 @@ from jaxlab.core import optim
 from jaxlab.core.sharding import constrain_leading
 from jaxlab.diffusion.config import DiffusionConfig
 from jaxlab.diffusion.datasets import digits_images
+from jaxlab.diffusion.ema import ema_update
 from jaxlab.diffusion.init import init_params
 from jaxlab.diffusion.losses import edm_loss, eps_loss
 from jaxlab.diffusion.model import DiffusionModel, ring_of
@@ -131,9 +132,7 @@ def make_train_step(
         loss, grads = jax.value_and_grad(lambda p: loss_fn(model, p, kl, x0))(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        k = state.step.astype(jnp.float32)
-        decay = jnp.minimum(state.hparams["ema_decay"], (1.0 + k) / (10.0 + k))
-        ema = optax.incremental_update(params, state.ema_params, 1.0 - decay)
+        ema = ema_update(params, state.ema_params, state.step, state.hparams["ema_decay"])
         new = state.replace(
             params=params, ema_params=ema, opt_state=opt_state, key=key, step=state.step + 1
         )

@@ -20,13 +20,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.lm import moe as moe_lib
+from jaxlab.lm.data import load_corpus, unigram_entropy
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss
 from jaxlab.lm.routing_stats import RoutingStats, summarize
+from jaxlab.lm.training import validation_windows
 
 #: the auxiliary-loss weights, traced (dotted keys of a config whose ``model`` is a DecoderConfig)
 TRACED: tuple[str, ...] = ("model.moe.lb_loss_weight", "model.moe.z_loss_weight")
@@ -146,3 +149,60 @@ def early_params(run_dir: str | Path, config: Any, abstract: Any) -> tuple[Any, 
     finally:
         ck.close()
     return state.params, s
+
+
+class Evaluation:
+    """The MoE LM's evaluation on ``val_batches`` validation windows: mean cross-entropy (as
+    ``val_loss`` and bits per byte), the auxiliary losses and the routing statistics; it keeps
+    the state of step ``early_step`` in memory and ``finalize`` writes it as the early
+    checkpoint, unless a loop hook (multi-host runs) already wrote it.
+
+    ``config`` is the recipe's config (``data``, ``val_batches``, ``analysis_early_step``).
+    """
+
+    def __init__(self, config: Any, model: Decoder, batch: Any, mesh, expert_parallel: bool):
+        self.config = config
+
+        def val_metrics(params: Any, tokens: jax.Array, hparams: dict) -> dict[str, jax.Array]:
+            return moe_objective(model, params, tokens, hparams)[1]
+
+        self.stats_fn = jax.jit(in_mesh(val_metrics, mesh) if expert_parallel else val_metrics)
+        self.batch = batch
+        self.early: dict[str, Any] = {}
+
+    def evaluate(self, state: Any) -> dict[str, float]:
+        cfg = self.config
+        if jax.process_count() == 1 and int(state.step) == cfg.analysis_early_step:
+            self.early["state"] = jax.device_get(state)
+        windows = validation_windows(cfg.data, self.batch, cfg.val_batches)
+        rows = [self.stats_fn(state.params, t, state.hparams) for t in windows]
+        rows = [{k: float(v) for k, v in r.items()} for r in rows]
+        out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
+        val = out.pop("val_ce_loss")
+        entropy = unigram_entropy(load_corpus())
+        return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2),
+                **out}  # fmt: skip
+
+    def finalize(self, state: Any, run_dir: Path) -> None:
+        del state
+        if "state" in self.early and not early_dir(run_dir).exists():
+            save_early(run_dir, self.config, self.config.analysis_early_step, self.early["state"])
+
+
+def analyse_run(run: Any, config: Any, run_dir: Path, num_batches: int) -> None:
+    """The routing analysis of an opened olmoe run (final checkpoint against the early one) on
+    ``num_batches`` validation batches, written to ``run_dir/analysis``
+    (:func:`jaxlab.lm.routing_analysis.write_report`)."""
+    from jaxlab.lm import routing_analysis
+    from jaxlab.lm.data import validation_iterator
+
+    abstract = jax.eval_shape(run.parts.init, jax.random.PRNGKey(config.seed))
+    params_early, early_step = early_params(run_dir, config, abstract)
+    it = validation_iterator(config.data)
+    batches = [b["tokens"] for _, b in zip(range(num_batches), it, strict=False)]
+    model = Decoder(with_expert_parallel(config.model, False))
+    result = routing_analysis.analyse_routing(model, run.state.params, params_early, batches)
+    routing_analysis.write_report(
+        result, Path(run_dir) / "analysis", early_step=early_step, final_step=run.step,
+        top_k=config.model.moe.top_k,
+    )  # fmt: skip

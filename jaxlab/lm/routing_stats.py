@@ -1,4 +1,4 @@
-"""Per-layer routing statistics of a mixture-of-experts layer (OLMoE §4 analyses; brief §1 (c)).
+"""Per-layer routing statistics of a mixture-of-experts layer (the analyses of OLMoE §4).
 
 All quantities are computed from the router's softmax probabilities ``p[t, i]`` and its top-k
 assignments, over the whole (global) batch of ``T`` tokens and ``E`` experts:

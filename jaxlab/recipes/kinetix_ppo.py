@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from pathlib import Path
 
 import jax
@@ -77,7 +78,7 @@ def agent(cfg: KinetixPPOConfig) -> ka.KinetixAgent:
 
 def make_train(cfg: KinetixPPOConfig):
     """``train(key) -> (final PPOState, metrics [loop.total_steps])`` as one pure function."""
-    return agent(cfg).ppo.make_train(cfg.loop.total_steps)
+    return functools.partial(ppo_lib.train, agent(cfg).ppo, num_updates=cfg.loop.total_steps)
 
 
 def build(cfg: KinetixPPOConfig, mesh: jax.sharding.Mesh) -> Parts:
@@ -85,7 +86,7 @@ def build(cfg: KinetixPPOConfig, mesh: jax.sharding.Mesh) -> Parts:
     update = ag.update_on(mesh)
     run_eval = ke.RunEvaluation(ag, cfg.eval, seed=cfg.seed + 1, progress=cfg.loop.progress)
     return Parts(
-        init=ag.ppo.init,
+        init=functools.partial(ppo_lib.init, ag.ppo),
         train_step=lambda state, batch: update(state),
         state_sharding=lambda abstract: ka.state_shardings(abstract, mesh),
         evaluate=run_eval.evaluate,

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
 from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
@@ -31,17 +30,13 @@ from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import olmoe as olmoe_lib
-from jaxlab.lm import routing_analysis, training
+from jaxlab.lm import training
 from jaxlab.lm.data import (
     ByteLMDataConfig,
-    load_corpus,
     train_iterator,
-    unigram_entropy,
-    validation_iterator,
 )
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.moe import MoEConfig
-from jaxlab.lm.training import LmState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,32 +89,7 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
     batch = training.abstract_batch(cfg.data, mesh)
     total = cfg.loop.total_steps
     step = training.make_train_step(model, cfg.optim, total, olmoe_lib.moe_objective)
-
-    def val_metrics(params: Any, tokens: jax.Array, hparams: dict) -> dict[str, jax.Array]:
-        return olmoe_lib.moe_objective(model, params, tokens, hparams)[1]
-
-    stats_fn = jax.jit(olmoe_lib.in_mesh(val_metrics, mesh) if ep else val_metrics)
-    early: dict[str, Any] = {}
-
-    def evaluate(state: LmState) -> dict[str, float]:
-        # Without a loop hook (``jaxlab train``), the early state is kept from the evaluation at
-        # step ``analysis_early_step`` and written by ``finalize`` (single process; multi-host runs
-        # use :func:`early_checkpoint_hook`).
-        if hosts == 1 and int(state.step) == cfg.analysis_early_step:
-            early["state"] = jax.device_get(state)
-        windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
-        rows = [stats_fn(state.params, t, state.hparams) for t in windows]
-        rows = [{k: float(v) for k, v in r.items()} for r in rows]
-        out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
-        val = out.pop("val_ce_loss")
-        entropy = unigram_entropy(load_corpus())
-        return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2),
-                **out}  # fmt: skip
-
-    def finalize(state: LmState, run_dir: Path) -> None:
-        if "state" in early and not olmoe_lib.early_dir(run_dir).exists():
-            olmoe_lib.save_early(run_dir, cfg, cfg.analysis_early_step, early["state"])
-
+    evaluation = olmoe_lib.Evaluation(cfg, model, batch, mesh, ep)
     # batch 1 needs no mesh, and both layouts have the same parameters
     init_model = Decoder(olmoe_lib.with_expert_parallel(cfg.model, False))
     return Parts(
@@ -129,8 +99,8 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
         train_step=olmoe_lib.in_mesh(step, mesh) if ep else step,
         abstract_batch=batch,
         data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
-        evaluate=evaluate,
-        finalize=finalize,
+        evaluate=evaluation.evaluate,
+        finalize=evaluation.finalize,
         units_per_step=(cfg.data.batch_size * cfg.data.seq_len, "tok"),
     )
 
@@ -148,16 +118,7 @@ def eval_main(cfg: OlmoeConfig, run_dir: Path, argv: list[str]) -> int:
     if args.analysis is None:
         print(json.dumps({"step": run.step, **run.parts.evaluate(run.state)}, default=float))
         return 0
-    abstract = jax.eval_shape(run.parts.init, jax.random.PRNGKey(cfg.seed))
-    params_early, early_step = olmoe_lib.early_params(run_dir, cfg, abstract)
-    it = validation_iterator(cfg.data)
-    batches = [b["tokens"] for _, b in zip(range(args.batches), it, strict=False)]
-    model = Decoder(olmoe_lib.with_expert_parallel(cfg.model, False))
-    result = routing_analysis.analyse_routing(model, run.state.params, params_early, batches)
-    routing_analysis.write_report(
-        result, run_dir / "analysis", early_step=early_step, final_step=run.step,
-        top_k=cfg.model.moe.top_k,
-    )  # fmt: skip
+    olmoe_lib.analyse_run(run, cfg, run_dir, args.batches)
     return 0
 
 

@@ -1,15 +1,16 @@
 """The Kinetix general agent's pieces: the env of a :class:`KinetixEnvConfig` on its training
 levels, the actor-critic network, the level curriculum and PPO, and the PPO update placed on a
 mesh (envs and the SFL buffer split over the ``data`` axis with ``shard_map``; each device rolls
-out its share and the gradients are averaged, ``ppo.py``).
+out its share and the gradients are averaged, :mod:`jaxlab.rl.ppo`).
 
 ``make_agent(...)`` is what the ``kinetix-ppo`` recipe, its evaluation, the benchmarks and the
-tests share; ``agent.ppo.make_train(n)(key)`` is a whole run as one pure function.
+tests share; ``ppo.train(agent.ppo, key, n)`` is a whole run as one pure function.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import shard_map
 from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
 from jaxlab.envs.kinetix import level_sets as ls
+from jaxlab.rl import ppo as ppo_lib
 from jaxlab.rl.action_heads import head_for_space
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
 from jaxlab.rl.ppo import PPO, PPOConfig, PPOState
@@ -33,7 +35,7 @@ PER_ENV_FIELDS: tuple[str, ...] = ("env_state", "obs", "levels", "curriculum")
 
 @dataclasses.dataclass(frozen=True)
 class KinetixAgent:
-    """Env, network and PPO of one Kinetix run (all static; the PPO methods are pure)."""
+    """Env, network and PPO of one Kinetix run (all static; the PPO functions are pure)."""
 
     env_cfg: ls.KinetixEnvConfig
     network_cfg: NetworkConfig
@@ -73,7 +75,7 @@ class KinetixAgent:
         config checked that ``D`` divides them (``KinetixPPOConfig``)."""
         data = mesh.shape["data"]
         if data == 1:
-            return self.ppo.update
+            return functools.partial(ppo_lib.update, self.ppo)
         local_ppo = dataclasses.replace(self.ppo_cfg, num_envs=self.ppo_cfg.num_envs // data)
         sfl = self.curriculum_cfg.sfl
         local_cur = dataclasses.replace(
@@ -83,8 +85,15 @@ class KinetixAgent:
             ),
         )
         local = self.make_ppo(local_ppo, local_cur, axis_name="data")
-        specs = state_specs(jax.eval_shape(self.ppo.init, jax.random.PRNGKey(0)))
-        return shard_map(local.update, mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()))
+        specs = state_specs(
+            jax.eval_shape(functools.partial(ppo_lib.init, self.ppo), jax.random.PRNGKey(0))
+        )
+        return shard_map(
+            functools.partial(ppo_lib.update, local),
+            mesh,
+            in_specs=(specs,),
+            out_specs=(specs, PartitionSpec()),
+        )
 
 
 def _make_ppo(

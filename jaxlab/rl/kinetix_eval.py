@@ -27,6 +27,7 @@ from jaxlab.envs.kinetix import level_sets as ls
 from jaxlab.envs.kinetix import make_render_pixels, save_gif, to_image
 from jaxlab.envs.kinetix.actions import noop_action, random_action
 from jaxlab.rl import evaluate as ev
+from jaxlab.rl import ppo as ppo_lib
 from jaxlab.rl.kinetix_agent import KinetixAgent
 from jaxlab.rl.networks import NetworkConfig
 from jaxlab.rl.ppo import PPOState
@@ -113,7 +114,7 @@ def policy_fn_for(agent: KinetixAgent, kind: str = "agent") -> Callable:
         raise ValueError(f"policy kind={kind!r}; expected agent, random or noop")
 
     def make(params, stats):
-        return lambda key, obs: agent.ppo.policy(params, stats, obs)[0].sample(seed=key)
+        return lambda key, obs: ppo_lib.policy(agent.ppo, params, stats, obs)[0].sample(seed=key)
 
     return make
 

@@ -1,8 +1,8 @@
 """A seeded stand-in executor with known per-operator accuracies (no model).
 
-The offline design of the AFlow brief: each operator call is a Bernoulli draw against the true
-answer, so a workflow's expected accuracy has a closed form and the search can be checked
-against it.
+An offline design for testing AFlow's search: each operator call is a Bernoulli draw against
+the true answer, so a workflow's expected accuracy has a closed form and the search can be
+checked against it.
 
 * ``generate``/``programmer``: the value is right with probability ``p_generate`` /
   ``p_programmer`` (plus the prompt's bonus, clipped to ``[0, 1]``); a wrong value is

@@ -24,6 +24,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.recipes import kinetix_ppo as kp
 from jaxlab.rl import kinetix_eval as ke
 from jaxlab.rl import ppo as ppo_mod
+from jaxlab.rl.ppo import run as ppo_run
 
 RECIPE = recipe_lib.get("kinetix-ppo")
 
@@ -204,7 +205,7 @@ def test_cpu_single_learns_and_flipped_advantage_does_not():
             return sign * adv, ret
 
         with pytest.MonkeyPatch.context() as mp:  # patched while tracing only
-            mp.setattr(ppo_mod, "compute_gae", signed)
+            mp.setattr(ppo_run, "compute_gae", signed)
             return jax.lax.scan(lambda s, _: parts.train_step(s, None), s, None, length=10)
 
     signs = jax.numpy.asarray([1.0, -1.0])

@@ -2,6 +2,7 @@
 not learning with the advantage sign flipped), and vmap-over-seeds equal to separate runs."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ from jaxlab.rl import ppo as ppo_mod
 from jaxlab.rl.action_heads import head_for_space
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
 from jaxlab.rl.ppo import PPO, PPOConfig, compute_gae, ppo_loss
+from jaxlab.rl.ppo import run as ppo_run
 
 ENV = PointMass()
 PARAMS = ENV.default_params
@@ -102,7 +104,7 @@ def test_config_validation():
 
 def _train(seed=0):
     ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
-    return jax.jit(ppo.make_train())(jax.random.PRNGKey(seed))
+    return jax.jit(functools.partial(ppo_mod.train, ppo))(jax.random.PRNGKey(seed))
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def test_flipped_advantage_does_not_learn(monkeypatch):
         adv, ret = orig(*args, **kw)
         return -adv, ret
 
-    monkeypatch.setattr(ppo_mod, "compute_gae", flipped)
+    monkeypatch.setattr(ppo_run, "compute_gae", flipped)
     _, m = _train()
     assert np.asarray(m["solve_rate"])[-5:].mean() < 0.5
 
@@ -139,7 +141,7 @@ def test_vmap_over_seeds_equals_separate_runs(trained):
     first 8 updates are compared tightly), seed 1 differs, and both seeds learn."""
     ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
-    _, metrics = jax.jit(jax.vmap(ppo.make_train()))(keys)
+    _, metrics = jax.jit(jax.vmap(functools.partial(ppo_mod.train, ppo)))(keys)
     _, m0 = trained
     ret = np.asarray(metrics["episode_return"])
     np.testing.assert_allclose(ret[0, :8], np.asarray(m0["episode_return"])[:8], rtol=1e-5)
@@ -191,7 +193,7 @@ def test_continuous_head_with_obs_normalisation_learns():
         head_for_space(env.action_space()),
     )
     ppo = PPO(cfg, env, (), net, optim=OPTIM, num_updates=40)
-    state, m = jax.jit(ppo.make_train())(jax.random.PRNGKey(0))
+    state, m = jax.jit(functools.partial(ppo_mod.train, ppo))(jax.random.PRNGKey(0))
     r = np.asarray(m["episode_return"])
     assert r[-5:].mean() > 0.5 * r[:2].mean()  # squared error at least halved
     # running statistics: the target feature has mean ~0 and std ~10 * 0.8 / sqrt(3)
@@ -226,8 +228,8 @@ def test_gradient_chunks_give_the_minibatch_gradient():
     def one_update(chunks):
         cfg = dataclasses.replace(CFG, grad_chunks=chunks)
         ppo = PPO(cfg, ENV, PARAMS, NET, optim=OPTIM, num_updates=UPDATES)
-        state = ppo.init(jax.random.PRNGKey(3))
-        return jax.jit(ppo.update)(state)
+        state = ppo_mod.init(ppo, jax.random.PRNGKey(3))
+        return jax.jit(functools.partial(ppo_mod.update, ppo))(state)
 
     (s1, m1), (s4, m4) = one_update(1), one_update(4)
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s4.params), strict=True):
@@ -244,14 +246,14 @@ def test_traced_hyperparameters_are_read_in_the_compiled_update():
     0`` leaves the parameters unchanged, with the config's rate it moves them, a traced
     ``ppo.vf_coef`` changes the loss, and a vmap over two learning rates equals the two updates."""
     ppo = PPO(CFG, ENV, PARAMS, NET, optim=OPTIM, num_updates=1)
-    state = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    state = jax.jit(functools.partial(ppo_mod.init, ppo))(jax.random.PRNGKey(0))
     assert set(state.hparams) == set(ppo_mod.TRACED)
     np.testing.assert_allclose(float(state.hparams["optim.lr"]), OPTIM.lr, rtol=1e-7)
     traces = []
 
     def update(s):
         traces.append(1)
-        return ppo.update(s)
+        return ppo_mod.update(ppo, s)
 
     step = jax.jit(update)
     key = lambda k: "optim.lr" if k == "lr" else f"ppo.{k}"
@@ -268,7 +270,7 @@ def test_traced_hyperparameters_are_read_in_the_compiled_update():
     assert any(not np.array_equal(a, b) for a, b in zip(leaves(moved), leaves(state), strict=True))
     assert float(m_vf["loss"]) != float(m["loss"])
     pair = jax.tree.map(lambda a, b: jnp.stack([a, b]), with_hp(lr=0.0), state)
-    both, _ = jax.jit(jax.vmap(ppo.update))(pair)
+    both, _ = jax.jit(jax.vmap(functools.partial(ppo_mod.update, ppo)))(pair)
     for a, b in zip(
         leaves(moved), [np.asarray(x)[1] for x in jax.tree.leaves(both.params)], strict=True
     ):
@@ -387,8 +389,8 @@ def test_bootstrap_truncation_adds_the_final_value_only_to_truncated_steps():
     for boot in (False, True):
         cfg = PPOConfig(num_envs=8, num_steps=9, num_minibatches=1, bootstrap_truncation=boot)
         ppo = PPO(cfg, env, (), net, num_updates=1)
-        s = ppo.init(jax.random.PRNGKey(0))
-        roll = jax.jit(ppo.rollout, static_argnums=6)
+        s = ppo_mod.init(ppo, jax.random.PRNGKey(0))
+        roll = jax.jit(functools.partial(ppo_mod.rollout, ppo), static_argnums=6)
         trajs[boot] = roll(jax.random.PRNGKey(1), s.params, s.obs_stats, s.env_state, s.obs, (), 9)
     plain, boot = trajs[False][2], trajs[True][2]
     np.testing.assert_array_equal(np.asarray(plain.obs), np.asarray(boot.obs))  # same episodes
@@ -398,7 +400,7 @@ def test_bootstrap_truncation_adds_the_final_value_only_to_truncated_steps():
     truncated = ends & (obs[..., 1] == 1)
     assert truncated.any() and (ends & ~truncated).any()  # both kinds of episode end occur
     np.testing.assert_array_equal(np.asarray(boot.done), ends)
-    _, v_final = ppo.policy(s.params, s.obs_stats, jnp.asarray([[3.0, 1.0]]))
+    _, v_final = ppo_mod.policy(ppo, s.params, s.obs_stats, jnp.asarray([[3.0, 1.0]]))
     want = 1.0 + cfg.gamma * float(v_final[0]) * truncated
     np.testing.assert_allclose(np.asarray(boot.reward), want, rtol=1e-6)
     assert abs(float(v_final[0])) > 1e-3  # the bootstrap term is visible

@@ -3,6 +3,7 @@ replay distribution, insertion and score updates match hand computations; ACCEL 
 levels; both run inside PPO on the point mass."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxlab.envs.point_mass import PointMass, PointMassState
+from jaxlab.rl import ppo as ppo_mod
 from jaxlab.rl.action_heads import head_for_space
 from jaxlab.rl.networks import ActorCritic, NetworkConfig
 from jaxlab.rl.ppo import OPTIM, PPO, PPOConfig
@@ -178,7 +180,7 @@ def test_curriculum_inside_ppo(kind):
     )
     cur = make_curriculum(cur_cfg, sample_level, cfg.num_envs)
     ppo = PPO(cfg, ENV, ENV.default_params, net, optim=optim, num_updates=6, curriculum=cur)
-    state, m = jax.jit(ppo.make_train())(jax.random.PRNGKey(0))
+    state, m = jax.jit(functools.partial(ppo_mod.train, ppo))(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(m["loss"])))
     assert isinstance(state.levels, PointMassState) and state.levels.x.shape == (8,)
     if kind == "sfl":

@@ -20,6 +20,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxlab.core.sharding import constrain_leading
+from jaxlab.diffusion.ema import ema_update
 from jaxlab.diffusion.init import init_params
 from jaxlab.diffusion.losses import sample_noisy
 from jaxlab.diffusion.schedules import Schedule
@@ -134,9 +135,7 @@ def make_train_step(
         (val, parts), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        k = state.step.astype(jnp.float32)
-        decay = jnp.minimum(hp["ema_decay"], (1.0 + k) / (10.0 + k))
-        ema = optax.incremental_update(params, state.ema_params, 1.0 - decay)
+        ema = ema_update(params, state.ema_params, state.step, hp["ema_decay"])
         new = state.replace(
             params=params, ema_params=ema, opt_state=opt_state, key=key, step=state.step + 1
         )
