@@ -34,9 +34,7 @@ from jaxlab.lm import olmoe as olmoe_lib
 from jaxlab.lm import routing_analysis, training
 from jaxlab.lm.data import (
     ByteLMDataConfig,
-    load_corpus,
     train_iterator,
-    unigram_entropy,
     validation_iterator,
 )
 from jaxlab.lm.model import Decoder, DecoderConfig
@@ -112,9 +110,7 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
         rows = [{k: float(v) for k, v in r.items()} for r in rows]
         out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
         val = out.pop("val_ce_loss")
-        entropy = unigram_entropy(load_corpus())
-        return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2),
-                **out}  # fmt: skip
+        return {"val_loss": val, **training.corpus_metrics(cfg.data, val), **out}
 
     def finalize(state: LmState, run_dir: Path) -> None:
         if "state" in early and not olmoe_lib.early_dir(run_dir).exists():
