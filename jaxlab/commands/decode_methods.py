@@ -32,7 +32,7 @@ from jaxlab.decoding.interface import CausalLM, with_eos_last
 from jaxlab.decoding.potentials import grammar_potential, regex_potential
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.decoding.speculative import SpeculativeConfig, cascade_rule, speculative_decode
-from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
+from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, ByteTokenizer
 
 METHODS: tuple[str, ...] = ("sample", "speculative", "cascade", "smc")
 #: command-line rule names -> jaxlab.decoding.speculative.RULE_NAMES
@@ -46,12 +46,13 @@ RULES: dict[str, str] = {
 }
 
 
-def encode_prompts(prompts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded ``[B, P]`` prompt ids (BOS first) and their lengths."""
-    tok = ByteTokenizer()
-    ids = [tok.encode(p, add_bos=True, add_eos=False) for p in prompts]
+def encode_prompts(prompts: Sequence[str], tokenizer=None) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded ``[B, P]`` prompt ids (BOS first when the tokenizer has one) and their lengths
+    (``tokenizer``: the byte tokenizer's interface; default the byte tokenizer)."""
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    ids = [tok.encode(p, add_bos=tok.bos_id >= 0, add_eos=False) for p in prompts]
     width = max(len(i) for i in ids)
-    prompt = np.full((len(ids), width), PAD_ID, np.int32)
+    prompt = np.full((len(ids), width), tok.pad_id, np.int32)
     for r, row in enumerate(ids):
         prompt[r, : len(row)] = row
     return prompt, np.array([len(i) for i in ids], np.int32)
@@ -70,10 +71,16 @@ def speculative(
     gamma: int = 4,
     rule: str = "speed",
     alpha: float = 0.0,
+    tokenizer=None,
 ) -> tuple[list[str], dict[str, float]]:
-    """Speculative decoding (``rule="speed"``) or a speculative cascade with ``rule``."""
-    prompt, lengths = encode_prompts(prompts)
-    config = SpeculativeConfig(gamma=gamma, max_len=prompt.shape[1] + max_new_tokens, pad_id=PAD_ID)
+    """Speculative decoding (``rule="speed"``) or a speculative cascade with ``rule``
+    (``tokenizer``: the byte tokenizer's interface; default the byte tokenizer)."""
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    prompt, lengths = encode_prompts(prompts, tok)
+    config = SpeculativeConfig(
+        gamma=gamma, max_len=prompt.shape[1] + max_new_tokens, pad_id=tok.pad_id
+    )
+    stop = jnp.array([tok.eos_id if tok.eos_id >= 0 else -1])
     r = cascade_rule(RULES.get(rule, rule), alpha)
     out = jax.jit(
         lambda k, tp, dp, pr, ln, r: speculative_decode(
@@ -87,10 +94,9 @@ def speculative(
             config=config,
             rule=r,
             sampling_params=sampling_params,
-            stop_tokens=jnp.array([EOS_ID]),
+            stop_tokens=stop,
         )
     )(key, target_params, draft_params, jnp.asarray(prompt), jnp.asarray(lengths), r)
-    tok = ByteTokenizer()
     texts = [
         tok.decode(np.asarray(out.tokens[b, lengths[b] : int(out.lengths[b])]), stop_at_eos=True)
         for b in range(len(prompts))

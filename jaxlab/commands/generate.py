@@ -1,5 +1,6 @@
-"""Text generation from a trained decoder run: the KV-cached model as a ``decoding.CausalLM``,
-and the ``jaxlab generate RECIPE --run-dir DIR --prompt TEXT`` command.
+"""Text generation from a trained decoder run or a Hugging Face model directory: the KV-cached
+model as a ``decoding.CausalLM``, and the ``jaxlab generate RECIPE --run-dir DIR --prompt TEXT``
+and ``jaxlab generate --hf-dir DIR --prompt TEXT`` commands (the directory's own tokenizer).
 
 A command, not a recipe: it joins two families (``lm`` models and ``decoding`` algorithms).
 """
@@ -20,7 +21,7 @@ from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import CausalLM
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
-from jaxlab.lm.tokenizer import EOS_ID, PAD_ID, ByteTokenizer
+from jaxlab.lm.tokenizer import ByteTokenizer
 
 
 def decoder_lm(model: Decoder) -> CausalLM:
@@ -50,10 +51,15 @@ def generate_text(
     *,
     max_new_tokens: int,
     sampling_params: SamplingParams | None = None,
+    tokenizer=None,
 ) -> list[str]:
-    """Samples a continuation of each prompt (byte tokenizer, stops at EOS)."""
-    tok = ByteTokenizer()
-    ids = [tok.encode(p, add_bos=True, add_eos=False) for p in prompts]
+    """Samples a continuation of each prompt, stopping at EOS.
+
+    ``tokenizer``: any object with the byte tokenizer's interface (``encode``, ``decode``,
+    ``bos_id``, ``eos_id``, ``pad_id``), e.g. :class:`jaxlab.lm.hub.HFTokenizer`; default the byte
+    tokenizer. BOS is prepended when the tokenizer has one."""
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    ids = [tok.encode(p, add_bos=tok.bos_id >= 0, add_eos=False) for p in prompts]
     width = max(len(i) for i in ids)
     max_len = width + max_new_tokens
     if max_len + 1 > model.cfg.max_len:
@@ -61,11 +67,12 @@ def generate_text(
             f"prompt ({width} tokens) + max_new_tokens ({max_new_tokens}) + 1 exceeds the model's "
             f"max_len={model.cfg.max_len}"
         )
-    prompt = np.full((len(ids), width), PAD_ID, np.int32)
+    prompt = np.full((len(ids), width), tok.pad_id, np.int32)
     for r, row in enumerate(ids):
         prompt[r, : len(row)] = row
     lengths = np.array([len(i) for i in ids], np.int32)
     lm = decoder_lm(model)
+    stop = jnp.array([tok.eos_id if tok.eos_id >= 0 else -1])
     run = jax.jit(
         lambda k, p, pr, ln: generate(
             k,
@@ -75,8 +82,8 @@ def generate_text(
             ln,
             max_len=max_len,
             sampling_params=sampling_params,
-            stop_tokens=jnp.array([EOS_ID]),
-            pad_id=PAD_ID,
+            stop_tokens=stop,
+            pad_id=tok.pad_id,
         )
     )
     out = run(key, params, jnp.asarray(prompt), jnp.asarray(lengths))
@@ -92,10 +99,15 @@ def generate_text(
 def build_parser() -> argparse.ArgumentParser:
     """The ``jaxlab generate`` parser."""
     ap = argparse.ArgumentParser(
-        prog="jaxlab generate", description="Sample text from a trained decoder run."
+        prog="jaxlab generate",
+        description="Sample text from a trained decoder run or a Hugging Face model directory.",
     )
-    ap.add_argument("recipe")
-    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("recipe", nargs="?", help="the run's recipe (not with --hf-dir)")
+    ap.add_argument("--run-dir", default=None, help="a trained run of RECIPE")
+    ap.add_argument(
+        "--hf-dir", default=None, help="a Hugging Face model directory (config.json, safetensors)"
+    )
+    ap.add_argument("--draft-hf-dir", default=None, help="drafter model directory (--hf-dir)")
     ap.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.8)
@@ -123,6 +135,15 @@ def main(argv: Sequence[str]) -> int:
     from jaxlab.core.run import open_run, read_run
 
     args = build_parser().parse_args(list(argv))
+    if (args.run_dir is None) == (args.hf_dir is None):
+        raise UserError(
+            "give exactly one model: RECIPE --run-dir DIR, or --hf-dir DIR",
+            "jaxlab generate lm-tiny --run-dir runs/x --prompt TEXT",
+        )
+    if args.hf_dir is not None:
+        return _from_hf_dir(args)
+    if args.recipe is None:
+        raise UserError("--run-dir needs the run's RECIPE", "jaxlab generate lm-tiny --run-dir DIR")
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").exists():
@@ -163,6 +184,83 @@ def main(argv: Sequence[str]) -> int:
     )
     for p, t in zip(args.prompt, texts, strict=True):
         sys.stdout.write(f"{p}{t}\n")
+    return 0
+
+
+def _load_hf(directory: str):
+    """``(model, params, tokenizer)`` of a Hugging Face directory, errors as :class:`UserError`."""
+    from jaxlab.core.errors import UserError
+    from jaxlab.lm.hub import HubError, load_hf, load_tokenizer
+
+    try:
+        loaded = load_hf(directory)
+        tok = load_tokenizer(directory, model_vocab_size=loaded.cfg.vocab_size)
+    except HubError as e:
+        raise UserError(
+            str(e), "a model directory holds config.json, model.safetensors and tokenizer.json"
+        ) from None
+    return Decoder(loaded.cfg), loaded.params, tok
+
+
+def _from_hf_dir(args) -> int:
+    """``jaxlab generate --hf-dir DIR --prompt TEXT [--method speculative|cascade]``."""
+    import json
+
+    from jaxlab.core.errors import UserError
+
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
+    model, params, tok = _load_hf(args.hf_dir)
+    width = max(len(tok.encode(p, add_bos=tok.bos_id >= 0)) for p in args.prompt)
+    room = model.cfg.max_len - 1 - width
+    if room < 1:
+        raise UserError(
+            f"--prompt is {width} tokens long; the model's context is "
+            f"max_position_embeddings={model.cfg.max_len}"
+        )
+    sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    key = jax.random.PRNGKey(args.seed)
+    if args.method == "sample":
+        texts = generate_text(
+            key,
+            model,
+            params,
+            args.prompt,
+            max_new_tokens=min(args.max_new_tokens, room),
+            sampling_params=sp,
+            tokenizer=tok,
+        )
+        for p, t in zip(args.prompt, texts, strict=True):
+            sys.stdout.write(f"{p}{t}\n")
+        return 0
+    if args.method == "smc":
+        raise UserError("--method smc runs on byte-level runs only (--run-dir)")
+    if not args.draft_hf_dir:
+        raise UserError(f"--method {args.method} needs --draft-hf-dir (the drafter's directory)")
+    draft_model, draft_params, _ = _load_hf(args.draft_hf_dir)
+    if draft_model.cfg.vocab_size != model.cfg.vocab_size:
+        raise UserError(
+            f"--draft-hf-dir {args.draft_hf_dir}: vocabulary {draft_model.cfg.vocab_size} "
+            f"differs from --hf-dir's {model.cfg.vocab_size}"
+        )
+    room = min(model.cfg.max_len, draft_model.cfg.max_len) - width - args.gamma - 2
+    texts, stats = decode_methods.speculative(
+        key,
+        decoder_lm(model),
+        params,
+        decoder_lm(draft_model),
+        draft_params,
+        args.prompt,
+        max_new_tokens=max(1, min(args.max_new_tokens, room)),
+        sampling_params=sp,
+        gamma=args.gamma,
+        rule="speed" if args.method == "speculative" else args.rule,
+        alpha=args.alpha,
+        tokenizer=tok,
+    )
+    for p, t in zip(args.prompt, texts, strict=True):
+        sys.stdout.write(f"{p}{t}\n")
+    print(json.dumps({"method": args.method, **stats}))
     return 0
 
 

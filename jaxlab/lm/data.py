@@ -17,6 +17,10 @@ Pipeline (all deterministic given the seeds):
    Validation: the same without shuffling and repetition (one deterministic pass).
 
 Batches are ``{"tokens": int32 [batch, seq_len + 1]}`` numpy arrays.
+
+With ``ByteLMDataConfig.source`` set to a pre-tokenized file (``data.source=PATH.npy`` or
+``.bin``), steps 1-3 are replaced by memory-mapped windows of that file with a region split
+(:mod:`jaxlab.lm.token_files`); step 4 is the same.
 """
 
 from __future__ import annotations
@@ -32,7 +36,11 @@ import grain
 import numpy as np
 from jaxtyping import Int
 
+from jaxlab.lm.token_files import BIN_DTYPES, TokenWindows, split_token_windows
 from jaxlab.lm.tokenizer import ByteTokenizer
+
+Windows = Int[np.ndarray, "_ window"] | TokenWindows
+"""Packed windows: an in-memory ``[num, seq_len + 1]`` array or a token file's windows."""
 
 CORPUS_PACKAGE = "jaxlab.lm.corpus"
 CORPUS_FILE = "stdlib_docstrings.txt.gz"
@@ -64,6 +72,9 @@ class ByteLMDataConfig:
         split: "document" or "region".
         split_seed: seed of the document split (unused for "region").
         seed: seed of the training shuffle.
+        source: a pre-tokenized ``.npy`` / ``.bin`` file of token ids to train on instead of the
+            shipped corpus (``None``); split by region, its last ``val_fraction`` validates.
+        source_dtype: element type of a ``.bin`` source (``uint16``, ``uint32`` or ``int32``).
     """
 
     seq_len: int = 128
@@ -72,6 +83,8 @@ class ByteLMDataConfig:
     split: Literal["document", "region"] = "document"
     split_seed: int = 0
     seed: int = 0
+    source: str | None = None
+    source_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "batch_size"):
@@ -85,6 +98,14 @@ class ByteLMDataConfig:
         if self.split not in ("document", "region"):
             raise ValueError(
                 f"ByteLMDataConfig.split={self.split!r}: expected 'document' or 'region'"
+            )
+        if self.source_dtype not in BIN_DTYPES:
+            raise ValueError(
+                f"ByteLMDataConfig.source_dtype={self.source_dtype!r}: expected one of {BIN_DTYPES}"
+            )
+        if self.source is not None and not str(self.source).endswith((".npy", ".bin")):
+            raise ValueError(
+                f"ByteLMDataConfig.source={self.source!r}: expected a .npy or .bin token file"
             )
         for name in ("split_seed", "seed"):
             value = getattr(self, name)
@@ -197,7 +218,7 @@ def _shard_batch_size(batch_size: int, shard_index: int, shard_count: int) -> in
 
 
 def train_dataset(
-    windows: Int[np.ndarray, "num window"],
+    windows: Windows,
     *,
     batch_size: int,
     seed: int,
@@ -237,7 +258,7 @@ def train_dataset(
 
 
 def validation_dataset(
-    windows: Int[np.ndarray, "num window"],
+    windows: Windows,
     *,
     batch_size: int,
     shard_index: int = 0,
@@ -269,16 +290,20 @@ def validation_dataset(
 
 def split_windows(
     cfg: ByteLMDataConfig, documents: Sequence[str] | None = None
-) -> tuple[Int[np.ndarray, "n_train window"], Int[np.ndarray, "n_val window"]]:
+) -> tuple[Windows, Windows]:
     """Train and validation windows ``[num, cfg.seq_len + 1]`` of a corpus.
 
     Args:
         cfg: the data configuration.
-        documents: the corpus (default :func:`load_corpus`).
+        documents: the corpus (default :func:`load_corpus`; ignored when ``cfg.source`` is set).
 
     Returns:
-        ``(train_windows, val_windows)``.
+        ``(train_windows, val_windows)``: arrays, or :class:`TokenWindows` of ``cfg.source``.
     """
+    if cfg.source is not None:
+        return split_token_windows(
+            cfg.source, seq_len=cfg.seq_len, val_fraction=cfg.val_fraction, dtype=cfg.source_dtype
+        )
     docs = load_corpus() if documents is None else documents
     train, val = token_streams(
         docs, split=cfg.split, val_fraction=cfg.val_fraction, split_seed=cfg.split_seed

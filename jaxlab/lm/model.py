@@ -32,6 +32,7 @@ from jaxlab.nn.embeddings import OutputHead, TokenEmbedding
 from jaxlab.nn.mlp import SwiGLU
 from jaxlab.nn.norms import RMSNorm
 from jaxlab.nn.quantization import QuantConfig
+from jaxlab.nn.rope import Llama3RopeScaling
 from jaxlab.nn.transformer import TransformerBlock
 
 DecoderCache = tuple[KVCache, ...]
@@ -67,6 +68,9 @@ class DecoderConfig:
         moe: mixture-of-experts FFN configuration (``None``: dense SwiGLU in every layer). The MoE
             layers use ``moe.init_std`` and add auxiliary losses (see :func:`jaxlab.lm.moe.aux_loss`).
         moe_layers: indices of the layers whose FFN is the MoE (``None``: every layer, OLMoE).
+        n_kv_heads: key/value heads of grouped-query attention, dividing ``n_heads`` (Llama 2/3;
+            ``None``: ``n_heads``, plain multi-head attention as OLMoE).
+        rope_scaling: Llama 3.1's RoPE frequency scaling (``None``: plain RoPE).
         quant: forward-only fake quantisation for quantisation-aware training ("Scaling Laws for
             Precision"; :class:`jaxlab.nn.quantization.QuantConfig`): bits of weights,
             activations and KV cache and the targeted layer groups. Default: off (exact).
@@ -90,6 +94,8 @@ class DecoderConfig:
     moe: MoEConfig | None = None
     moe_layers: tuple[int, ...] | None = None
     quant: QuantConfig = QuantConfig()
+    n_kv_heads: int | None = None
+    rope_scaling: Llama3RopeScaling | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff", "max_len"):
@@ -114,6 +120,18 @@ class DecoderConfig:
                 raise ValueError(
                     f"DecoderConfig.{name}={getattr(self, name)!r}: expected a positive float"
                 )
+        if self.n_kv_heads is not None and (
+            isinstance(self.n_kv_heads, bool)
+            or not isinstance(self.n_kv_heads, int)
+            or self.n_kv_heads <= 0
+            or self.n_heads % self.n_kv_heads
+        ):
+            raise ValueError(
+                f"DecoderConfig.n_kv_heads={self.n_kv_heads!r}: expected None or a positive "
+                f"divisor of n_heads={self.n_heads}"
+            )
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Llama3RopeScaling):
+            raise ConfigError("rope_scaling", self.rope_scaling, "None or a Llama3RopeScaling")
         if self.moe_layers is not None:
             if self.moe is None:
                 raise ValueError(
@@ -151,6 +169,18 @@ class DecoderConfig:
     def kernel_std(self) -> float | None:
         """The ``init_std`` passed to the layers (``None`` selects LeCun normal)."""
         return self.init_std if self.init == "trunc_normal" else None
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``n_kv_heads``, or ``n_heads`` when unset)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def rope_frequencies(self) -> tuple[float, ...] | None:
+        """The scaled RoPE inverse frequencies (``None`` without ``rope_scaling``)."""
+        if self.rope_scaling is None:
+            return None
+        return self.rope_scaling.inverse_frequencies(self.head_dim, self.rope_base)
 
     @property
     def compute_dtype(self) -> jnp.dtype:
@@ -269,6 +299,8 @@ class Decoder(nn.Module):
                 dtype=dtype,
                 param_dtype=param_dtype,
                 quant=cfg.quant,
+                n_kv_heads=cfg.n_kv_heads,
+                rope_inverse_frequencies=cfg.rope_frequencies,
             )
             for i in range(cfg.n_layers)
         ]
@@ -370,7 +402,7 @@ def init_cache(cfg: DecoderConfig, batch_size: int, max_len: int | None = None) 
         max_len: cache slots (default ``cfg.max_len``).
 
     Returns:
-        ``cfg.n_layers`` empty :class:`KVCache` of shape ``[batch, max_len, n_heads, head_dim]``
+        ``cfg.n_layers`` empty :class:`KVCache` of shape ``[batch, max_len, kv_heads, head_dim]``
         in the computation dtype.
 
     Raises:
@@ -380,7 +412,7 @@ def init_cache(cfg: DecoderConfig, batch_size: int, max_len: int | None = None) 
     if length > cfg.max_len:
         raise ValueError(f"max_len={length!r}: expected at most cfg.max_len={cfg.max_len}")
     return tuple(
-        KVCache.init(batch_size, length, cfg.n_heads, cfg.head_dim, cfg.compute_dtype)
+        KVCache.init(batch_size, length, cfg.kv_heads, cfg.head_dim, cfg.compute_dtype)
         for _ in range(cfg.n_layers)
     )
 

@@ -26,10 +26,9 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.lm import moe as moe_lib
-from jaxlab.lm.data import load_corpus, unigram_entropy
 from jaxlab.lm.model import Decoder, DecoderConfig, next_token_loss
 from jaxlab.lm.routing_stats import RoutingStats, summarize
-from jaxlab.lm.training import validation_windows
+from jaxlab.lm.training import corpus_metrics, validation_windows
 
 #: the auxiliary-loss weights, traced (dotted keys of a config whose ``model`` is a DecoderConfig)
 TRACED: tuple[str, ...] = ("model.moe.lb_loss_weight", "model.moe.z_loss_weight")
@@ -179,9 +178,7 @@ class Evaluation:
         rows = [{k: float(v) for k, v in r.items()} for r in rows]
         out = {f"val_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]}
         val = out.pop("val_ce_loss")
-        entropy = unigram_entropy(load_corpus())
-        return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2),
-                **out}  # fmt: skip
+        return {"val_loss": val, **corpus_metrics(cfg.data, val), **out}
 
     def finalize(self, state: Any, run_dir: Path) -> None:
         del state

@@ -25,7 +25,7 @@ from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.core.run import batch_spec
-from jaxlab.lm.data import ByteLMDataConfig
+from jaxlab.lm.data import ByteLMDataConfig, load_corpus, unigram_entropy
 from jaxlab.lm.model import Decoder, next_token_loss
 
 #: the LM optimiser: AdamW (β2 = 0.95), a linear warm-up over 50 steps then cosine decay to
@@ -142,6 +142,15 @@ def validation_windows(
         place_batches(b, abstract, leading=0)["tokens"]
         for _, b in zip(range(num_batches), it, strict=False)
     ]
+
+
+def corpus_metrics(data: ByteLMDataConfig, val_loss: float) -> dict[str, float]:
+    """Metrics beside the validation loss (nats/token): on the shipped byte corpus its unigram
+    entropy and ``val_bits_per_byte``; on a token file (``data.source``) ``val_bits_per_token``."""
+    if data.source is not None:
+        return {"val_bits_per_token": val_loss / float(np.log(2))}
+    entropy = unigram_entropy(load_corpus())
+    return {"unigram_entropy": entropy, "val_bits_per_byte": val_loss / float(np.log(2))}
 
 
 def mean_validation_loss(

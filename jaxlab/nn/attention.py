@@ -152,8 +152,12 @@ class MultiHeadAttention(nn.Module):
     mask over the context tokens. Cross-attention has no positions (RoPE is skipped), no causal
     mask and no cache.
 
+    Grouped-query attention (Ainslie et al. 2023; Llama 2/3): with ``n_kv_heads < n_heads`` the
+    keys and values have ``n_kv_heads`` heads (``W_k, W_v: [embed, kv_heads, kv]``, and so has the
+    cache); query head ``i`` attends with key/value head ``i // (n_heads / n_kv_heads)``.
+
     Attributes:
-        n_heads: number of heads.
+        n_heads: number of (query) heads.
         head_dim: per-head size (even when ``use_rope``).
         causal: mask future slots.
         qk_norm: apply RMSNorm to queries and keys (over ``[heads, kv]`` jointly, as OLMoE).
@@ -163,6 +167,10 @@ class MultiHeadAttention(nn.Module):
         init_std: ``None`` for LeCun-normal kernels, else the std of a ±3σ truncated normal.
         dtype: computation dtype (``None``: the input's).
         param_dtype: parameter dtype.
+        n_kv_heads: key/value heads, dividing ``n_heads`` (``None``: ``n_heads``, plain MHA).
+        rope_inverse_frequencies: ``[head_dim / 2]`` RoPE inverse frequencies replacing
+            ``base^(-2i/d)`` (e.g. Llama 3's scaled ones, :func:`jaxlab.nn.rope.llama3_inverse_frequencies`);
+            a tuple so the module stays hashable. ``None``: the plain RoFormer frequencies.
         quant: fake quantisation (:class:`jaxlab.nn.quantization.QuantConfig`, group
             ``"attention"``): the four kernels per output channel, the inputs of the ``q/k/v`` and
             output projections per tensor, keys and values (the cache) per token and head.
@@ -181,6 +189,8 @@ class MultiHeadAttention(nn.Module):
     dtype: DTypeLike | None = None
     param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
+    n_kv_heads: int | None = None
+    rope_inverse_frequencies: tuple[float, ...] | None = None
 
     @nn.compact
     def __call__(
@@ -254,8 +264,10 @@ class MultiHeadAttention(nn.Module):
         if padding_mask is None:
             padding_mask = jnp.ones((batch, seq), jnp.bool_)
         if self.use_rope:
-            q = apply_rope(q, positions, base=self.rope_base)
-            k = apply_rope(k, positions, base=self.rope_base)
+            inv_freq = self.rope_inverse_frequencies
+            inv_freq = None if inv_freq is None else jnp.asarray(inv_freq, jnp.float32)
+            q = apply_rope(q, positions, base=self.rope_base, inv_freq=inv_freq)
+            k = apply_rope(k, positions, base=self.rope_base, inv_freq=inv_freq)
         k, v = quant.cache(k), quant.cache(v)
         q = nn.with_logical_constraint(q, ("batch", "seq", "heads", "kv"))
         k = nn.with_logical_constraint(k, ("batch", "seq", "heads", "kv"))
@@ -263,7 +275,7 @@ class MultiHeadAttention(nn.Module):
 
         if cache is None:
             mask = causal_padding_mask(slots, slots, padding_mask, causal=self.causal)
-            out = dot_product_attention(q, k, v, mask)
+            out = dot_product_attention(q, *_repeat_kv(k, v, self.n_heads), mask)
             new_cache = None
         else:
             out, new_cache = _cached_attention(
@@ -286,6 +298,12 @@ def _check_call(
     if module.n_heads <= 0 or module.head_dim <= 0:
         raise ValueError(
             f"n_heads={module.n_heads!r}, head_dim={module.head_dim!r}: expected positive ints"
+        )
+    n_kv = module.n_heads if module.n_kv_heads is None else module.n_kv_heads
+    if n_kv <= 0 or module.n_heads % n_kv:
+        raise ValueError(
+            f"n_kv_heads={module.n_kv_heads!r}: expected a positive divisor of "
+            f"n_heads={module.n_heads}"
         )
     if module.use_rope and module.head_dim % 2:
         raise ValueError(f"head_dim={module.head_dim!r}: expected an even size for RoPE")
@@ -316,8 +334,9 @@ def _projection_kernels(
     qkv_init = nn.with_logical_partitioning(
         kernel_init(module.init_std, in_axis=0, out_axis=(1, 2)), ("embed", "heads", "kv")
     )
+    n_kv = module.n_heads if module.n_kv_heads is None else module.n_kv_heads
     shape = (d_model, module.n_heads, module.head_dim)
-    kv_shape = (kv_width, module.n_heads, module.head_dim)
+    kv_shape = (kv_width, n_kv, module.head_dim)
     w_q = module.param("wq", qkv_init, shape, module.param_dtype).astype(dtype)
     w_k = module.param("wk", qkv_init, kv_shape, module.param_dtype).astype(dtype)
     w_v = module.param("wv", qkv_init, kv_shape, module.param_dtype).astype(dtype)
@@ -357,5 +376,18 @@ def _cached_attention(
     )
     key_valid = new_cache.mask & (key_slots < new_cache.index[:, None])
     mask = causal_padding_mask(slots, key_slots, key_valid, causal=causal)
-    out = dot_product_attention(q, new_cache.key.astype(dtype), new_cache.value.astype(dtype), mask)
+    k, v = _repeat_kv(new_cache.key.astype(dtype), new_cache.value.astype(dtype), q.shape[2])
+    out = dot_product_attention(q, k, v, mask)
     return out, new_cache
+
+
+def _repeat_kv(
+    k: Float[Array, "batch k kv_heads head_dim"],
+    v: Float[Array, "batch k kv_heads head_dim"],
+    n_heads: int,
+) -> tuple[Float[Array, "batch k heads head_dim"], Float[Array, "batch k heads head_dim"]]:
+    """Repeats each key/value head ``n_heads / kv_heads`` times (grouped-query attention)."""
+    groups = n_heads // k.shape[2]
+    if groups == 1:
+        return k, v
+    return jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)

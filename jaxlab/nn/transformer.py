@@ -43,6 +43,9 @@ class TransformerBlock(nn.Module):
         param_dtype: parameter dtype.
         quant: fake quantisation of the attention and of the default SwiGLU
             (:class:`jaxlab.nn.quantization.QuantConfig`); a custom ``ffn_factory`` handles its own.
+        n_kv_heads: key/value heads of grouped-query attention (``None``: ``n_heads``).
+        rope_inverse_frequencies: RoPE inverse frequencies replacing the default ones (see
+            :class:`jaxlab.nn.attention.MultiHeadAttention`).
     """
 
     n_heads: int
@@ -57,6 +60,8 @@ class TransformerBlock(nn.Module):
     dtype: DTypeLike | None = None
     param_dtype: DTypeLike = jnp.float32
     quant: QuantConfig | None = None
+    n_kv_heads: int | None = None
+    rope_inverse_frequencies: tuple[float, ...] | None = None
 
     def setup(self) -> None:
         """Creates ``attn_norm``, ``attn``, ``ffn_norm`` and ``ffn``."""
@@ -72,6 +77,8 @@ class TransformerBlock(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             quant=self.quant,
+            n_kv_heads=self.n_kv_heads,
+            rope_inverse_frequencies=self.rope_inverse_frequencies,
         )
         self.ffn_norm = RMSNorm(eps=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
         if self.ffn_factory is None:

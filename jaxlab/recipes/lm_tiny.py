@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import numpy as np
 
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.optim import OptimConfig
@@ -20,9 +19,7 @@ from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import training
 from jaxlab.lm.data import (
     ByteLMDataConfig,
-    load_corpus,
     train_iterator,
-    unigram_entropy,
 )
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.training import LmState
@@ -56,8 +53,7 @@ def build(cfg: LmTinyConfig, mesh: jax.sharding.Mesh) -> Parts:
     def evaluate(state: LmState) -> dict[str, float]:
         windows = training.validation_windows(cfg.data, batch, cfg.val_batches)
         val = training.mean_validation_loss(model, state.params, windows, eval_loss)
-        entropy = unigram_entropy(load_corpus())
-        return {"val_loss": val, "unigram_entropy": entropy, "val_bits_per_byte": val / np.log(2)}
+        return {"val_loss": val, **training.corpus_metrics(cfg.data, val)}
 
     return Parts(
         init=training.make_init(model, cfg.optim, total, cfg.data.seq_len),

@@ -157,9 +157,39 @@ def test_tied_embeddings_and_bf16_shapes(tokens):
     assert init_cache(cfg, 3, 16)[0].key.dtype == jnp.bfloat16
 
 
+def test_grouped_query_attention_equals_mha_with_repeated_kv_heads():
+    """With ``n_kv_heads=2`` of 4 heads the model equals plain MHA whose key/value kernels repeat
+    each shared head twice (the 2-head KV cache is checked by ``jaxlab generate --hf-dir`` against
+    ``transformers``' greedy generation in ``tests/recipes/test_generate.py``)."""
+    gqa_cfg = DecoderConfig(
+        vocab_size=50, d_model=16, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=4, d_ff=32,
+        max_len=8,
+    )  # fmt: skip
+    mha_cfg = DecoderConfig(**{**gqa_cfg.__dict__, "n_kv_heads": None})
+    toks = np.arange(8, dtype=np.int32)[None] % 50
+    shapes = nn.meta.unbox(jax.eval_shape(Decoder(gqa_cfg).init, jax.random.key(1), toks))
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda x: rng.normal(0, 0.3, x.shape).astype(x.dtype), shapes)
+    attn = params["params"]["blocks_0"]["attn"]
+    assert attn["wk"].shape == (16, 2, 4) and attn["wq"].shape == (16, 4, 4)
+    assert init_cache(gqa_cfg, 1)[0].key.shape == (1, 8, 2, 4)
+    mha = jax.tree.map(lambda x: x, params)
+    for name in ("wk", "wv"):
+        mha["params"]["blocks_0"]["attn"][name] = np.repeat(attn[name], 2, axis=1)
+    gqa_logits = jax.jit(Decoder(gqa_cfg).apply)(params, toks)
+    np.testing.assert_allclose(gqa_logits, jax.jit(Decoder(mha_cfg).apply)(mha, toks), atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "field,value",
-    [("d_model", 0), ("head_dim", 7), ("dtype", "float64"), ("init", "xavier"), ("init_std", 0.0)],
+    [
+        ("d_model", 0),
+        ("head_dim", 7),
+        ("n_kv_heads", 3),
+        ("dtype", "float64"),
+        ("init", "xavier"),
+        ("init_std", 0.0),
+    ],
 )
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"DecoderConfig.{field}="):

@@ -1,6 +1,8 @@
 """KV-cached generation with the project's decoder equals recomputing the full forward pass, and
 `jaxlab generate` samples from a trained run."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,3 +106,25 @@ def test_train_refuses_a_tpu_config_of_another_recipe(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "olmoe" in err and "lm-tiny" in err
     assert not (tmp_path / "x").exists()
+
+
+HF_FIXTURES = Path(__file__).parents[1] / "lm" / "fixtures"
+
+
+def test_generate_from_a_hugging_face_directory_equals_transformers_greedy(capsys):
+    """`jaxlab generate --hf-dir` at temperature 0 continues the fixture's prompt with the tokens
+    of `transformers`' greedy `generate`, decoded by the directory's own tokenizer."""
+    from jaxlab.lm.hub import load_tokenizer
+
+    directory = HF_FIXTURES / "tiny_llama"
+    ref = np.load(directory / "reference.npz")
+    tok = load_tokenizer(directory)
+    prompt = tok.decode(ref["tokens"])
+    args = ["generate", "--hf-dir", str(directory), "--prompt", prompt, "--temperature", "0"]
+    assert cli.main([*args, "--max-new-tokens", str(ref["greedy"].shape[1])]) == 0
+    assert capsys.readouterr().out == prompt + tok.decode(ref["greedy"][0]) + "\n"
+
+
+def test_generate_needs_exactly_one_model(capsys):
+    assert cli.main(["generate", "--prompt", "x"]) != 0
+    assert "exactly one model" in capsys.readouterr().err

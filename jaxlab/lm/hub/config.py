@@ -1,0 +1,192 @@
+"""Hugging Face ``config.json`` <-> :class:`jaxlab.lm.model.DecoderConfig` (Llama).
+
+Every field that changes the model's math is checked: a value jaxlab does not implement (a bias,
+another activation, another RoPE scaling type, sliding windows, ...) is refused by name instead of
+being approximated. Purely informational fields (token ids, dtype, versions) are ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jaxlab.lm.model import DecoderConfig
+from jaxlab.nn.quantization import QuantConfig
+from jaxlab.nn.rope import Llama3RopeScaling
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+"""``architectures`` entries that :func:`decoder_config_from_hf` reads."""
+
+# fields whose only accepted value is the one jaxlab implements (absent means the HF default)
+_FIXED = {
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "pretraining_tp": 1,
+    "attention_dropout": 0.0,
+    "sliding_window": None,
+    "use_sliding_window": False,
+}
+
+
+class HubError(ValueError):
+    """A model directory that jaxlab cannot read or write; the message names the file and field."""
+
+
+def _field(config: dict[str, Any], name: str, path: Path, kind: type = int) -> Any:
+    if name not in config:
+        raise HubError(f"{path}: field {name!r} is missing (expected a {kind.__name__})")
+    value = config[name]
+    if isinstance(value, bool) or not isinstance(value, int | float if kind is float else kind):
+        raise HubError(f"{path}: field {name}={value!r}: expected a {kind.__name__}")
+    if value <= 0:
+        raise HubError(f"{path}: field {name}={value!r}: expected a positive {kind.__name__}")
+    return value
+
+
+def _rope(config: dict[str, Any], path: Path) -> tuple[float, Llama3RopeScaling | None]:
+    """``(rope_theta, scaling)`` from ``rope_theta``/``rope_scaling`` or ``rope_parameters``."""
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or params
+    theta = config.get("rope_theta", params.get("rope_theta", 10_000.0))
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
+        raise HubError(f"{path}: field rope_theta={theta!r}: expected a positive number")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return float(theta), None
+    if kind != "llama3":
+        raise HubError(
+            f"{path}: field rope_scaling.rope_type={kind!r} is not supported "
+            "(expected 'default' or 'llama3')"
+        )
+    try:
+        return float(theta), Llama3RopeScaling(
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
+            high_freq_factor=float(scaling["high_freq_factor"]),
+            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+        )
+    except (KeyError, ValueError, TypeError) as e:
+        raise HubError(f"{path}: field rope_scaling={scaling!r}: {e}") from None
+
+
+def decoder_config_from_hf(
+    config: dict[str, Any],
+    *,
+    path: str | Path = "config.json",
+    max_len: int | None = None,
+    dtype: str = "float32",
+    param_dtype: str = "float32",
+) -> DecoderConfig:
+    """Reads a Llama ``config.json`` (as a dict) into a :class:`DecoderConfig`.
+
+    Args:
+        config: the parsed ``config.json``.
+        path: the file, for error messages.
+        max_len: context length (default: ``max_position_embeddings``).
+        dtype: computation dtype of the decoder.
+        param_dtype: parameter dtype of the decoder.
+
+    Returns:
+        The decoder configuration (``n_kv_heads``, ``rope_base``, ``rope_scaling``,
+        ``tie_embeddings`` and ``norm_eps`` as the checkpoint says).
+
+    Raises:
+        HubError: naming the file and the field, for an unsupported architecture or value.
+    """
+    path = Path(path)
+    archs = config.get("architectures") or [config.get("model_type", "?")]
+    if config.get("model_type") != "llama" or any(a not in SUPPORTED_ARCHITECTURES for a in archs):
+        raise HubError(
+            f"{path}: architecture {archs!r} (model_type={config.get('model_type')!r}) is not "
+            f"supported: expected {list(SUPPORTED_ARCHITECTURES)} with model_type 'llama'"
+        )
+    for name, expected in _FIXED.items():
+        if name in config and config[name] != expected:
+            raise HubError(
+                f"{path}: field {name}={config[name]!r} is not supported (expected {expected!r})"
+            )
+    n_heads = _field(config, "num_attention_heads", path)
+    d_model = _field(config, "hidden_size", path)
+    head_dim = config.get("head_dim") or d_model // n_heads
+    n_kv = config.get("num_key_value_heads") or n_heads
+    theta, scaling = _rope(config, path)
+    try:
+        return DecoderConfig(
+            vocab_size=_field(config, "vocab_size", path),
+            d_model=d_model,
+            n_layers=_field(config, "num_hidden_layers", path),
+            n_heads=n_heads,
+            head_dim=head_dim,
+            d_ff=_field(config, "intermediate_size", path),
+            max_len=max_len or _field(config, "max_position_embeddings", path),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            rope_base=theta,
+            norm_eps=float(_field(config, "rms_norm_eps", path, float)),
+            n_kv_heads=None if n_kv == n_heads else n_kv,
+            rope_scaling=scaling,
+            dtype=dtype,
+            param_dtype=param_dtype,
+        )
+    except ValueError as e:
+        raise HubError(f"{path}: {e}") from None
+
+
+def hf_config_from_decoder(
+    cfg: DecoderConfig, *, torch_dtype: str = "float32", **token_ids: int | None
+) -> dict[str, Any]:
+    """The Llama ``config.json`` of a dense jaxlab decoder.
+
+    Args:
+        cfg: the decoder configuration (dense FFN, no QK-norm, no fake quantisation).
+        torch_dtype: the stored weights' dtype name.
+        **token_ids: ``bos_token_id``, ``eos_token_id``, ``pad_token_id`` to record.
+
+    Returns:
+        A dict for ``json.dump`` that ``transformers.LlamaForCausalLM`` loads.
+
+    Raises:
+        HubError: if ``cfg`` uses a feature the Llama format cannot hold.
+    """
+    for name, bad in (
+        ("moe", cfg.moe is not None),
+        ("qk_norm", cfg.qk_norm),
+        ("quant", cfg.quant != QuantConfig()),
+    ):
+        if bad:
+            raise HubError(
+                f"DecoderConfig.{name}={getattr(cfg, name)!r}: the Llama format has no {name}"
+            )
+    config: dict[str, Any] = {
+        "architectures": list(SUPPORTED_ARCHITECTURES),
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_len,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_base,
+        "rope_scaling": None,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "pretraining_tp": 1,
+        "torch_dtype": torch_dtype,
+    }
+    if cfg.rope_scaling is not None:
+        s = cfg.rope_scaling
+        config["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_position_embeddings,
+        }
+    config.update({k: v for k, v in token_ids.items() if v is not None})
+    return config
