@@ -227,18 +227,27 @@ def _standardised(data: np.ndarray) -> np.ndarray:
 
 class RandomFeatureCI(CITest):
     """RCIT (:func:`jaxlab.causal.kernel_ci.rcit_pvalue`) on the columns of ``data`` (n, d), in
-    float64; ``num_xy`` / ``num_z`` random features of x, y / of the conditioning set."""
+    float64; ``num_xy`` / ``num_z`` random features of x, y / of the conditioning set, bandwidths
+    from the first ``rows`` rows."""
 
     name = "rcit"
 
-    def __init__(self, key: PRNGKeyArray, data: np.ndarray, *, num_xy: int = 5, num_z: int = 100):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        data: np.ndarray,
+        *,
+        num_xy: int = 5,
+        num_z: int = 100,
+        rows: int = 500,
+    ):
         super().__init__()
         n, d = np.shape(data)
         self.num_vars, self.n = d, n
         self.max_cond = max(0, min(d - 2, 16))
         self.data = _standardised(data)
         self.key = key
-        self.kw = (("num_xy", num_xy), ("num_z", num_z))
+        self.kw = (("num_xy", num_xy), ("num_z", num_z), ("rows", rows))
 
     def _batch(self, x, y, cond, mask):
         with jax.enable_x64(True):

@@ -33,6 +33,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from jaxlab.core import linalg
@@ -40,16 +41,17 @@ from jaxlab.core import linalg
 
 def _standardise(v: Float[Array, "n k"]) -> Float[Array, "n k"]:
     sd = v.std(0)
-    return (v - v.mean(0)) / jnp.where(sd > 0, sd, 1.0)
+    return (v - v.mean(0)[None, :]) / jnp.where(sd > 0, sd, 1.0)[None, :]
 
 
-def _median_distance(v: Float[Array, "n k"], rows: int) -> Float[Array, ""]:
-    """Median nonzero pairwise Euclidean distance over the first ``rows`` rows (1 if none)."""
+def _median_distance(v: Float[Array, "n k"], rows: int, nonzero: bool) -> Float[Array, ""]:
+    """Median pairwise Euclidean distance over the first ``rows`` rows, ties (zero distances)
+    counted as RCIT does or left out (``nonzero``) as KCI does; 1 where it is not positive."""
     w = v[:rows]
-    sq = jnp.sum((w[:, None, :] - w[None, :, :]) ** 2, axis=-1)
-    d = jnp.sqrt(jnp.maximum(sq, 0.0))
-    med = jnp.nanmedian(jnp.where(d > 1e-12, d, jnp.nan))
-    return jnp.where(jnp.isfinite(med), med, 1.0)
+    i, j = np.triu_indices(w.shape[0], k=1)
+    d = jnp.sqrt(jnp.sum((w[i] - w[j]) ** 2, axis=-1))
+    med = jnp.nanmedian(jnp.where(d > 1e-12, d, jnp.nan)) if nonzero else jnp.median(d)
+    return jnp.where(med > 1e-12, med, 1.0)
 
 
 def _rff(key: PRNGKeyArray, v: Float[Array, "n k"], num: int, sigma) -> Float[Array, "n num"]:
@@ -79,9 +81,9 @@ def rcit_pvalue(
     xs = _standardise(x[:, None])
     ys = _standardise(y[:, None])
     zs = _standardise(z) * zmask[None, :]
-    fx = _rff(kx, xs, num_xy, _median_distance(xs, rows))
-    fy = _rff(ky, ys, num_xy, _median_distance(ys, rows))
-    fz = _rff(kz, zs, num_z, _median_distance(zs, rows))
+    fx = _rff(kx, xs, num_xy, _median_distance(xs, rows, False))
+    fy = _rff(ky, ys, num_xy, _median_distance(ys, rows, False))
+    fz = _rff(kz, zs, num_z, _median_distance(zs, rows, False))
     has_z = jnp.any(zmask)
     fz = jnp.where(has_z, fz, 0.0)
     czz = fz.T @ fz / n + ridge * jnp.eye(num_z, dtype=fz.dtype)
@@ -102,7 +104,7 @@ def rcit_pvalue(
 
 def _gram(v: Float[Array, "n k"], rows: int) -> Float[Array, "n n"]:
     """Centred Gaussian Gram matrix, width ``sqrt(2)`` times the median distance."""
-    med = _median_distance(v, rows)
+    med = _median_distance(v, rows, True)
     sq = jnp.sum((v[:, None, :] - v[None, :, :]) ** 2, axis=-1)
     k = jnp.exp(-sq / (4.0 * med * med))
     k = k - k.mean(0)[None, :]
