@@ -80,6 +80,7 @@ def test_majority_rule_leaves_a_tie_unoriented():
 
         def _batch(self, x, y, cond, mask):
             out = []
+            x, y, cond, mask = map(np.asarray, (x, y, cond, mask))
             for a, b, c, m in zip(x, y, cond, mask, strict=True):
                 s = {int(v) for v, k in zip(c, m, strict=True) if k}
                 pair = {int(a), int(b)}
