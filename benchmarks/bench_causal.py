@@ -4,7 +4,8 @@
   whole batch) vs a Python loop over causal-learn's ``CIT`` on the same data and triples
   (Fisher-z; and the random-feature kernel test vs causal-learn's KCI on fewer triples).
 * ``cdis``: end-to-end CDIS wall time vs the number of variables (10, 20, 50) and samples.
-* ``fci``: our FCI vs causal-learn's FCI on seeded data: how many PAGs and skeletons are equal.
+* ``fci``: our FCI vs causal-learn's FCI on seeded data, for each separating-set rule (all
+  variables observed; 2 of 10 latent): how many PAGs and skeletons are equal.
 * ``accuracy``: directed-edge precision, recall, F1 and SHD of CDIS and of the selection-ignoring
   interventional baseline against the true DAG, over seeds, n = 1000 and 10000 (ER DAGs, degree
   1.5, linear-Gaussian, 2 selection mechanisms on standardized parents, 2 datasets with one
