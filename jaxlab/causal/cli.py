@@ -260,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RunDirError as e:
-        print(f"error: {e}" + (f" ({e.hint})" if e.hint else ""), file=sys.stderr)
+        hint = e.hint.replace("--run-dir", "--out")  # the run directory is --out here
+        print(f"error: {e}" + (f" ({hint})" if hint else ""), file=sys.stderr)
         return 2
 
 

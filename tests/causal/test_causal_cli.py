@@ -62,7 +62,8 @@ def test_a_locked_output_directory_is_refused(selection_csv, capsys):
             ["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)]
         )
     assert rc == 2
-    assert "is in use by another run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is in use by another run" in err and "pass --out NEW_DIR" in err
     assert not out.exists()
 
 
