@@ -4,7 +4,8 @@
   whole batch) vs a Python loop over causal-learn's ``CIT`` on the same data and triples
   (Fisher-z; and the random-feature kernel test vs causal-learn's KCI on fewer triples).
 * ``cdis``: end-to-end CDIS wall time vs the number of variables (10, 20, 50) and samples.
-* ``fci``: our FCI vs causal-learn's FCI on seeded data: how many PAGs and skeletons are equal.
+* ``fci``: our FCI vs causal-learn's FCI on seeded data, for each separating-set rule (all
+  variables observed; 2 of 10 latent): how many PAGs and skeletons are equal.
 * ``accuracy``: directed-edge precision, recall, F1 and SHD of CDIS and of the selection-ignoring
   interventional baseline against the true DAG, over seeds, n = 1000 and 10000 (ER DAGs, degree
   1.5, linear-Gaussian, 2 selection mechanisms on standardized parents, 2 datasets with one
@@ -129,7 +130,7 @@ def bench_ci(quick: bool):
 
 def _problem(seed, d, n, num_sel=2, num_iv=2, degree=1.5, test="fisherz"):
     """Random ER DAG, SCM, selection and single-target soft interventions; the CI tests of CDIS
-    (observational, then pooled per intervention) from data (``fisherz``/``kci``) or from the
+    (observational, then pooled per intervention) from data (``fisherz``/``rcit``) or from the
     graphs (``oracle``)."""
     key = jax.random.PRNGKey(seed)
     adj = np.asarray(random_dag_er(key, d, degree))
@@ -251,40 +252,46 @@ def bench_accuracy(quick: bool, tests_kind: tuple[str, ...], num_seeds: int):
 
 
 def bench_fci_parity(quick: bool):
-    """FCI on seeded linear-Gaussian data vs causal-learn's FCI on the same data."""
+    """FCI on seeded linear-Gaussian data vs causal-learn's FCI on the same data, for each
+    separating-set rule, with every variable observed and with 2 of 10 latent."""
     import contextlib
     import io
 
     _causallearn()
     from causallearn.search.ConstraintBased.FCI import fci as cl_fci
 
-    from jaxlab.causal.fci import fci
+    from jaxlab.causal.fci import SEPSET_RULES, fci
     from jaxlab.causal.scm import sample_dataset
 
     lut = {0: 0, -1: 1, 1: 2, 2: 3}
     for n in [2000] if quick else [2000, 10000]:
-        same_skel = same_pag = 0
-        diff_marks = []
-        seeds = range(5 if quick else 20)
-        for seed in seeds:
-            key = jax.random.PRNGKey(1000 + seed)
-            adj = np.asarray(random_dag_er(key, 8, 2.0))
-            scm = random_scm(jax.random.fold_in(key, 1), adj)
-            x = sample_dataset(jax.random.fold_in(key, 2), scm, n)
-            ours = fci(FisherZ(x), alpha=0.05, sepset_rule="union").marks
-            with contextlib.redirect_stdout(io.StringIO()):
-                g, _ = cl_fci(x, "fisherz", 0.05, show_progress=False)
-            ref = np.vectorize(lut.get)(g.graph.T)
-            same_skel += np.array_equal(ours != 0, ref != 0)
-            same_pag += np.array_equal(ours, ref)
-            diff_marks.append(int((ours != ref).sum()))
-        emit(
-            what="fci_vs_causallearn",
-            size={"d": 8, "n": n, "seeds": len(seeds)},
-            same_skeleton=same_skel,
-            same_pag=same_pag,
-            mean_differing_marks=round(float(np.mean(diff_marks)), 2),
-        )
+        for v, latents in ((8, 0), (10, 2)):
+            seeds = range(5 if quick else 20)
+            same_skel = dict.fromkeys(SEPSET_RULES, 0)
+            same_pag = dict.fromkeys(SEPSET_RULES, 0)
+            diff_marks = {r: [] for r in SEPSET_RULES}
+            for seed in seeds:
+                key = jax.random.PRNGKey(1000 + seed)
+                adj = np.asarray(random_dag_er(key, v, 2.0))
+                scm = random_scm(jax.random.fold_in(key, 1), adj)
+                x = sample_dataset(jax.random.fold_in(key, 2), scm, n)[:, : v - latents]
+                with contextlib.redirect_stdout(io.StringIO()):
+                    g, _ = cl_fci(x, "fisherz", 0.05, show_progress=False)
+                ref = np.vectorize(lut.get)(g.graph.T)
+                for rule in SEPSET_RULES:
+                    ours = fci(FisherZ(x), alpha=0.05, sepset_rule=rule).marks
+                    same_skel[rule] += np.array_equal(ours != 0, ref != 0)
+                    same_pag[rule] += np.array_equal(ours, ref)
+                    diff_marks[rule].append(int((ours != ref).sum()))
+            for rule in SEPSET_RULES:
+                emit(
+                    what="fci_vs_causallearn",
+                    size={"d": v - latents, "latents": latents, "n": n, "seeds": len(seeds)},
+                    sepset_rule=rule,
+                    same_skeleton=same_skel[rule],
+                    same_pag=same_pag[rule],
+                    mean_differing_marks=round(float(np.mean(diff_marks[rule])), 2),
+                )
 
 
 def main():
@@ -293,7 +300,7 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seeds", type=int, default=20, help="seeds for the accuracy comparison")
     p.add_argument(
-        "--tests", default="oracle,fisherz", help="CI tests for accuracy: oracle,fisherz,kci"
+        "--tests", default="oracle,fisherz", help="CI tests for accuracy: oracle,fisherz,rcit"
     )
     a = p.parse_args()
     if a.only in (None, "ci"):

@@ -38,7 +38,13 @@ import jax
 import numpy as np
 
 from jaxlab.causal.ci_tests import CITest, OracleCI, make_test
-from jaxlab.causal.fci import Skeleton, orient, possible_dsep_refine, skeleton_search
+from jaxlab.causal.fci import (
+    Skeleton,
+    majority_sepsets,
+    orient,
+    possible_dsep_refine,
+    skeleton_search,
+)
 from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, selection_graph, twin_graph
 from jaxlab.causal.scm import pool_with_indicator
 
@@ -72,10 +78,12 @@ def cdis_core(
     max_cond: int | None = None,
     refine: bool = False,
     max_rounds: int = 100,
+    sepset_rule: str = "union",
 ) -> CDISResult:
     """CDIS on CI tests: ``tests[0]`` over ``d`` observational variables, ``tests[k]`` over the
     pooled data of datasets 0 and k with ``zeta = d`` as the last variable. ``refine`` runs the
-    possible-d-sep refinement of every adjacency search (the oracle mode's default)."""
+    possible-d-sep refinement of every adjacency search (the oracle mode's default);
+    ``sepset_rule`` is :func:`jaxlab.causal.fci.fci`'s."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha={alpha}: expected a value in (0, 1)")
     if len(tests) < 2:
@@ -86,9 +94,11 @@ def cdis_core(
         if t.num_vars != d + 1:
             raise ValueError(f"tests[{k}] has {t.num_vars} variables, expected {d + 1} (X + zeta)")
 
-    sk0 = skeleton_search(tests[0], alpha=alpha, max_cond=max_cond)
+    sk0 = skeleton_search(tests[0], alpha=alpha, max_cond=max_cond, sepset_rule=sepset_rule)
     if refine:
         sk0 = possible_dsep_refine(sk0, tests[0], alpha=alpha, max_cond=max_cond)
+    if sepset_rule == "majority":
+        sk0 = majority_sepsets(sk0, tests[0], alpha=alpha, max_cond=max_cond)
     sks: list[Skeleton] = []
     changed: list[set[int]] = []
     for t in tests[1:]:
@@ -96,10 +106,17 @@ def cdis_core(
         sure[:d, :d] = sk0.adj
         deps = set(sk0.dependencies) | {(i, j, s | {zeta}) for i, j, s in sk0.dependencies}
         sk = skeleton_search(
-            t, alpha=alpha, sure_adjacent=sure, sure_dependent=deps, max_cond=max_cond
+            t,
+            alpha=alpha,
+            sure_adjacent=sure,
+            sure_dependent=deps,
+            max_cond=max_cond,
+            sepset_rule=sepset_rule,
         )
         if refine:
             sk = possible_dsep_refine(sk, t, alpha=alpha, sure_adjacent=sure, max_cond=max_cond)
+        if sepset_rule == "majority":
+            sk = majority_sepsets(sk, t, alpha=alpha, max_cond=max_cond)
         sks.append(sk)
         p = t.pvalues(list(range(d)), [zeta] * d, [()] * d)
         changed.append({i for i in range(d) if p[i] <= alpha})
@@ -157,13 +174,23 @@ def cdis_from_data(
     max_cond: int | None = None,
     refine: bool = False,
     key=None,
+    sepset_rule: str = "union",
+    names: list[str] | None = None,
+    labels: list[str] | None = None,
 ) -> CDISResult:
-    """CDIS on an observational dataset followed by interventional ones (each (n_k, d))."""
+    """CDIS on an observational dataset followed by interventional ones (each (n_k, d)).
+    ``names`` (of the d variables) and ``labels`` (one per test: the observational dataset, then
+    each pooled one) only serve the tests' error messages."""
     tests = [make_test(test, datasets[0], key=key)]
     for k, data in enumerate(datasets[1:], 1):
         kk = None if key is None else jax.random.fold_in(key, k)
         tests.append(make_test(test, pool_with_indicator(datasets[0], data), key=kk))
-    return cdis_core(tests, alpha=alpha, max_cond=max_cond, refine=refine)
+    for k, t in enumerate(tests):
+        if names is not None:
+            t.names = list(names) + ([] if k == 0 else ["the context indicator"])
+        if labels is not None:
+            t.label = labels[k]
+    return cdis_core(tests, alpha=alpha, max_cond=max_cond, refine=refine, sepset_rule=sepset_rule)
 
 
 def interventional_fci_baseline(

@@ -10,15 +10,16 @@ program serves a whole depth of a skeleton search.
   ``(x, y, S)``, ``z = sqrt(n - |S| - 3) atanh(r)``, ``p = 2 (1 - Phi(|z|))``. Padded members of
   ``S`` are replaced by identity rows and columns of the sub-matrix, which leaves ``P_{01}``,
   ``P_00`` and ``P_11`` unchanged.
-* :class:`RandomFeatureCI` - a kernel CI test with random Fourier features (RCIT, Strobl et al.
-  2019, the random-feature approximation of KCI, Zhang et al. 2011): features of x, y and S,
-  x- and y-features residualized on S-features by ridge regression, statistic
-  ``n ||C_{xy|S}||_F^2`` with a gamma approximation (matched mean ``tr Sigma`` and variance
-  ``2 ||Sigma||_F^2``) of its weighted chi-square null.
+* :class:`RandomFeatureCI` (``"rcit"``) - RCIT, the random-feature approximation of KCI
+  (Strobl et al. 2019), and :class:`KernelCI` (``"kci"``) - exact KCI (Zhang et al. 2011) for
+  small n; both in float64, see :mod:`jaxlab.causal.kernel_ci`.
+* :class:`ChiSquare` (``"chisq"``) and :class:`GSquare` (``"gsq"``) - discrete tests on integer
+  codes, see :mod:`jaxlab.causal.discrete_ci`.
 * :class:`OracleCI` - d-separation in a known graph (p = 1 if separated, else 0), the oracle mode.
 
 All return p-values through the same host API, ``pvalues(x, y, conds)``; a result cache makes
-repeated queries free (CDIS asks the same questions across rounds).
+repeated queries free (CDIS asks the same questions across rounds). A non-finite p-value raises
+:class:`NonFiniteTestError` naming the variables (a NaN is never read as dependence).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from jaxlab.causal import discrete_ci, kernel_ci
 from jaxlab.causal.graphs import AugmentedGraph, d_separated
 
 
@@ -41,16 +43,23 @@ def _bucket(n: int, minimum: int, factor: int = 2) -> int:
     return b
 
 
+class NonFiniteTestError(ValueError):
+    """A CI test returned a NaN or infinite p-value (never read as "dependent")."""
+
+
 class CITest:
-    """Host API shared by the tests: padding, caching, capacity checks.
+    """Host API shared by the tests: padding, caching, capacity checks, non-finite p-values.
 
     Subclasses set ``num_vars``, ``max_cond`` (the largest conditioning set the test supports)
-    and implement ``_batch(x, y, cond, mask) -> p`` on padded arrays.
+    and implement ``_batch(x, y, cond, mask) -> p`` on padded arrays. ``names`` (variable names)
+    and ``label`` (which dataset) only serve error messages.
     """
 
     num_vars: int
     max_cond: int
     name: str = "ci"
+    names: Sequence[str] | None = None
+    label: str = ""
 
     def __init__(self):
         self._cache: dict[tuple[int, int, frozenset], float] = {}
@@ -92,11 +101,27 @@ class CITest:
             )
             self.calls += 1
             self.tests += len(todo)
+            bad = [k for k, v in zip(todo, p[: len(todo)], strict=True) if not np.isfinite(v)]
+            if bad:
+                raise NonFiniteTestError(self._describe_nonfinite(bad))
             for k, v in zip(todo, p[: len(todo)], strict=True):
                 self._cache[k] = float(v)
         return np.array([self._cache[k] for k in keys], np.float64)
 
     min_batch = 64
+
+    def _var(self, i: int) -> str:
+        return f"'{self.names[i]}'" if self.names is not None else f"variable {i}"
+
+    def _describe_nonfinite(self, bad: list) -> str:
+        a, b, s = bad[0]
+        given = f" given {{{', '.join(self._var(v) for v in sorted(s))}}}" if s else ""
+        where = f" in {self.label}" if self.label else ""
+        return (
+            f"the {self.name} test of {self._var(a)} and {self._var(b)}{given}{where} gave a "
+            f"non-finite p-value ({len(bad)} such test(s)); a column may be (near-)constant or "
+            "collinear there"
+        )
 
     def _width(self, m_needed: int) -> int:
         """Padded conditioning width (powers of 4: one compiled program per bucket)."""
@@ -171,113 +196,127 @@ class FisherZ(CITest):
 
 
 # ---------------------------------------------------------------------------------------------
-# Random-feature kernel CI test (RCIT)
+# Kernel tests (RCIT, exact KCI) and discrete tests (chi-square, G^2)
 # ---------------------------------------------------------------------------------------------
 
 
-def median_distances(data: np.ndarray, rows: int = 200) -> np.ndarray:
-    """Per-column median pairwise distance over the first ``rows`` rows (the RCIT bandwidth)."""
-    v = np.asarray(data[:rows], np.float64)
-    diff = np.abs(v[:, None, :] - v[None, :, :])
-    iu = np.triu_indices(v.shape[0], k=1)
-    med = np.median(diff[iu], axis=0)
-    return np.where(med > 1e-6, med, 1.0)
+@partial(jax.jit, static_argnames=("kind", "chunk", "kw"))
+def _gather_map(kind: str, chunk: int, kw: tuple, args: tuple, data, x, y, cond, mask):
+    """p-values of a padded batch of triples on the columns of ``data``: one kernel/discrete
+    query function (``kind``) mapped over the batch, ``chunk`` queries at a time."""
 
-
-def _rff(key, v, num, sigma):
-    kw, kb = jax.random.split(key)
-    w = jax.random.normal(kw, (v.shape[1], num))
-    b = jax.random.uniform(kb, (num,), maxval=2 * jnp.pi)
-    f = jnp.sqrt(2.0 / num) * jnp.cos(v @ w / sigma + b[None, :])
-    return f - f.mean(0)[None, :]
-
-
-@partial(jax.jit, static_argnames=("num_xy", "num_z", "chunk"))
-def rcit_pvalues(
-    key: PRNGKeyArray,
-    data: Float[Array, "n d"],
-    bandwidth: Float[Array, " d"],
-    x: Int[Array, " q"],
-    y: Int[Array, " q"],
-    cond: Int[Array, "q m"],
-    mask: Bool[Array, "q m"],
-    *,
-    num_xy: int = 5,
-    num_z: int = 50,
-    ridge: float = 1e-3,
-    chunk: int = 16,
-) -> Float[Array, " q"]:
-    """RCIT p-values for a batch of triples on standardized ``data``.
-
-    For one triple: ``f_x``, ``f_y`` (``num_xy`` random Fourier features each, bandwidth the
-    per-column median distance ``bandwidth``) and ``f_S`` (``num_z`` features of the masked
-    conditioning vector, bandwidth ``sqrt(sum_{s in S} bandwidth_s^2)``); ``r_x = f_x - f_S beta_x`` with ridge ``beta``; ``C = r_x^T r_y
-    / n``; statistic ``n ||C||_F^2``; null ``Gamma(k, theta)`` with ``k theta = tr Sigma``,
-    ``k theta^2 = 2 ||Sigma||_F^2`` where ``Sigma`` is the covariance of ``vec(r_x,i r_y,i^T)``.
-    Processed ``chunk`` triples at a time (``lax.map``) to bound memory at large n.
-    """
-    n = data.shape[0]
-    kx, ky, kz = jax.random.split(key, 3)
-
-    def one(args):
-        xi, yi, ci, mi = args
-        xv = data[:, xi][:, None]
-        yv = data[:, yi][:, None]
-        zv = data[:, ci] * mi[None, :]
-        sz = jnp.sqrt(jnp.maximum(jnp.sum(jnp.where(mi, bandwidth[ci] ** 2, 0.0)), 1e-12))
-        fx = _rff(kx, xv, num_xy, bandwidth[xi])
-        fy = _rff(ky, yv, num_xy, bandwidth[yi])
-        fz = _rff(kz, zv, num_z, sz) * jnp.any(mi)
-        gram = fz.T @ fz / n + ridge * jnp.eye(num_z)
-        fxy = jnp.concatenate([fx, fy], axis=1)
-        beta = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(gram), fz.T @ fxy / n)
-        rxy = fxy - fz @ beta
-        rx, ry = rxy[:, :num_xy], rxy[:, num_xy:]
-        c = rx.T @ ry / n
-        stat = n * jnp.sum(c * c)
-        prod = (rx[:, :, None] * ry[:, None, :]).reshape(n, -1)
-        prod = prod - prod.mean(0)[None, :]
-        sigma = prod.T @ prod / n
-        mean = jnp.trace(sigma)
-        var = 2.0 * jnp.sum(sigma * sigma)
-        shape = mean * mean / var
-        scale = var / mean
-        return jax.scipy.special.gammaincc(shape, stat / scale)
+    def one(q):
+        xi, yi, ci, mi = q
+        xv, yv, zv = data[:, xi], data[:, yi], data[:, ci]
+        if kind == "rcit":
+            return kernel_ci.rcit_pvalue(args[0], xv, yv, zv, mi, **dict(kw))
+        if kind == "kci":
+            return kernel_ci.kci_pvalue(xv, yv, zv, mi, **dict(kw))
+        zv = jnp.where(mi[None, :], zv, 0)
+        return discrete_ci.discrete_pvalue(xv, yv, zv, mi, args[0][ci], **dict(kw))
 
     return jax.lax.map(one, (x, y, cond, mask), batch_size=chunk)
 
 
+def _standardised(data: np.ndarray) -> np.ndarray:
+    data = np.asarray(data, np.float64)
+    std = data.std(0)
+    std[std == 0] = 1.0
+    return (data - data.mean(0)) / std
+
+
 class RandomFeatureCI(CITest):
-    """RCIT (random-feature KCI) on the columns of ``data`` (n, d), standardized once."""
+    """RCIT (:func:`jaxlab.causal.kernel_ci.rcit_pvalue`) on the columns of ``data`` (n, d), in
+    float64; ``num_xy`` / ``num_z`` random features of x, y / of the conditioning set, bandwidths
+    from the first ``rows`` rows."""
 
-    name = "kci"
+    name = "rcit"
 
-    def __init__(self, key: PRNGKeyArray, data: np.ndarray, *, num_xy: int = 5, num_z: int = 50):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        data: np.ndarray,
+        *,
+        num_xy: int = 5,
+        num_z: int = 100,
+        rows: int = 500,
+    ):
         super().__init__()
-        data = np.asarray(data, np.float64)
-        n, d = data.shape
+        n, d = np.shape(data)
         self.num_vars, self.n = d, n
         self.max_cond = max(0, min(d - 2, 16))
-        std = data.std(0)
-        std[std == 0] = 1.0
-        z = (data - data.mean(0)) / std
-        self.data = jnp.asarray(z, jnp.float32)
-        self.bandwidth = jnp.asarray(median_distances(z), jnp.float32)
+        self.data = _standardised(data)
         self.key = key
-        self.num_xy, self.num_z = num_xy, num_z
+        self.kw = (("num_xy", num_xy), ("num_z", num_z), ("rows", rows))
 
     def _batch(self, x, y, cond, mask):
-        return rcit_pvalues(
-            self.key,
-            self.data,
-            self.bandwidth,
-            x,
-            y,
-            cond,
-            mask,
-            num_xy=self.num_xy,
-            num_z=self.num_z,
-        )
+        with jax.enable_x64(True):
+            args = (self.key,)
+            p = _gather_map("rcit", 16, self.kw, args, jnp.asarray(self.data), x, y, cond, mask)
+            return np.asarray(p)
+
+
+class KernelCI(CITest):
+    """Exact KCI (:func:`jaxlab.causal.kernel_ci.kci_pvalue`) on the columns of ``data`` (n, d),
+    in float64; O(n^3) per query, so at most ``MAX_ROWS`` rows (use :class:`RandomFeatureCI`
+    beyond)."""
+
+    name = "kci"
+    MAX_ROWS = 2000
+
+    def __init__(self, data: np.ndarray):
+        super().__init__()
+        n, d = np.shape(data)
+        if n > self.MAX_ROWS:
+            raise ValueError(
+                f"the exact KCI test takes at most {self.MAX_ROWS} rows ({n} given): O(n^3) per "
+                "test; use the random-feature test (rcit) for larger data"
+            )
+        self.num_vars, self.n = d, n
+        self.max_cond = max(0, min(d - 2, 16))
+        self.data = _standardised(data)
+
+    def _batch(self, x, y, cond, mask):
+        with jax.enable_x64(True):
+            p = _gather_map("kci", 1, (), (), jnp.asarray(self.data), x, y, cond, mask)
+            return np.asarray(p)
+
+
+def discrete_codes(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column codes ``0..card-1`` (sorted distinct values) and cardinalities of ``data``."""
+    data = np.asarray(data)
+    codes = np.empty(data.shape, np.int32)
+    card = np.empty(data.shape[1], np.int32)
+    for j in range(data.shape[1]):
+        values, codes[:, j] = np.unique(data[:, j], return_inverse=True)
+        card[j] = values.size
+    return codes, card
+
+
+class ChiSquare(CITest):
+    """Pearson's chi-square test (:func:`jaxlab.causal.discrete_ci.discrete_pvalue`) on the
+    discrete columns of ``data`` (n, d), each coded by its sorted distinct values."""
+
+    name = "chisq"
+    g_squared = False
+
+    def __init__(self, data: np.ndarray):
+        super().__init__()
+        codes, card = discrete_codes(data)
+        self.n, self.num_vars = codes.shape
+        self.max_cond = max(0, min(self.num_vars - 2, 16))
+        self.codes, self.card = jnp.asarray(codes), jnp.asarray(card)
+        self.kw = (("kmax", int(card.max())), ("g_squared", self.g_squared))
+
+    def _batch(self, x, y, cond, mask):
+        return _gather_map("discrete", 16, self.kw, (self.card,), self.codes, x, y, cond, mask)
+
+
+class GSquare(ChiSquare):
+    """The likelihood-ratio G^2 test; otherwise :class:`ChiSquare`."""
+
+    name = "gsq"
+    g_squared = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,10 +365,20 @@ class OracleCI(CITest):
         return d_separated(self._adj, xm, ym, zm).astype(jnp.float32)
 
 
+TESTS = ("fisherz", "rcit", "kci", "chisq", "gsq")
+DISCRETE_TESTS = ("chisq", "gsq")
+
+
 def make_test(kind: str, data: np.ndarray, *, key: PRNGKeyArray | None = None) -> CITest:
-    """``"fisherz"`` or ``"kci"`` test on ``data``."""
+    """The ``kind`` test (one of :data:`TESTS`) on ``data``."""
     if kind == "fisherz":
         return FisherZ(data)
-    if kind == "kci":
+    if kind == "rcit":
         return RandomFeatureCI(jax.random.PRNGKey(0) if key is None else key, data)
-    raise ValueError(f"test={kind!r}: expected 'fisherz' or 'kci'")
+    if kind == "kci":
+        return KernelCI(data)
+    if kind == "chisq":
+        return ChiSquare(data)
+    if kind == "gsq":
+        return GSquare(data)
+    raise ValueError(f"test={kind!r}: expected one of {', '.join(TESTS)}")

@@ -1,18 +1,29 @@
-"""``jaxlab causal discover data.csv --context-column k [--alpha 0.05] [--test fisherz|kci]``.
+"""``jaxlab causal discover data.csv --context-column k [--alpha 0.05] [--test T] [--out DIR]``.
 
 The CSV has a header row; every column but the context column is a variable. Rows whose context
 value is ``--observational`` (default: the smallest value) form the observational dataset, every
-other value one interventional dataset (soft interventions, unknown targets). CDIS runs on them;
-the PAG's edges are printed with their meaning and a PNG of the graph is written (``--out``,
-default ``<csv stem>_pag.png``). The input is validated before anything runs or is written; an
-error prints ``error: ...`` naming the column or option, and exits with status 2.
+other value one interventional dataset (soft interventions, unknown targets). CDIS runs on them
+with the CI test ``--test`` (``fisherz``; ``rcit``, random-feature kernel; ``kci``, exact kernel,
+small n; ``chisq`` / ``gsq`` for discrete columns) and the separating-set rule
+``--sepset-rule``; the PAG's edges are printed with their meaning, and the output directory
+(``--out``, default ``<csv stem>_causal``) receives ``pag.png`` and, last, ``result.json`` (the
+marks, the edges and the options). The directory is locked for the run
+(:mod:`jaxlab.core.run_lock`: a second run on it is refused), and a finished result is not
+overwritten without ``--overwrite``.
+
+The input is validated before anything runs or is written (:mod:`jaxlab.causal.input_checks`:
+per context, constant columns, row counts, discrete vs continuous columns), and a CI test that
+returns a non-finite p-value stops the run; an error prints ``error: ...`` naming the column,
+context or option, writes nothing, and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,13 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab import media
+from jaxlab.causal.ci_tests import TESTS, NonFiniteTestError
+from jaxlab.causal.fci import SEPSET_RULES
 from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, edge_meaning, edge_string
+from jaxlab.causal.input_checks import CausalInputError, check_datasets
+from jaxlab.core.resume import RunDirError, check_run_dir
+from jaxlab.core.run_lock import RunLock
 
 MAX_VARIABLES = 50
-
-
-class CausalInputError(ValueError):
-    """Bad input to ``jaxlab causal``: the message names the column or option."""
+RESULT = "result.json"
 
 
 def read_table(path: Path) -> tuple[list[str], np.ndarray]:
@@ -85,22 +98,12 @@ def split_by_context(
     order = [obs] + [v for v in values if v != obs]
     x = np.delete(table, k, axis=1)
     datasets = [x[table[:, k] == v] for v in order]
-    for j, name in enumerate(names):
-        if np.ptp(x[:, j]) == 0:
-            raise CausalInputError(f"column '{name}' is constant ({x[0, j]:g})")
     return names, datasets, order
 
 
-def check_capacity(names: list[str], datasets: list[np.ndarray], max_vars: int) -> None:
-    d = len(names)
-    if d > max_vars:
-        raise CausalInputError(f"{d} variables exceed --max-vars={max_vars}")
-    for v, data in enumerate(datasets):
-        if data.shape[0] < d + 5:
-            raise CausalInputError(
-                f"context value #{v} has {data.shape[0]} rows: the CI tests need at least "
-                f"{d + 5} rows per dataset for {d} variables"
-            )
+def check_capacity(names: list[str], max_vars: int) -> None:
+    if len(names) > max_vars:
+        raise CausalInputError(f"{len(names)} variables exceed --max-vars={max_vars}")
 
 
 def describe(marks: np.ndarray, names: list[str]) -> list[str]:
@@ -142,6 +145,37 @@ def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
     )
 
 
+def output_dir(args: argparse.Namespace, csv_path: Path) -> Path:
+    """The output directory, checked writable and free of a finished result (or ``--overwrite``)."""
+    out = Path(args.out) if args.out else csv_path.with_name(csv_path.stem + "_causal")
+    check_run_dir(out)
+    if (out / RESULT).exists() and not args.overwrite:
+        raise CausalInputError(
+            f"--out {out} holds a finished result ({out / RESULT}); pass --overwrite to replace "
+            "it, or another --out"
+        )
+    return out
+
+
+def write_result(out: Path, res, names: list[str], lines: list[str], args, order) -> None:
+    """``pag.png``, then ``result.json`` (written to a temporary name and renamed: a reader sees
+    a whole result or none)."""
+    draw_pag(res.final, names, out / "pag.png")
+    record = {
+        "variables": names,
+        "marks": res.final.tolist(),
+        "edges": lines,
+        "rounds": res.rounds,
+        "contexts": {args.context_column: [float(v) for v in order]},
+        "test": args.test,
+        "alpha": args.alpha,
+        "sepset_rule": args.sepset_rule,
+    }
+    tmp = out / (RESULT + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, out / RESULT)
+
+
 def discover(args: argparse.Namespace) -> int:
     from jaxlab.causal.cdis import cdis_from_data
 
@@ -151,34 +185,43 @@ def discover(args: argparse.Namespace) -> int:
         raise CausalInputError(f"writing the PNG: {e}") from None
     if not 0.0 < args.alpha < 1.0:
         raise CausalInputError(f"--alpha {args.alpha}: expected a value in (0, 1)")
-    if args.test not in ("fisherz", "kci"):
-        raise CausalInputError(f"--test {args.test!r}: expected 'fisherz' or 'kci'")
+    if args.test not in TESTS:
+        raise CausalInputError(f"--test {args.test!r}: expected one of {', '.join(TESTS)}")
     path = Path(args.csv)
     header, table = read_table(path)
     names, datasets, order = split_by_context(
         header, table, args.context_column, args.observational
     )
-    check_capacity(names, datasets, args.max_vars)
-    out = Path(args.out) if args.out else path.with_name(path.stem + "_pag.png")
-    res = cdis_from_data(datasets, test=args.test, alpha=args.alpha)
-    print(
-        f"CDIS on {len(names)} variables; observational: {args.context_column}={order[0]:g} "
-        f"({datasets[0].shape[0]} rows); interventional: "
-        + ", ".join(
-            f"{args.context_column}={v:g} ({x.shape[0]} rows)"
-            for v, x in zip(order[1:], datasets[1:], strict=True)
+    check_capacity(names, args.max_vars)
+    contexts = [f"{args.context_column}={v:g}" for v in order]
+    check_datasets(names, datasets, contexts, args.test)
+    out = output_dir(args, path)
+    with RunLock(out):
+        if (out / RESULT).exists() and not args.overwrite:  # finished while we waited to lock
+            raise CausalInputError(f"--out {out} holds a finished result; pass --overwrite")
+        res = cdis_from_data(
+            datasets,
+            test=args.test,
+            alpha=args.alpha,
+            sepset_rule=args.sepset_rule,
+            names=names,
+            labels=[contexts[0]] + [f"{contexts[0]} pooled with {c}" for c in contexts[1:]],
         )
-    )
-    for k, ch in enumerate(res.changed, 1):
         print(
-            f"  dataset {args.context_column}={order[k]:g} changes: {[names[i] for i in sorted(ch)] or 'nothing'}"
+            f"CDIS on {len(names)} variables; observational: {contexts[0]} "
+            f"({datasets[0].shape[0]} rows); interventional: "
+            + ", ".join(
+                f"{c} ({x.shape[0]} rows)" for c, x in zip(contexts[1:], datasets[1:], strict=True)
+            )
         )
-    lines = describe(res.final, names)
-    print(f"PAG ({len(lines)} edges, {res.rounds} rounds):")
-    for line in lines:
-        print("  " + line)
-    draw_pag(res.final, names, out)
-    print(f"wrote {out}")
+        for k, ch in enumerate(res.changed, 1):
+            print(f"  dataset {contexts[k]} changes: {[names[i] for i in sorted(ch)] or 'nothing'}")
+        lines = describe(res.final, names)
+        print(f"PAG ({len(lines)} edges, {res.rounds} rounds):")
+        for line in lines:
+            print("  " + line)
+        write_result(out, res, names, lines, args, order)
+    print(f"wrote {out / 'pag.png'} and {out / RESULT}")
     return 0
 
 
@@ -189,10 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("csv")
     s.add_argument("--context-column", required=True)
     s.add_argument("--alpha", type=float, default=0.05)
-    s.add_argument("--test", default="fisherz", help="fisherz | kci")
+    s.add_argument("--test", default="fisherz", help=" | ".join(TESTS))
+    s.add_argument(
+        "--sepset-rule",
+        default="union",
+        choices=SEPSET_RULES,
+        help="separating sets for collider decisions: first | union | majority",
+    )
     s.add_argument("--observational", type=float, default=None, help="observational context value")
     s.add_argument("--max-vars", type=int, default=MAX_VARIABLES)
-    s.add_argument("--out", default=None, help="PNG path (default <csv stem>_pag.png)")
+    s.add_argument("--out", default=None, help="output directory (default <csv stem>_causal)")
+    s.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
     s.set_defaults(fn=discover)
     return p
 
@@ -206,8 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         return args.fn(args)
-    except (CausalInputError, FileNotFoundError) as e:
+    except (CausalInputError, FileNotFoundError, NonFiniteTestError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RunDirError as e:
+        hint = e.hint.replace("--run-dir", "--out")  # the run directory is --out here
+        print(f"error: {e}" + (f" ({hint})" if hint else ""), file=sys.stderr)
         return 2
 
 

@@ -1,10 +1,14 @@
-"""``jaxlab causal discover``: a run on the selection example, and bad input -> a clear error
-naming the column or option, exit status 2, nothing written."""
+"""``jaxlab causal discover``: a run on the selection example, bad input -> a clear error naming
+the column, context or option, exit status 2, nothing written; the output directory's lock and
+the finished-result guard."""
+
+import json
 
 import numpy as np
 import pytest
 
 from jaxlab.cli import main as jaxlab_main
+from jaxlab.core.run_lock import RunLock
 
 
 def _write(path, header, rows):
@@ -34,14 +38,33 @@ def selection_csv(tmp_path):
 
 
 def test_discover_prints_selection_edge_and_writes_png(selection_csv, capsys):
-    out = selection_csv.with_name("g.png")
-    rc = jaxlab_main(
-        ["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)]
-    )
+    out = selection_csv.with_name("run")
+    args = ["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)]
+    rc = jaxlab_main(args)
     text = capsys.readouterr().out
     assert rc == 0
     assert "gene_a --- gene_b" in text and "selection: gene_a and gene_b" in text
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "pag.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = json.loads((out / "result.json").read_text())
+    assert result["variables"] == ["gene_a", "gene_b"] and result["marks"] == [[0, 1], [1, 0]]
+    assert not (out / ".lock").exists()
+    # a finished result is kept unless --overwrite
+    assert jaxlab_main(args) == 2
+    assert "holds a finished result" in capsys.readouterr().err
+    assert jaxlab_main([*args, "--overwrite", "--sepset-rule", "majority"]) == 0
+    assert json.loads((out / "result.json").read_text())["sepset_rule"] == "majority"
+
+
+def test_a_locked_output_directory_is_refused(selection_csv, capsys):
+    out = selection_csv.with_name("run")
+    with RunLock(out):  # another run holds it
+        rc = jaxlab_main(
+            ["causal", "discover", str(selection_csv), "--context-column", "ctx", "--out", str(out)]
+        )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "is in use by another run" in err and "pass --out NEW_DIR" in err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -53,8 +76,13 @@ def test_discover_prints_selection_edge_and_writes_png(selection_csv, capsys):
         ("constant", "column 'c' is constant"),
         ("alpha", "--alpha 1.5: expected a value in (0, 1)"),
         ("too_many", "exceed --max-vars=2"),
-        ("few_rows", "the CI tests need at least"),
+        ("few_rows", "context k=0 has 6 rows: the CI tests need at least"),
         ("no_context", "--context-column 'k' is not a column"),
+        ("constant_in_context", "column 'c' is constant (1) in context k=0"),
+        ("near_constant_in_context", "column 'a' is near-constant in context k=1"),
+        ("discrete_for_fisherz", "column 'b' is discrete (3 distinct integer values)"),
+        ("continuous_for_chisq", "column 'a' is not discrete"),
+        ("unknown_test", "--test 'kcl': expected one of fisherz, rcit, kci, chisq, gsq"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, expected):
@@ -80,11 +108,53 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
         rows = rows[:6] + rows[-3:]
     elif case == "no_context":
         header = ["a", "b", "c", "kk"]
+    elif case == "constant_in_context":
+        for r in rows[:20]:
+            r[2] = 1.0
+    elif case == "near_constant_in_context":
+        for i, r in enumerate(rows[20:]):
+            r[0] = 5.0 + 1e-9 * i
+    elif case == "discrete_for_fisherz":
+        for i, r in enumerate(rows):
+            r[1] = i % 3
+    elif case == "continuous_for_chisq":
+        args += ["--test", "chisq"]
+    elif case == "unknown_test":
+        args += ["--test", "kcl"]
     p = tmp_path / "bad.csv"
     _write(p, header, rows)
-    out = tmp_path / "g.png"
+    out = tmp_path / "run"
     rc = jaxlab_main(["causal", "discover", str(p), *args, "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
     assert expected in err and err.startswith("error:")
     assert not out.exists()
+
+
+def test_constant_column_in_one_context_writes_nothing(tmp_path, capsys):
+    """60 rows of 3 normal columns, the third 1 throughout context 0."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(60, 3))
+    ctx = np.repeat([0, 1], 30)
+    x[ctx == 0, 2] = 1.0
+    p = tmp_path / "c.csv"
+    _write(p, ["a", "b", "c", "ctx"], np.column_stack([x, ctx]).tolist())
+    rc = jaxlab_main(["causal", "discover", str(p), "--context-column", "ctx"])
+    assert rc == 2
+    assert "column 'c' is constant (1) in context ctx=0" in capsys.readouterr().err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.csv"]
+
+
+def test_non_finite_statistic_is_an_error_not_a_dependence(tmp_path, capsys, monkeypatch):
+    """A test returning NaN (here forced) stops the run naming the variables and the dataset."""
+    from jaxlab.causal.ci_tests import FisherZ
+
+    monkeypatch.setattr(FisherZ, "_batch", lambda self, x, *a: np.full(x.shape, np.nan))
+    rows = np.column_stack([np.random.default_rng(3).normal(size=(80, 3)), np.repeat([0, 1], 40)])
+    p = tmp_path / "s.csv"
+    _write(p, ["a", "b", "c", "k"], rows.tolist())
+    rc = jaxlab_main(["causal", "discover", str(p), "--context-column", "k"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "the fisherz test of 'a' and 'b' in k=0 gave a non-finite p-value" in err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["s.csv"]

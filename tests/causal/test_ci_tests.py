@@ -1,12 +1,21 @@
 """Batched CI tests: Fisher-z against a per-test NumPy/SciPy reference, null uniformity (KS),
-the random-feature kernel test's level and power, the oracle, capacity errors."""
+the random-feature kernel test's level and power, chi-square, G^2 and exact KCI against causal-learn,
+the oracle, capacity errors, non-finite p-values."""
 
 import jax
 import numpy as np
 import pytest
 from scipy import stats
 
-from jaxlab.causal.ci_tests import FisherZ, OracleCI, RandomFeatureCI
+from jaxlab.causal.ci_tests import (
+    ChiSquare,
+    FisherZ,
+    GSquare,
+    KernelCI,
+    NonFiniteTestError,
+    OracleCI,
+    RandomFeatureCI,
+)
 from jaxlab.causal.graphs import selection_graph
 
 
@@ -66,7 +75,7 @@ def test_random_feature_test_level_and_power_on_nonlinear_data():
     w = x**2 + 0.3 * rng.normal(size=n)  # non-monotone: uncorrelated with x, but dependent
     noise = rng.normal(size=(n, 6))
     data = np.column_stack([x, y, z, w, noise])
-    t = RandomFeatureCI(jax.random.PRNGKey(0), data)
+    t = RandomFeatureCI(jax.random.PRNGKey(0), data, rows=100)  # bandwidths: a cheaper sort
     p = t.pvalues([0, 0, 0], [1, 1, 3], [(), (2,), ()])
     assert p[0] < 0.01 and p[2] < 0.01 and p[1] > 0.01
     assert FisherZ(data).pvalue(0, 3) > 0.01  # the linear test misses the x -> x^2 relation
@@ -91,3 +100,44 @@ def test_oracle_and_capacity_errors():
         small.pvalue(0, 1, (2, 3, 4))
     with pytest.raises(ValueError, match="out of range"):
         small.pvalue(0, 7)
+
+
+def test_discrete_tests_equal_causallearn():
+    cit = pytest.importorskip("causallearn.utils.cit").CIT
+    rng = np.random.default_rng(3)
+    n = 400
+    z, w = rng.integers(0, 3, n), rng.integers(0, 2, n)
+    x = (z + rng.integers(0, 2, n)) % 3
+    y = (z + (rng.random(n) < 0.3)) % 2
+    v = x + rng.integers(0, 2, n)
+    data = np.column_stack([x, y, z, w, v]).astype(float) * 2.0 + 1.0  # codes from values
+    triples = [(0, 1, ()), (0, 1, (2,)), (0, 1, (2, 3)), (0, 4, (2, 3)), (1, 4, (0, 2, 3))]
+    for cls, method in ((ChiSquare, "chisq"), (GSquare, "gsq")):
+        p = cls(data).pvalues(*zip(*triples, strict=True))
+        ref = cit(data, method)
+        np.testing.assert_allclose(p, [ref(a, b, list(s)) for a, b, s in triples], atol=2e-5)
+
+
+def test_exact_kci_equals_causallearn_conditional_kci():
+    kci_cind = pytest.importorskip("causallearn.utils.KCI.KCI").KCI_CInd
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=80)
+    x = np.sin(1.5 * z) + 0.3 * rng.normal(size=80)
+    y = z**2 + 0.3 * rng.normal(size=80)
+    data = np.column_stack([x, y, z, y + x])
+    p = KernelCI(data).pvalues([0, 0], [1, 3], [(2,), (2,)])
+    ref = [
+        kci_cind(est_width="median").compute_pvalue(x[:, None], data[:, j : j + 1], z[:, None])[0]
+        for j in (1, 3)
+    ]
+    np.testing.assert_allclose(p, ref, rtol=1e-3, atol=1e-9)
+    assert p[0] > 0.05 and p[1] < 1e-3
+
+
+def test_non_finite_pvalue_is_an_error_naming_the_variables():
+    data = np.random.default_rng(5).normal(size=(50, 3))
+    data[:, 2] = 1.0
+    t = FisherZ(data)
+    t.names, t.label = ["a", "b", "c"], "context ctx=0"
+    with pytest.raises(NonFiniteTestError, match="'a' and 'c' given {'b'} in context ctx=0"):
+        t.pvalue(0, 2, (1,))

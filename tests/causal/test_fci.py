@@ -28,12 +28,13 @@ def _marks_from_causallearn(g: np.ndarray) -> np.ndarray:
     return np.vectorize(lut.get)(g.T).astype(np.int8)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_fci_oracle_with_latents_equals_causallearn(seed):
+@pytest.mark.parametrize("seed, rule", [(0, "union"), (1, "union"), (2, "first"), (3, "majority")])
+def test_fci_oracle_with_latents_equals_causallearn(seed, rule):
+    """With d-separation facts every separating-set rule gives the same collider decisions."""
     v, latents = 10, 2
     adj = np.asarray(random_dag_er(jax.random.PRNGKey(seed), v, 2.5))
     graph = AugmentedGraph(adj, tuple(map(str, range(v))), tuple(range(v - latents)), ())
-    ours = fci(OracleCI(graph), alpha=0.5).marks
+    ours = fci(OracleCI(graph), alpha=0.5, sepset_rule=rule).marks
     dag = nx.DiGraph()
     dag.add_nodes_from(range(v))
     dag.add_edges_from((int(i), int(j)) for i, j in zip(*np.nonzero(adj), strict=True))
@@ -60,6 +61,34 @@ def test_adjacency_search_on_data_equals_causallearn_fas(seed):
     assert {k: set(s) for k, s in ours.sepsets.items()} == ref
 
 
-def test_fci_rejects_bad_alpha():
+def test_fci_rejects_bad_alpha_and_rule():
+    test = FisherZ(np.random.default_rng(0).normal(size=(50, 3)))
     with pytest.raises(ValueError, match="alpha"):
-        fci(FisherZ(np.random.default_rng(0).normal(size=(50, 3))), alpha=1.5)
+        fci(test, alpha=1.5)
+    with pytest.raises(ValueError, match="sepset_rule='most'"):
+        fci(test, sepset_rule="most")
+
+
+def test_majority_rule_leaves_a_tie_unoriented():
+    """a - b - c with one of two separating sets of (a, c) containing b: no collider at b under
+    the majority rule; "first" (the set without b) makes one."""
+
+    class Facts(OracleCI):
+        def __init__(self):
+            self.num_vars, self.max_cond, self._cache = 4, 2, {}
+            self.calls = self.tests = 0
+
+        def _batch(self, x, y, cond, mask):
+            out = []
+            x, y, cond, mask = map(np.asarray, (x, y, cond, mask))
+            for a, b, c, m in zip(x, y, cond, mask, strict=True):
+                s = {int(v) for v, k in zip(c, m, strict=True) if k}
+                pair = {int(a), int(b)}
+                indep = pair == {0, 2} and s in ({3}, {1, 3}) or pair == {1, 3} and s == {0}
+                out.append(1.0 if indep else 0.0)
+            return np.array(out)
+
+    majority = fci(Facts(), alpha=0.5, sepset_rule="majority", refine=False).marks
+    first = fci(Facts(), alpha=0.5, sepset_rule="first", refine=False).marks
+    assert majority[0, 1] != 2 or majority[2, 1] != 2  # not a -> b <- c
+    assert first[0, 1] == 2 and first[2, 1] == 2
