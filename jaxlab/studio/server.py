@@ -1,0 +1,328 @@
+"""The studio's web app (Starlette): the page, a JSON API per session, and the play WebSocket.
+
+Each browser tab opens a session (``POST /api/session``) holding its own level, undo and redo
+stacks and play state; sessions share nothing but the compiled steps. Routes (``SID`` a session):
+
+- ``GET /`` the page; ``/static/...`` its assets (``StaticFiles`` refuses paths outside them);
+- ``GET /api/files``: the ``*.json`` levels in the studio's directory;
+- ``POST /api/session/SID/edit`` an edit (``editor.OPS``); ``undo``, ``redo``;
+  ``random`` ``{"size": "s"|"m"|"l", "seed": k}``; ``open`` ``{"name": FILE}`` or
+  ``{"text": JSON}``; ``save`` ``{"name": FILE}`` (into the directory);
+  ``GET /api/session/SID/level.json`` the level as a download;
+- ``WS /ws/SID``: ``{"type": "step", "keys": [...], "agent": bool, "n": k}`` steps ``k``
+  frames and answers each with a frame; ``{"type": "reset"}`` restarts the episode.
+
+A refused request answers 400 with ``{"error": message, "scene": the unchanged level}``, so
+the page keeps showing (and can undo to) what it had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from jaxlab.envs.kinetix.generator import sample_levels
+from jaxlab.envs.kinetix.levels import (
+    MAX_LEVEL_BYTES,
+    Level,
+    level_from_json,
+    level_from_text,
+    level_to_json,
+    load_level,
+    save_level,
+)
+from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, create_empty_env
+from jaxlab.studio import editor, player
+
+STATIC_DIR = Path(__file__).parent / "static"
+#: Sessions kept at once (the oldest idle one is dropped beyond this).
+MAX_SESSIONS = 64
+#: Undo depth per session.
+MAX_UNDO = 200
+#: Frames one step message may ask for.
+MAX_FRAMES_PER_MESSAGE = 1000
+
+
+def empty_level(size: str = "s") -> Level:
+    """The empty arena (floor, walls, ceiling) at preset ``size``."""
+    sp = StaticEnvParams.from_size(size)
+    return level_from_json(level_to_json(create_empty_env(sp), sp, EnvParams()), "empty")
+
+
+@dataclasses.dataclass
+class Session:
+    """One tab's level, its undo/redo stacks and the episode being played."""
+
+    level: Level
+    undo: list[Level] = dataclasses.field(default_factory=list)
+    redo: list[Level] = dataclasses.field(default_factory=list)
+    play: EnvState | None = None
+    play_static: StaticEnvParams | None = None
+    episode_return: float = 0.0
+    done: bool = False
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def set_level(self, level: Level) -> None:
+        """Replace the level (undoable) and restart play."""
+        self.undo = (self.undo + [self.level])[-MAX_UNDO:]
+        self.redo = []
+        self.level = level
+        self.play = None
+
+
+class StudioError(ValueError):
+    """A refused request (its message is shown on the page)."""
+
+
+class Studio:
+    """The app's state: sessions, the level directory, the optional agent."""
+
+    def __init__(self, level: Level, directory: Path, agent=None):
+        self.initial = level
+        self.directory = directory.resolve()
+        self.agent = agent
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def new_session(self) -> tuple[str, Session]:
+        sid = secrets.token_hex(8)
+        with self._lock:
+            self.sessions[sid] = Session(self.initial)
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+        return sid, self.sessions[sid]
+
+    def session(self, sid: str) -> Session:
+        with self._lock:
+            if sid not in self.sessions:
+                raise KeyError(sid)
+            self.sessions.move_to_end(sid)
+            return self.sessions[sid]
+
+    def file(self, name: Any) -> Path:
+        """``name`` in the studio's directory: a plain ``*.json`` file name, nothing else."""
+        if (
+            not isinstance(name, str)
+            or not name.endswith(".json")
+            or Path(name).name != name
+            or name.startswith(".")
+        ):
+            raise StudioError(
+                f"file name {name!r}: expected a plain NAME.json in {self.directory} "
+                "(no folders, no path outside it)"
+            )
+        path = (self.directory / name).resolve()
+        if path.parent != self.directory:
+            raise StudioError(f"file name {name!r}: outside {self.directory}")
+        return path
+
+    def files(self) -> list[str]:
+        return sorted(p.name for p in self.directory.glob("*.json") if p.is_file())
+
+    # ------------------------------------------------------------------ level requests
+    def request(self, s: Session, kind: str, body: dict) -> dict:
+        """Apply one level request to session ``s``; returns the reply (the new scene)."""
+        if kind == "edit":
+            s.set_level(editor.apply_edit(s.level, body))
+        elif kind == "undo":
+            if not s.undo:
+                raise StudioError("nothing to undo")
+            s.redo.append(s.level)
+            s.level, s.play = s.undo.pop(), None
+        elif kind == "redo":
+            if not s.redo:
+                raise StudioError("nothing to redo")
+            s.undo.append(s.level)
+            s.level, s.play = s.redo.pop(), None
+        elif kind == "random":
+            s.set_level(random_level(body.get("size", "s"), body.get("seed", 0)))
+        elif kind == "open":
+            if "text" in body:
+                text = body["text"]
+                if not isinstance(text, str):
+                    raise StudioError("open: text must be the level file's JSON text")
+                s.set_level(level_from_text(text, str(body.get("source", "opened file"))))
+            else:
+                s.set_level(load_level(self.file(body.get("name"))))
+        elif kind == "save":
+            path = self.file(body.get("name"))
+            save_level(path, s.level.state, s.level.static_params, s.level.params, overwrite=True)
+            return {"scene": player.scene(s.level), "saved": path.name}
+        else:
+            raise StudioError(f"unknown request {kind!r}")
+        return {"scene": player.scene(s.level)}
+
+    # ------------------------------------------------------------------ play
+    def reset(self, s: Session) -> dict:
+        s.play, s.play_static = s.level.state, s.level.static_params
+        s.episode_return, s.done = 0.0, False
+        return self._frame(s)
+
+    def _frame(self, s: Session, out=None, action=None, value=None) -> dict:
+        sp = s.level.static_params
+        msg = player.frame(s.play, out, action, sizes=(sp.num_polygons, sp.num_circles))
+        msg.update({"return": s.episode_return, "done": s.done})
+        if value is not None:
+            msg["value"] = float(value)
+        return msg
+
+    def step(self, s: Session, msg: dict) -> dict:
+        """One frame of play: the held keys (or the agent) drive the level's env step."""
+        if s.play is None:
+            self.reset(s)
+        if s.done:
+            return self._frame(s)
+        params = player.traced_params(s.level.params)
+        value = None
+        if msg.get("agent"):
+            if self.agent is None:
+                raise StudioError("no agent: start the studio with --run-dir RUN (kinetix-ppo)")
+            if s.play_static != self.agent.static:
+                fitted = self.agent.fit(Level(s.play, s.play_static, s.level.params))
+                s.play, s.play_static = fitted.state, fitted.static_params
+            key = jax.random.PRNGKey(int(s.play.timestep))
+            det = bool(msg.get("deterministic", True))
+            s.play, out, action, value = self.agent.step(key, s.play, params, deterministic=det)
+        else:
+            action = player.keys_to_action(msg.get("keys"), s.play_static)
+            s.play, *out = player.frame_step(s.play_static)(s.play, action, params)
+        reward, terminated, truncated, _ = jax.device_get(tuple(out))
+        s.episode_return += float(reward)
+        s.done = bool(terminated) or bool(truncated)
+        return self._frame(s, tuple(out), np.asarray(action), value)
+
+
+def random_level(size: Any, seed: Any) -> Level:
+    """A level from jaxlab's generator at preset ``size``, checked by the reader."""
+    if size not in ("s", "m", "l"):
+        raise StudioError(f"random: size={size!r}; expected s, m or l")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise StudioError(f"random: seed={seed!r}; expected an integer")
+    sp = StaticEnvParams.from_size(size)
+    state = jax.tree.map(lambda x: x[0], sample_levels(jax.random.PRNGKey(seed), 1, sp))
+    return level_from_json(level_to_json(state, sp, EnvParams()), f"random {size} level")
+
+
+def _error(message: str, status: int = 400, scene: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "scene": scene}, status_code=status)
+
+
+def make_app(studio: Studio) -> Starlette:
+    """The Starlette app serving ``studio``."""
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    async def new_session(request: Request) -> Response:
+        sid, s = studio.new_session()
+        return JSONResponse(
+            {
+                "session": sid,
+                "scene": player.scene(s.level),
+                "agent": studio.agent is not None,
+                "files": studio.files(),
+            }
+        )
+
+    async def files(request: Request) -> Response:
+        return JSONResponse({"files": studio.files(), "directory": str(studio.directory)})
+
+    async def level_request(request: Request) -> Response:
+        try:
+            s = studio.session(request.path_params["sid"])
+        except KeyError:
+            return _error("unknown session; reload the page", 404)
+        kind = request.path_params["kind"]
+        raw = await request.body()
+        if len(raw) > MAX_LEVEL_BYTES:
+            return _error(
+                f"request of {len(raw)} bytes; at most {MAX_LEVEL_BYTES}",
+                413,
+                player.scene(s.level),
+            )
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+            if not isinstance(body, dict):
+                raise StudioError("expected a JSON object")
+        except ValueError as e:
+            return _error(f"{kind}: not a JSON request ({e})", 400, player.scene(s.level))
+
+        def run():
+            with s.lock:
+                try:
+                    return studio.request(s, kind, body), 200
+                except (ValueError, OSError) as e:  # the level reader, the editor, a file
+                    return {"error": str(e), "scene": player.scene(s.level)}, 400
+
+        reply, status = await run_in_threadpool(run)
+        return JSONResponse(reply, status_code=status)
+
+    async def level_json(request: Request) -> Response:
+        try:
+            s = studio.session(request.path_params["sid"])
+        except KeyError:
+            return _error("unknown session; reload the page", 404)
+        lv = s.level
+        data = level_to_json(lv.state, lv.static_params, lv.params)
+        return JSONResponse(
+            data, headers={"Content-Disposition": 'attachment; filename="level.json"'}
+        )
+
+    async def play(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            s = studio.session(ws.path_params["sid"])
+        except KeyError:
+            await ws.send_json({"type": "error", "message": "unknown session; reload the page"})
+            await ws.close()
+            return
+
+        def handle(msg: dict) -> list[dict]:
+            with s.lock:
+                if msg.get("type") == "reset":
+                    return [studio.reset(s)]
+                if msg.get("type") != "step":
+                    raise StudioError(f"unknown message type {msg.get('type')!r}")
+                n = msg.get("n", 1)
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAMES_PER_MESSAGE:
+                    raise StudioError(f"n={n!r}; expected 1..{MAX_FRAMES_PER_MESSAGE}")
+                return [studio.step(s, msg) for _ in range(n)]
+
+        try:
+            while True:
+                text = await ws.receive_text()
+                try:
+                    msg = json.loads(text)
+                    replies = await run_in_threadpool(handle, msg if isinstance(msg, dict) else {})
+                except (ValueError, OSError) as e:
+                    replies = [{"type": "error", "message": str(e)}]
+                for r in replies:
+                    await ws.send_json(r)
+        except WebSocketDisconnect:
+            return
+
+    routes = [
+        Route("/", index),
+        Route("/api/session", new_session, methods=["POST"]),
+        Route("/api/files", files),
+        Route("/api/session/{sid}/level.json", level_json),
+        Route("/api/session/{sid}/{kind}", level_request, methods=["POST"]),
+        WebSocketRoute("/ws/{sid}", play),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Starlette(routes=routes)
