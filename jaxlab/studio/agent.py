@@ -63,9 +63,7 @@ class AgentPolicy:
         def step(key, state: EnvState, env_params, net_params, stats, deterministic):
             obs = env.get_obs(state, env_params)
             pi, value = ppo.policy(net_params, stats, jax.tree.map(lambda x: x[None], obs))
-            action = jax.lax.cond(
-                deterministic, lambda: pi.mode(), lambda: pi.sample(seed=key)
-            )[0]
+            action = jax.lax.cond(deterministic, lambda: pi.mode(), lambda: pi.sample(seed=key))[0]
             _, state, reward, terminated, truncated, info = env.step_env(
                 key, state, action, env_params
             )

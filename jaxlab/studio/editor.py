@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.envs.kinetix.levels import Level, level_from_json, level_to_json, static_sizes_of
@@ -102,10 +103,10 @@ def _update_mass(s: EnvState, kind: str, i: int, fixed: bool) -> None:
         b.inverse_mass[i] = 1.0 / area if area > 0 else 0.0
         b.inverse_inertia[i] = 1.0 / inertia if inertia > 0 else 0.0
         return
-    v, n = b.vertices[i], b.n_vertices[i]
-    inv_m, _ = polygon_mass(v, n, np.float32(d))
+    v, n, rho = jnp.asarray(b.vertices[i]), jnp.int32(b.n_vertices[i]), jnp.float32(d)
+    inv_m, _ = polygon_mass(v, n, rho)
     b.inverse_mass[i] = float(inv_m)
-    b.inverse_inertia[i] = float(polygon_inverse_inertia(v, n, np.float32(d)))
+    b.inverse_inertia[i] = float(polygon_inverse_inertia(v, n, rho))
 
 
 def _is_fixed(s: EnvState, kind: str, i: int) -> bool:

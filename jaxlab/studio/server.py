@@ -1,14 +1,14 @@
-"""The studio's web app (Starlette): the page, a JSON API per session, and the play WebSocket.
+"""The studio's web app (Starlette): the page, a JSON API per workspace, and the play WebSocket.
 
-Each browser tab opens a session (``POST /api/session``) holding its own level, undo and redo
-stacks and play state; sessions share nothing but the compiled steps. Routes (``SID`` a session):
+Each browser tab opens a workspace (``POST /api/workspace``) holding its own level, undo and redo
+stacks and play state; workspaces share nothing but the compiled steps. Routes (``SID`` a workspace):
 
 - ``GET /`` the page; ``/static/...`` its assets (``StaticFiles`` refuses paths outside them);
 - ``GET /api/files``: the ``*.json`` levels in the studio's directory;
-- ``POST /api/session/SID/edit`` an edit (``editor.OPS``); ``undo``, ``redo``;
+- ``POST /api/workspace/SID/edit`` an edit (``editor.OPS``); ``undo``, ``redo``;
   ``random`` ``{"size": "s"|"m"|"l", "seed": k}``; ``open`` ``{"name": FILE}`` or
   ``{"text": JSON}``; ``save`` ``{"name": FILE}`` (into the directory);
-  ``GET /api/session/SID/level.json`` the level as a download;
+  ``GET /api/workspace/SID/level.json`` the level as a download;
 - ``WS /ws/SID``: ``{"type": "step", "keys": [...], "agent": bool, "n": k}`` steps ``k``
   frames and answers each with a frame; ``{"type": "reset"}`` restarts the episode.
 
@@ -50,9 +50,9 @@ from jaxlab.envs.kinetix.state import EnvParams, EnvState, StaticEnvParams, crea
 from jaxlab.studio import editor, player
 
 STATIC_DIR = Path(__file__).parent / "static"
-#: Sessions kept at once (the oldest idle one is dropped beyond this).
-MAX_SESSIONS = 64
-#: Undo depth per session.
+#: Workspaces kept at once (the oldest idle one is dropped beyond this).
+MAX_WORKSPACES = 64
+#: Undo depth per workspace.
 MAX_UNDO = 200
 #: Frames one step message may ask for.
 MAX_FRAMES_PER_MESSAGE = 1000
@@ -65,7 +65,7 @@ def empty_level(size: str = "s") -> Level:
 
 
 @dataclasses.dataclass
-class Session:
+class Workspace:
     """One tab's level, its undo/redo stacks and the episode being played."""
 
     level: Level
@@ -90,29 +90,29 @@ class StudioError(ValueError):
 
 
 class Studio:
-    """The app's state: sessions, the level directory, the optional agent."""
+    """The app's state: workspaces, the level directory, the optional agent."""
 
     def __init__(self, level: Level, directory: Path, agent=None):
         self.initial = level
         self.directory = directory.resolve()
         self.agent = agent
-        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.workspaces: OrderedDict[str, Workspace] = OrderedDict()
         self._lock = threading.Lock()
 
-    def new_session(self) -> tuple[str, Session]:
+    def new_workspace(self) -> tuple[str, Workspace]:
         sid = secrets.token_hex(8)
         with self._lock:
-            self.sessions[sid] = Session(self.initial)
-            while len(self.sessions) > MAX_SESSIONS:
-                self.sessions.popitem(last=False)
-        return sid, self.sessions[sid]
+            self.workspaces[sid] = Workspace(self.initial)
+            while len(self.workspaces) > MAX_WORKSPACES:
+                self.workspaces.popitem(last=False)
+        return sid, self.workspaces[sid]
 
-    def session(self, sid: str) -> Session:
+    def workspace(self, sid: str) -> Workspace:
         with self._lock:
-            if sid not in self.sessions:
+            if sid not in self.workspaces:
                 raise KeyError(sid)
-            self.sessions.move_to_end(sid)
-            return self.sessions[sid]
+            self.workspaces.move_to_end(sid)
+            return self.workspaces[sid]
 
     def file(self, name: Any) -> Path:
         """``name`` in the studio's directory: a plain ``*.json`` file name, nothing else."""
@@ -135,8 +135,8 @@ class Studio:
         return sorted(p.name for p in self.directory.glob("*.json") if p.is_file())
 
     # ------------------------------------------------------------------ level requests
-    def request(self, s: Session, kind: str, body: dict) -> dict:
-        """Apply one level request to session ``s``; returns the reply (the new scene)."""
+    def request(self, s: Workspace, kind: str, body: dict) -> dict:
+        """Apply one level request to workspace ``s``; returns the reply (the new scene)."""
         if kind == "edit":
             s.set_level(editor.apply_edit(s.level, body))
         elif kind == "undo":
@@ -168,12 +168,12 @@ class Studio:
         return {"scene": player.scene(s.level)}
 
     # ------------------------------------------------------------------ play
-    def reset(self, s: Session) -> dict:
+    def reset(self, s: Workspace) -> dict:
         s.play, s.play_static = s.level.state, s.level.static_params
         s.episode_return, s.done = 0.0, False
         return self._frame(s)
 
-    def _frame(self, s: Session, out=None, action=None, value=None) -> dict:
+    def _frame(self, s: Workspace, out=None, action=None, value=None) -> dict:
         sp = s.level.static_params
         msg = player.frame(s.play, out, action, sizes=(sp.num_polygons, sp.num_circles))
         msg.update({"return": s.episode_return, "done": s.done})
@@ -181,7 +181,7 @@ class Studio:
             msg["value"] = float(value)
         return msg
 
-    def step(self, s: Session, msg: dict) -> dict:
+    def step(self, s: Workspace, msg: dict) -> dict:
         """One frame of play: the held keys (or the agent) drive the level's env step."""
         if s.play is None:
             self.reset(s)
@@ -228,11 +228,11 @@ def make_app(studio: Studio) -> Starlette:
     async def index(request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html")
 
-    async def new_session(request: Request) -> Response:
-        sid, s = studio.new_session()
+    async def new_workspace(request: Request) -> Response:
+        sid, s = studio.new_workspace()
         return JSONResponse(
             {
-                "session": sid,
+                "workspace": sid,
                 "scene": player.scene(s.level),
                 "agent": studio.agent is not None,
                 "files": studio.files(),
@@ -244,9 +244,9 @@ def make_app(studio: Studio) -> Starlette:
 
     async def level_request(request: Request) -> Response:
         try:
-            s = studio.session(request.path_params["sid"])
+            s = studio.workspace(request.path_params["sid"])
         except KeyError:
-            return _error("unknown session; reload the page", 404)
+            return _error("unknown workspace; reload the page", 404)
         kind = request.path_params["kind"]
         raw = await request.body()
         if len(raw) > MAX_LEVEL_BYTES:
@@ -274,9 +274,9 @@ def make_app(studio: Studio) -> Starlette:
 
     async def level_json(request: Request) -> Response:
         try:
-            s = studio.session(request.path_params["sid"])
+            s = studio.workspace(request.path_params["sid"])
         except KeyError:
-            return _error("unknown session; reload the page", 404)
+            return _error("unknown workspace; reload the page", 404)
         lv = s.level
         data = level_to_json(lv.state, lv.static_params, lv.params)
         return JSONResponse(
@@ -286,9 +286,9 @@ def make_app(studio: Studio) -> Starlette:
     async def play(ws: WebSocket) -> None:
         await ws.accept()
         try:
-            s = studio.session(ws.path_params["sid"])
+            s = studio.workspace(ws.path_params["sid"])
         except KeyError:
-            await ws.send_json({"type": "error", "message": "unknown session; reload the page"})
+            await ws.send_json({"type": "error", "message": "unknown workspace; reload the page"})
             await ws.close()
             return
 
@@ -299,7 +299,11 @@ def make_app(studio: Studio) -> Starlette:
                 if msg.get("type") != "step":
                     raise StudioError(f"unknown message type {msg.get('type')!r}")
                 n = msg.get("n", 1)
-                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAMES_PER_MESSAGE:
+                if (
+                    isinstance(n, bool)
+                    or not isinstance(n, int)
+                    or not 1 <= n <= MAX_FRAMES_PER_MESSAGE
+                ):
                     raise StudioError(f"n={n!r}; expected 1..{MAX_FRAMES_PER_MESSAGE}")
                 return [studio.step(s, msg) for _ in range(n)]
 
@@ -318,10 +322,10 @@ def make_app(studio: Studio) -> Starlette:
 
     routes = [
         Route("/", index),
-        Route("/api/session", new_session, methods=["POST"]),
+        Route("/api/workspace", new_workspace, methods=["POST"]),
         Route("/api/files", files),
-        Route("/api/session/{sid}/level.json", level_json),
-        Route("/api/session/{sid}/{kind}", level_request, methods=["POST"]),
+        Route("/api/workspace/{sid}/level.json", level_json),
+        Route("/api/workspace/{sid}/{kind}", level_request, methods=["POST"]),
         WebSocketRoute("/ws/{sid}", play),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]

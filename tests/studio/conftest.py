@@ -13,7 +13,11 @@ from jaxlab.envs.kinetix import KinetixEnv, StaticEnvParams
 #: The wheel level's edits: a fixed platform (polygon 4) and a free circle (shape 5) pinned to
 #: it by a revolute joint with its motor on (binding 0, driven by the right arrow).
 WHEEL_EDITS = (
-    {"op": "add_polygon", "vertices": [[1.0, 1.5], [2.0, 1.5], [2.0, 1.0], [1.0, 1.0]], "fixed": True},
+    {
+        "op": "add_polygon",
+        "vertices": [[1.0, 1.5], [2.0, 1.5], [2.0, 1.0], [1.0, 1.0]],
+        "fixed": True,
+    },
     {"op": "add_circle", "position": [1.5, 1.25], "radius": 0.3, "role": 1},
     {"op": "add_joint", "a": 4, "b": 5, "position": [1.5, 1.25], "motor_on": True},
 )

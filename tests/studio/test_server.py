@@ -1,5 +1,5 @@
 """The studio's API without a browser (starlette's TestClient): edits and their validation by the
-level reader, undo/redo, open/save, sessions, path refusals, and play frames against a rollout of
+level reader, undo/redo, open/save, workspaces, path refusals, and play frames against a rollout of
 the saved level in the env."""
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ def studio(tmp_path_factory):
         yield client, st, directory
 
 
-def new_session(client) -> str:
-    r = client.post("/api/session")
+def new_workspace(client) -> str:
+    r = client.post("/api/workspace")
     assert r.status_code == 200
-    return r.json()["session"]
+    return r.json()["workspace"]
 
 
 def edit(client, sid, op):
-    return client.post(f"/api/session/{sid}/edit", json=op)
+    return client.post(f"/api/workspace/{sid}/edit", json=op)
 
 
 def build_wheel(client) -> str:
-    sid = new_session(client)
+    sid = new_workspace(client)
     for op in WHEEL_EDITS:
         r = edit(client, sid, op)
         assert r.status_code == 200, r.json()
@@ -49,9 +49,9 @@ def build_wheel(client) -> str:
 def test_edit_operations_undo_redo(studio):
     client, st, _ = studio
     sid = build_wheel(client)
-    scene = client.post(f"/api/session/{sid}/undo").json()["scene"]
+    scene = client.post(f"/api/workspace/{sid}/undo").json()["scene"]
     assert scene["joints"] == []
-    scene = client.post(f"/api/session/{sid}/redo").json()["scene"]
+    scene = client.post(f"/api/workspace/{sid}/redo").json()["scene"]
     assert [(j["a"], j["b"], j["motor_on"]) for j in scene["joints"]] == [(4, 5, True)]
     ops = [
         {"op": "set", "shape": 5, "density": 2.0, "friction": 0.5, "restitution": 0.2, "role": 2},
@@ -77,7 +77,7 @@ def test_edit_operations_undo_redo(studio):
     # deleting the platform takes its joint with it; undo brings both back
     scene = edit(client, sid, {"op": "delete", "shape": 4}).json()["scene"]
     assert 4 not in [s["id"] for s in scene["shapes"]] and scene["joints"] == []
-    scene = client.post(f"/api/session/{sid}/undo").json()["scene"]
+    scene = client.post(f"/api/workspace/{sid}/undo").json()["scene"]
     assert 4 in [s["id"] for s in scene["shapes"]] and len(scene["joints"]) == 1
     scene = edit(client, sid, {"op": "remove_joint", "joint": 0}).json()["scene"]
     scene = edit(client, sid, {"op": "remove_thruster", "thruster": 0}).json()["scene"]
@@ -105,33 +105,35 @@ def test_edit_operations_undo_redo(studio):
 )
 def test_invalid_edit_refused_level_kept(studio, op, message):
     client, st, _ = studio
-    sid = new_session(client)  # free slots for every kind of entity, one circle (shape 5)
+    sid = new_workspace(client)  # free slots for every kind of entity, one circle (shape 5)
     assert edit(client, sid, WHEEL_EDITS[1]).status_code == 200
-    before = level_to_json(*st.session(sid).level)
+    before = level_to_json(*st.workspace(sid).level)
     r = edit(client, sid, op)
     assert r.status_code == 400
     assert message in r.json()["error"]
-    assert level_to_json(*st.session(sid).level) == before
+    assert level_to_json(*st.workspace(sid).level) == before
     assert [s["id"] for s in r.json()["scene"]["shapes"]] == [0, 1, 2, 3, 5]
 
 
 def test_save_open_lossless_and_bad_files(studio):
     client, st, directory = studio
     sid = build_wheel(client)
-    r = client.post(f"/api/session/{sid}/save", json={"name": "wheel.json"})
+    r = client.post(f"/api/workspace/{sid}/save", json={"name": "wheel.json"})
     assert r.status_code == 200 and r.json()["saved"] == "wheel.json"
     text = (directory / "wheel.json").read_text()
     assert json.loads(text) == level_to_json(*load_level(directory / "wheel.json"))
-    assert client.get(f"/api/session/{sid}/level.json").json() == json.loads(text)
+    assert client.get(f"/api/workspace/{sid}/level.json").json() == json.loads(text)
     assert client.get("/api/files").json()["files"] == ["wheel.json"]
-    other = new_session(client)
-    assert client.post(f"/api/session/{other}/open", json={"name": "wheel.json"}).status_code == 200
-    r = client.post(f"/api/session/{other}/open", json={"text": text, "source": "upload"})
+    other = new_workspace(client)
+    assert (
+        client.post(f"/api/workspace/{other}/open", json={"name": "wheel.json"}).status_code == 200
+    )
+    r = client.post(f"/api/workspace/{other}/open", json={"text": text, "source": "upload"})
     assert r.status_code == 200
     (directory / "wheel_copy.json").write_text("")
-    client.post(f"/api/session/{other}/save", json={"name": "wheel_copy.json"})
+    client.post(f"/api/workspace/{other}/save", json={"name": "wheel_copy.json"})
     assert (directory / "wheel_copy.json").read_text() == text  # read -> write is byte-exact
-    before = level_to_json(*st.session(other).level)
+    before = level_to_json(*st.workspace(other).level)
     bad = [
         ({"text": text[: len(text) // 2]}, "not valid JSON"),
         ({"text": "[" * 100 + "]" * 100}, "nested 100 levels deep"),
@@ -141,32 +143,32 @@ def test_save_open_lossless_and_bad_files(studio):
         ({"name": "missing.json"}, "no such level file"),
     ]
     for body, message in bad:
-        r = client.post(f"/api/session/{other}/open", json=body)
+        r = client.post(f"/api/workspace/{other}/open", json=body)
         assert r.status_code == 400 and message in r.json()["error"], (body, r.json())
-    assert level_to_json(*st.session(other).level) == before
-    r = client.post(f"/api/session/{other}/open", content=b" " * (64 * 2**20 + 1))
+    assert level_to_json(*st.workspace(other).level) == before
+    r = client.post(f"/api/workspace/{other}/open", content=b" " * (64 * 2**20 + 1))
     assert r.status_code == 413
-    assert client.post(f"/api/session/{other}/save", json={"name": "a/b.json"}).status_code == 400
+    assert client.post(f"/api/workspace/{other}/save", json={"name": "a/b.json"}).status_code == 400
     for path in ("/static/../server.py", "/static/%2e%2e/server.py", "/static/../../cli.py"):
         assert client.get(path).status_code == 404
     assert client.get("/static/studio.js").status_code == 200
     assert "<canvas" in client.get("/").text
 
 
-def test_sessions_are_isolated(studio):
+def test_workspaces_are_isolated(studio):
     client, st, _ = studio
-    a, b = new_session(client), new_session(client)
+    a, b = new_workspace(client), new_workspace(client)
     edit(client, a, {"op": "add_circle", "position": [2.0, 2.0], "radius": 0.2})
-    assert len(st.session(a).level.state.sim.circle.active.nonzero()[0]) == 1
-    assert not np.any(np.asarray(st.session(b).level.state.sim.circle.active))
-    assert client.post(f"/api/session/{b}/undo").status_code == 400  # b has no history
-    assert client.post("/api/session/nope/undo").status_code == 404
+    assert len(st.workspace(a).level.state.sim.circle.active.nonzero()[0]) == 1
+    assert not np.any(np.asarray(st.workspace(b).level.state.sim.circle.active))
+    assert client.post(f"/api/workspace/{b}/undo").status_code == 400  # b has no history
+    assert client.post("/api/workspace/nope/undo").status_code == 404
 
 
 def test_play_wheel_turns_and_matches_env_rollout(studio):
     client, st, directory = studio
     sid = build_wheel(client)
-    client.post(f"/api/session/{sid}/save", json={"name": "play.json"})
+    client.post(f"/api/workspace/{sid}/save", json={"name": "play.json"})
     n = 12
     with client.websocket_connect(f"/ws/{sid}") as ws:
         ws.send_json({"type": "reset"})

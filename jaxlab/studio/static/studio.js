@@ -9,7 +9,7 @@ const canvas = $("canvas");
 const ctx = canvas.getContext("2d");
 
 const studio = {
-  session: null, scene: null, lastFrame: null, frames: [], actions: [],
+  workspace: null, scene: null, lastFrame: null, frames: [], actions: [],
   mode: "edit", tool: "select", selected: null, keys: new Set(), busy: false,
   agentAvailable: false, pending: [], timer: null, ws: null,
 };
@@ -23,7 +23,7 @@ function say(text, isError) {
 }
 
 async function api(kind, body) {
-  const r = await fetch(`/api/session/${studio.session}/${kind}`, {
+  const r = await fetch(`/api/workspace/${studio.workspace}/${kind}`, {
     method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body || {}),
   });
@@ -170,7 +170,7 @@ function hud() {
 function connect() {
   return new Promise((resolve) => {
     if (studio.ws && studio.ws.readyState === WebSocket.OPEN) return resolve(studio.ws);
-    const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/${studio.session}`);
+    const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/${studio.workspace}`);
     ws.onmessage = (ev) => {
       const msg = JSON.parse(ev.data);
       if (msg.type === "error") { say(msg.message, true); studio.pending.length = 0; studio.busy = false; return; }
@@ -373,7 +373,7 @@ $("btn-redo").onclick = () => studio.redo();
 $("btn-open").onclick = () => $("file-list").value && studio.open($("file-list").value);
 $("btn-save").onclick = () => studio.save($("save-name").value);
 $("btn-gravity").onclick = () => studio.edit({ op: "gravity", gravity: [+$("grav-x").value, +$("grav-y").value] });
-$("btn-download").onclick = (ev) => { ev.currentTarget.href = `/api/session/${studio.session}/level.json`; };
+$("btn-download").onclick = (ev) => { ev.currentTarget.href = `/api/workspace/${studio.workspace}/level.json`; };
 $("file-upload").onchange = async (ev) => {
   const f = ev.target.files[0];
   if (f) await studio.openText(await f.text(), f.name);
@@ -394,9 +394,9 @@ window.addEventListener("blur", () => studio.keys.clear());
 
 // ---------------------------------------------------------------- start
 (async () => {
-  const r = await fetch("/api/session", { method: "POST" });
+  const r = await fetch("/api/workspace", { method: "POST" });
   const data = await r.json();
-  studio.session = data.session;
+  studio.workspace = data.workspace;
   studio.agentAvailable = data.agent;
   $("agent-box").hidden = $("agent-det-box").hidden = !data.agent;
   setScene(data.scene);
