@@ -29,7 +29,6 @@ class AgentPolicy:
 
     def __init__(self, run_dir: str | Path):
         from jaxlab.core.run import open_run, read_run
-        from jaxlab.recipes import kinetix_ppo
 
         run_dir = Path(run_dir)
         try:
@@ -40,6 +39,8 @@ class AgentPolicy:
                 f"--run-dir {run_dir}: no kinetix-ppo policy there ({e})",
                 "train one first: jaxlab train kinetix-ppo --preset tiny --run-dir DIR",
             ) from None
+        from jaxlab.recipes import kinetix_ppo
+
         self.run_dir, self.step_count = run_dir, run.step
         ag = kinetix_ppo.agent(run.cfg)
         self.static = ag.static

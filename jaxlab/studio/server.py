@@ -54,6 +54,8 @@ STATIC_DIR = Path(__file__).parent / "static"
 MAX_WORKSPACES = 64
 #: Undo depth per workspace.
 MAX_UNDO = 200
+#: Frames of the last episode kept for its GIF.
+MAX_EPISODE_FRAMES = 2000
 #: Frames one step message may ask for.
 MAX_FRAMES_PER_MESSAGE = 1000
 
@@ -75,6 +77,7 @@ class Workspace:
     play_static: StaticEnvParams | None = None
     episode_return: float = 0.0
     done: bool = False
+    episode: list[EnvState] = dataclasses.field(default_factory=list)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def set_level(self, level: Level) -> None:
@@ -171,6 +174,7 @@ class Studio:
     def reset(self, s: Workspace) -> dict:
         s.play, s.play_static = s.level.state, s.level.static_params
         s.episode_return, s.done = 0.0, False
+        s.episode = [jax.device_get(s.play)]
         return self._frame(s)
 
     def _frame(self, s: Workspace, out=None, action=None, value=None) -> dict:
@@ -202,9 +206,27 @@ class Studio:
             action = player.keys_to_action(msg.get("keys"), s.play_static)
             s.play, *out = player.frame_step(s.play_static)(s.play, action, params)
         reward, terminated, truncated, _ = jax.device_get(tuple(out))
+        if len(s.episode) <= MAX_EPISODE_FRAMES:
+            s.episode.append(jax.device_get(s.play))
         s.episode_return += float(reward)
         s.done = bool(terminated) or bool(truncated)
         return self._frame(s, tuple(out), np.asarray(action), value)
+
+
+def episode_gif(s: Workspace, path: Path) -> Path:
+    """The workspace's last episode (as played, at the play size) as a GIF via ``jaxlab.media``."""
+    from jaxlab.envs.kinetix.render import make_render_pixels, to_image
+    from jaxlab.media import save_gif
+
+    if len(s.episode) < 2:
+        raise StudioError("no episode to export: play a few frames first")
+    shape = lambda x: x.sim.polygon.active.shape  # agent mode may pad the state mid-episode
+    frames = [x for x in s.episode if shape(x) == shape(s.play)]
+    render = jax.jit(make_render_pixels(s.play_static, downscale=2))
+    params = player.traced_params(s.level.params)
+    images = [to_image(render(x, params)) for x in frames]
+    period = float(s.level.params.dt) * s.play_static.frame_skip
+    return save_gif(path, images, fps=1.0 / period)
 
 
 def random_level(size: Any, seed: Any) -> Level:
@@ -283,6 +305,28 @@ def make_app(studio: Studio) -> Starlette:
             data, headers={"Content-Disposition": 'attachment; filename="level.json"'}
         )
 
+    async def gif(request: Request) -> Response:
+        import tempfile
+
+        try:
+            s = studio.workspace(request.path_params["sid"])
+        except KeyError:
+            return _error("unknown workspace; reload the page", 404)
+
+        def run():
+            with s.lock, tempfile.TemporaryDirectory() as tmp:
+                return episode_gif(s, Path(tmp) / "episode.gif").read_bytes()
+
+        try:
+            data = await run_in_threadpool(run)
+        except StudioError as e:
+            return _error(str(e), 400)
+        return Response(
+            data,
+            media_type="image/gif",
+            headers={"Content-Disposition": 'attachment; filename="episode.gif"'},
+        )
+
     async def play(ws: WebSocket) -> None:
         await ws.accept()
         try:
@@ -325,6 +369,7 @@ def make_app(studio: Studio) -> Starlette:
         Route("/api/workspace", new_workspace, methods=["POST"]),
         Route("/api/files", files),
         Route("/api/workspace/{sid}/level.json", level_json),
+        Route("/api/workspace/{sid}/episode.gif", gif),
         Route("/api/workspace/{sid}/{kind}", level_request, methods=["POST"]),
         WebSocketRoute("/ws/{sid}", play),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

@@ -162,6 +162,7 @@ def test_workspaces_are_isolated(studio):
     assert len(st.workspace(a).level.state.sim.circle.active.nonzero()[0]) == 1
     assert not np.any(np.asarray(st.workspace(b).level.state.sim.circle.active))
     assert client.post(f"/api/workspace/{b}/undo").status_code == 400  # b has no history
+    assert "no episode" in client.get(f"/api/workspace/{b}/episode.gif").json()["error"]
     assert client.post("/api/workspace/nope/undo").status_code == 404
 
 
@@ -186,6 +187,23 @@ def test_play_wheel_turns_and_matches_env_rollout(studio):
     pos, rot = rollout_poses(level, [f["action"] for f in frames])
     np.testing.assert_allclose(frames[-1]["positions"], pos, atol=1e-5)
     np.testing.assert_allclose(frames[-1]["rotations"], rot, atol=1e-5)
+
+
+def test_command_refuses_bad_level_and_run_dir_without_policy(tmp_path, capsys):
+    from jaxlab import cli
+    from jaxlab.core.errors import UserError
+    from jaxlab.studio.agent import AgentPolicy
+
+    with pytest.raises(UserError, match="no kinetix-ppo policy there"):
+        AgentPolicy(tmp_path)
+    assert cli.main(["studio", "--run-dir", str(tmp_path), "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --run-dir {tmp_path}: no kinetix-ppo policy there" in err
+    assert "missing config.yaml" in err and "hint: train one first" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"env_state": ')
+    assert cli.main(["studio", str(bad)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -374,6 +374,7 @@ $("btn-open").onclick = () => $("file-list").value && studio.open($("file-list")
 $("btn-save").onclick = () => studio.save($("save-name").value);
 $("btn-gravity").onclick = () => studio.edit({ op: "gravity", gravity: [+$("grav-x").value, +$("grav-y").value] });
 $("btn-download").onclick = (ev) => { ev.currentTarget.href = `/api/workspace/${studio.workspace}/level.json`; };
+$("btn-gif").onclick = (ev) => { ev.currentTarget.href = `/api/workspace/${studio.workspace}/episode.gif`; };
 $("file-upload").onchange = async (ev) => {
   const f = ev.target.files[0];
   if (f) await studio.openText(await f.text(), f.name);
