@@ -50,11 +50,11 @@ class AgentPolicy:
         self.params, self.stats = jax.device_get((run.state.params, run.state.obs_stats))
 
     def fit(self, level: Level) -> Level:
-        """``level`` padded into the policy's training size (a larger level is refused)."""
+        """``level`` padded into the policy's training size (a larger level is a ValueError)."""
         try:
             state = expand_level(level.state, level.static_params, self.static, source="level")
         except LevelFormatError as e:
-            raise UserError(f"the agent cannot play this level: {e}") from None
+            raise ValueError(f"the agent cannot play this level: {e}") from None
         return Level(state, self.static, level.params)
 
     @functools.cached_property
