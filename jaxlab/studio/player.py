@@ -2,9 +2,9 @@
 
 ``frame_step(static_params)`` is ``KinetixEnv.step_env`` with the continuous (unified) action,
 compiled once per level size and shared by every workspace; the observation it would compute is
-not returned, so XLA drops it. Keys map to the unified action as in the original's editor: the
-arrow keys drive motor bindings 0 (left -1 / right +1) and 1 (down -1 / up +1), the number keys
-``1..N`` fire thruster bindings ``0..N-1``.
+not returned, so XLA drops it. Keys map to the unified action: the arrow keys drive motor
+bindings 0 (left -1 / right +1) and 1 (down -1 / up +1), the number keys ``1..N`` fire thruster
+bindings ``0..N-1``.
 
 ``scene(level)`` is what the page draws from (shapes, joints, thrusters, the arena scale);
 ``frame(state, ...)`` is one play frame: the poses of all shapes (float32 values written as

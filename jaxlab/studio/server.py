@@ -103,12 +103,12 @@ class Studio:
         self._lock = threading.Lock()
 
     def new_workspace(self) -> tuple[str, Workspace]:
-        sid = secrets.token_hex(8)
+        sid, ws = secrets.token_hex(8), Workspace(self.initial)
         with self._lock:
-            self.workspaces[sid] = Workspace(self.initial)
+            self.workspaces[sid] = ws
             while len(self.workspaces) > MAX_WORKSPACES:
                 self.workspaces.popitem(last=False)
-        return sid, self.workspaces[sid]
+        return sid, ws
 
     def workspace(self, sid: str) -> Workspace:
         with self._lock:

@@ -193,7 +193,9 @@ def test_command_refuses_bad_level_and_run_dir_without_policy(tmp_path, capsys):
     from jaxlab import cli
     from jaxlab.core.errors import UserError
     from jaxlab.studio.agent import AgentPolicy
+    from jaxlab.studio.cli import build_parser
 
+    assert build_parser().parse_args([]).host == "127.0.0.1"  # localhost unless asked
     with pytest.raises(UserError, match="no kinetix-ppo policy there"):
         AgentPolicy(tmp_path)
     assert cli.main(["studio", "--run-dir", str(tmp_path), "--dir", str(tmp_path)]) == 2
