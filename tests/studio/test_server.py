@@ -344,6 +344,18 @@ def test_browser_draw_play_save_matches_rollout(browser_studio, tmp_path):
     name.send_keys("browser.json")
     driver.find_element(By.ID, "btn-save").click()
     _wait(driver, "document.getElementById('message').textContent === 'saved browser.json'", 30)
+    # Refused input is shown on the page and the level on screen stays as it was.
+    scene = driver.execute_script("return window.studio.scene;")
+    for call, message in (
+        ("edit({op: 'set', shape: 5, density: -1})", "density: value -1.0; expected >= 0"),
+        ("openText('{\"env_state\": ', 'bad.json')", "bad.json: not valid JSON"),
+        ("open('../browser.json')", "no folders, no path outside"),
+    ):
+        reply = driver.execute_script(f"return window.studio.{call};")
+        assert not reply["ok"] and message in reply["error"], reply
+        shown = driver.find_element(By.ID, "message")
+        assert message in shown.text and shown.get_attribute("class") == "error"
+        assert driver.execute_script("return window.studio.scene;") == scene
     level = load_level(directory / "browser.json")
     pos, rot = rollout_poses(level, actions)
     np.testing.assert_allclose(frame["positions"], pos, atol=1e-5)
