@@ -25,6 +25,10 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
         "jaxlab.envs.kinetix.cli:main",
         "Kinetix level files: show, rollout, render; the level library",
     ),
+    "studio": (
+        "jaxlab.studio.cli:main",
+        "Kinetix level editor and player in the browser (a local web server)",
+    ),
     "workflows": ("jaxlab.commands.workflows:main", "AFlow: MCTS search over agentic workflows"),
 }
 

@@ -17,7 +17,7 @@ ROOT = Path(jaxlab.__file__).parent
 
 FOUNDATION = {"core", "nn", "media"}
 FAMILIES = {"physics", "envs", "rl", "lm", "decoding", "diffusion", "graph", "causal", "workflows"}
-TOP = {"recipes", "cli", "commands", "__init__"}
+TOP = {"recipes", "cli", "commands", "studio", "__init__"}
 
 #: family -> the families it may import besides the foundation, and why
 SIDEWAYS: dict[str, set[str]] = {

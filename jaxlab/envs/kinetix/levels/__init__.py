@@ -18,6 +18,7 @@ from jaxlab.envs.kinetix.levels.read import (
     MAX_LEVEL_BYTES,
     MAX_LEVEL_DEPTH,
     level_from_json,
+    level_from_text,
     load_level,
     load_levels,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "demo_level",
     "expand_level",
     "level_from_json",
+    "level_from_text",
     "level_to_json",
     "load_level",
     "load_levels",

@@ -202,6 +202,37 @@ def _max_nesting(text: str) -> int:
     return int(np.max(np.cumsum(step), initial=0))
 
 
+def level_from_text(text: str, source: str = "<level>") -> Level:
+    """Parse level JSON text into a ``Level`` with the file reader's checks: the size and nesting
+    limits before the JSON parser runs, then ``level_from_json``.
+
+    Raises:
+        LevelFormatError: naming ``source``, the field path and the problem.
+    """
+    size = len(text.encode("utf-8"))
+    if size > MAX_LEVEL_BYTES:
+        raise LevelFormatError(
+            f"{source}: level is {size} bytes; expected a level file of at most "
+            f"{MAX_LEVEL_BYTES} bytes"
+        )
+    depth = _max_nesting(text)
+    if depth > MAX_LEVEL_DEPTH:
+        raise LevelFormatError(
+            f"{source}: JSON nested {depth} levels deep; expected at most {MAX_LEVEL_DEPTH} "
+            "(a level file nests 6)"
+        )
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LevelFormatError(
+            f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            "the file may be truncated"
+        ) from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer literal with 5000 digits
+        raise LevelFormatError(f"{source}: not a valid level JSON ({e})") from None
+    return level_from_json(data, source)
+
+
 def load_level(path: str | os.PathLike, static_params: StaticEnvParams | None = None) -> Level:
     """Read a level file; with ``static_params`` the level is padded into those (larger) sizes.
 
@@ -234,22 +265,7 @@ def load_level(path: str | os.PathLike, static_params: StaticEnvParams | None = 
         raise LevelFormatError(
             f"{source}: not UTF-8 text (byte {e.start}: {e.reason}); expected a JSON level file"
         ) from None
-    depth = _max_nesting(text)
-    if depth > MAX_LEVEL_DEPTH:
-        raise LevelFormatError(
-            f"{source}: JSON nested {depth} levels deep; expected at most {MAX_LEVEL_DEPTH} "
-            "(a level file nests 6)"
-        )
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LevelFormatError(
-            f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
-            "the file may be truncated"
-        ) from None
-    except (ValueError, RecursionError) as e:  # e.g. an integer literal with 5000 digits
-        raise LevelFormatError(f"{source}: not a valid level JSON ({e})") from None
-    level = level_from_json(data, source)
+    level = level_from_text(text, source)
     if static_params is not None:
         state = expand_level(level.state, level.static_params, static_params, source=source)
         level = Level(state, static_params, level.params)
