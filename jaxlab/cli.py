@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import runpy
 import sys
@@ -29,6 +28,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+from jaxlab.core import json_files  # noqa: E402
 from jaxlab.core.errors import UserError  # noqa: E402  (re-exported for commands)
 
 
@@ -191,7 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary.update(
         {f"eval/{k}": v for k, v in result.eval_metrics.items() if isinstance(v, int | float)}
     )
-    print(json.dumps(summary))
+    print(json_files.dumps(summary, where="the training summary"))
     if result.interrupted:
         print(
             f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
@@ -216,7 +216,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if run.parts.evaluate is None:
         raise UserError(f"recipe {r.name} has no evaluation")
     metrics = run.parts.evaluate(run.state)
-    print(json.dumps({"step": run.step, **dict(metrics)}, default=float))
+    print(json_files.dumps({"step": run.step, **dict(metrics)}, where="the evaluation"))
     return 0
 
 

@@ -62,6 +62,7 @@ import optax
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.diffusion.model_wrapper import EpsFn
@@ -808,7 +809,7 @@ def save_time_steps(
     }
     if extra:
         doc.update(extra)
-    Path(path).write_text(json.dumps(doc, indent=2))
+    json_files.write(path, doc, indent=2)
 
 
 def load_time_steps(path: str | Path) -> tuple[Float[Array, " n1"], Float[Array, " n1"], dict]:

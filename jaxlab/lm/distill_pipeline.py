@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.lm import distill, pcfg
@@ -310,7 +310,7 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in results.items() if k != "teacher_losses"}
-    (run_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    json_files.write(run_dir / "results.json", summary)
     losses = np.asarray(results["teacher_losses"])
     mark = results["transition_checkpoint_step"]
     steps = results["checkpoint_steps"]
