@@ -241,6 +241,9 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
             _quiet_closed_loop_callbacks()
             raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e
+        if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+            problem = KeyError("the saved meta has no 'config' mapping")
+            raise CorruptCheckpointError(self.directory, step, problem, self._older(step))
         saved = meta["config"]
         flat_saved, flat_now = config_lib.flatten(saved), config_lib.flatten(self.config_dict)
 

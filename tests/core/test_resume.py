@@ -152,8 +152,9 @@ def _truncate_arrays(step_dir):
         _truncate_arrays,
         lambda d: (d / "state" / "manifest.ocdbt").unlink(),
         lambda d: next((d / "data").glob("*.json")).unlink(),
+        lambda d: (d / "meta" / "metadata").write_text('{"step": 20}'),
     ],
-    ids=["truncated-array", "no-manifest", "no-data-state"],
+    ids=["truncated-array", "no-manifest", "no-data-state", "meta-without-config"],
 )
 def test_damaged_checkpoint_is_named_with_an_older_complete_one(
     capsys, tmp_path, finished_run, damage
@@ -199,3 +200,12 @@ def test_unusable_run_directory_is_refused(capsys, tmp_path):
     error, _ = one_error(*train(capsys, unwritable)[::2])
     assert "not writable" in error and str(unwritable) in error
     assert not unwritable.exists()
+
+
+def test_a_binary_recipe_file_is_named(capsys, tmp_path):
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "recipe.txt").write_bytes(b"\xff\xfe\x00")
+    error, _ = one_error(
+        cli.main(["eval", "toy", "--run-dir", str(tmp_path)]), capsys.readouterr().err
+    )
+    assert f"{tmp_path / 'recipe.txt'}: not a recipe name" in error
