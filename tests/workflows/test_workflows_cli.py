@@ -1,6 +1,7 @@
 """``jaxlab workflows search`` end to end (stand-in) and its bad-input errors."""
 
 import json
+import shutil
 
 import pytest
 
@@ -81,9 +82,19 @@ def test_a_second_search_on_a_locked_directory_is_refused_and_writes_nothing(tmp
     assert not run.exists()  # the holder wrote nothing; its folder is gone with its lock
 
 
-def test_a_search_with_another_seed_is_refused_and_the_first_stays_intact(tmp_path, capsys):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A finished two-round search (seed 0), copied by the tests that damage or extend it."""
+    run = tmp_path_factory.mktemp("searched") / "run"
     assert _search(run, "--seed", "0") == 0
+    return run
+
+
+def test_a_search_with_another_seed_is_refused_and_the_first_stays_intact(
+    tmp_path, capsys, searched
+):
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
     before = _files(run)
     assert _search(run, "--seed", "1") == 2
     err = capsys.readouterr().err
@@ -119,10 +130,9 @@ def test_a_split_without_test_problems_is_refused_before_any_file(tmp_path, caps
     ],
     ids=["no-settings", "round-without-score", "truncated"],
 )
-def test_a_damaged_state_file_is_named_with_its_key(tmp_path, capsys, damage, expected):
+def test_a_damaged_state_file_is_named_with_its_key(tmp_path, capsys, searched, damage, expected):
     run = tmp_path / "run"
-    assert _search(run) == 0
-    capsys.readouterr()
+    shutil.copytree(searched, run)
     path = run / search.STATE_FILE
     if damage is None:
         path.write_text(path.read_text()[:50])
