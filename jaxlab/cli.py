@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import runpy
 import sys
@@ -33,6 +32,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+from jaxlab.core import json_files  # noqa: E402
 from jaxlab.core.errors import UserError  # noqa: E402  (re-exported for commands)
 
 
@@ -74,21 +74,57 @@ def _hint_for(e: BaseException) -> str:
     if isinstance(e, RunNotFoundError):
         return "train first (jaxlab train RECIPE --run-dir DIR) or pass the directory of a run"
     if isinstance(e, NonFiniteLossError):
-        key = e.lr_keys[0] if e.lr_keys else "KEY"
-        if e.last_checkpoint is None:
-            return (
-                f"lower the learning rate ({key}=...) or check the data; no checkpoint exists, "
-                "so rerunning starts from step 0"
-            )
-        return (
-            f"to resume from step {e.last_checkpoint} with a lower learning rate, rerun with "
-            f"{key}=SMALLER --allow-change {key}; if the loss was already rising by step "
-            f"{e.last_checkpoint} (finite is not healthy), start over with --run-dir NEW_DIR; "
-            "or check the data"
-        )
+        return _non_finite_hint(e)
     if isinstance(e, ValueError):
         return "set JAXLAB_TRACEBACK=1 to see where it was raised"
     return "see `jaxlab --help`"
+
+
+def _non_finite_hint(e: BaseException) -> str:
+    """What to run after a non-finite stop: resume from the last healthy checkpoint (or start
+    over in the same directory) with a tenth of the learning rate; the command itself when
+    ``cmd_train`` attached it (``e.rerun``)."""
+    lr = "a tenth of the learning rate" if e.lr_values else "a lower learning rate"
+    if e.healthy_checkpoint is not None:
+        what = f"resume from the last healthy checkpoint (step {e.healthy_checkpoint}) with {lr}"
+    elif e.last_checkpoint is not None:
+        what = (
+            f"no checkpoint is healthy: start over with {lr} (the checkpoints are set aside "
+            "as <step>.abandoned, not deleted)"
+        )
+    else:
+        what = f"no checkpoint exists: rerun from step 0 with {lr}"
+    rerun = getattr(e, "rerun", None)
+    if rerun is None:
+        keys = " ".join(f"{k}=SMALLER" for k in e.lr_values) or "a lower learning rate"
+        step = e.healthy_checkpoint if e.healthy_checkpoint is not None else 0
+        rerun = f"the same command with {keys}" + (
+            f" --resume-from {step}" if e.last_checkpoint is not None else ""
+        )
+    return f"{what}: {rerun}; or check the data"
+
+
+def _rerun_command(args: argparse.Namespace, run_dir: Path, e: BaseException) -> str:
+    """The ``jaxlab train`` command that follows the non-finite hint: the same recipe, preset,
+    TPU config, run directory and overrides, each learning rate a tenth, resuming from the last
+    healthy checkpoint (``--allow-change`` for the rates) or from 0 when none is healthy."""
+    import shlex
+
+    cmd = ["jaxlab", "train", args.recipe]
+    if args.preset:
+        cmd += ["--preset", args.preset]
+    if args.tpu_config:
+        cmd += ["--tpu-config", args.tpu_config]
+    cmd += ["--run-dir", str(run_dir)]
+    cmd += [o for o in args.overrides if o.split("=", 1)[0] not in e.lr_values]
+    cmd += [f"{k}={v / 10!r}" for k, v in e.lr_values.items()]
+    if e.last_checkpoint is not None:
+        start = e.healthy_checkpoint or 0
+        if start:
+            for k in dict.fromkeys([*args.allow_change, *e.lr_values]):
+                cmd += ["--allow-change", k]
+        cmd += ["--resume-from", str(start)]
+    return shlex.join(cmd)
 
 
 def _default_run_dir(recipe: str, preset: str | None) -> Path:
@@ -143,13 +179,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"in {run_dir}",
         file=sys.stderr,
     )
-    result = loop.run(r, cfg, run_dir, allow_change=tuple(args.allow_change))
+    try:
+        result = loop.run(
+            r,
+            cfg,
+            run_dir,
+            allow_change=tuple(args.allow_change),
+            resume_from=args.resume_from,
+        )
+    except loop.NonFiniteLossError as e:
+        e.rerun = _rerun_command(args, run_dir, e)
+        raise
     summary = {"step": result.step, "interrupted": result.interrupted}
     summary.update({k: float(v) for k, v in result.metrics.items()})
     summary.update(
         {f"eval/{k}": v for k, v in result.eval_metrics.items() if isinstance(v, int | float)}
     )
-    print(json.dumps(summary))
+    print(json_files.dumps(summary, where="the training summary"))
     if result.interrupted:
         print(
             f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
@@ -174,7 +220,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if run.parts.evaluate is None:
         raise UserError(f"recipe {r.name} has no evaluation")
     metrics = run.parts.evaluate(run.state)
-    print(json.dumps({"step": run.step, **dict(metrics)}, default=float))
+    print(json_files.dumps({"step": run.step, **dict(metrics)}, where="the evaluation"))
     return 0
 
 
@@ -266,6 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY",
         help="on resume, accept a changed float hyper-parameter KEY (e.g. optim.lr); repeatable",
+    )
+    s.add_argument(
+        "--resume-from",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="resume from checkpoint STEP instead of the newest (0: start over); once the run "
+        "has made a finite step, newer checkpoints are set aside as <step>.abandoned",
     )
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_train)

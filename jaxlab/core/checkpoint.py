@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,19 @@ def _with_default_sharding(abstract: Any) -> Any:
     return jax.tree.map(fix, abstract)
 
 
+class _LatestAndProtected:
+    """Orbax preservation policy: the newest ``n`` steps (all when ``n`` is None) and every
+    step ``protect()`` names at the time of the rotation."""
+
+    def __init__(self, n: int | None, protect: Callable[[], Iterable[int]]):
+        self.n, self.protect = n, protect
+
+    def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+        keep = set(self.protect())
+        cut = 0 if self.n is None else len(checkpoints) - self.n
+        return [i >= cut or c.step in keep for i, c in enumerate(checkpoints)]
+
+
 class Checkpointer:
     """Saves and restores (state, data iterator, step, config) under ``directory``.
 
@@ -147,6 +160,8 @@ class Checkpointer:
       async_save: write in a background thread; :meth:`wait` (called by :meth:`close`) joins it.
       create: create ``directory`` if missing (False for read-only use: nothing is written).
       allow_change: float fields (dotted keys) that may differ from the checkpoint's config.
+      protect: steps kept whatever ``keep`` says (called at each rotation; the loop keeps its
+        newest healthy checkpoint, :mod:`jaxlab.core.health`).
     """
 
     def __init__(
@@ -158,19 +173,43 @@ class Checkpointer:
         async_save: bool = True,
         create: bool = True,
         allow_change: Sequence[str] = (),
+        protect: Callable[[], Iterable[int]] | None = None,
     ):
         self.directory = Path(directory).absolute()
         self.config = config
         self.allow_change = check_allow_change(config, allow_change)
         self.config_dict = config_lib.to_dict(config)
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
-            enable_async_checkpointing=async_save,
-            create=create,
-        )
+        if protect is None:
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=keep, enable_async_checkpointing=async_save, create=create
+            )
+        else:
+            options = ocp.CheckpointManagerOptions(
+                preservation_policy=_LatestAndProtected(keep, protect),
+                enable_async_checkpointing=async_save,
+                create=create,
+            )
         self._mngr = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "data", "meta")
         )
+
+    def set_aside(self, steps: Iterable[int]) -> list[Path]:
+        """Renames the folders of ``steps`` to ``<step>.abandoned`` (``.abandoned-2``, ... if
+        taken) so that they no longer restore or rotate, without deleting them; returns the
+        new paths."""
+        self.wait()
+        moved = []
+        for step in sorted(steps):
+            src = self.directory / str(step)
+            dst, i = self.directory / f"{step}.abandoned", 1
+            while dst.exists():
+                i += 1
+                dst = self.directory / f"{step}.abandoned-{i}"
+            src.rename(dst)
+            moved.append(dst)
+        if moved:
+            self._mngr.reload()
+        return moved
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step, or None."""
@@ -202,6 +241,9 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
             _quiet_closed_loop_callbacks()
             raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e
+        if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+            problem = KeyError("the saved meta has no 'config' mapping")
+            raise CorruptCheckpointError(self.directory, step, problem, self._older(step))
         saved = meta["config"]
         flat_saved, flat_now = config_lib.flatten(saved), config_lib.flatten(self.config_dict)
 

@@ -16,10 +16,15 @@
 * a non-finite ``loss`` or train state stops the run with :class:`NonFiniteLossError`: every step
   also computes one on-device flag, "every floating leaf of the new state is finite"
   (:mod:`jaxlab.core.finite`), so a non-finite state is never saved and the last finite checkpoint
-  stays the latest (the error names it, or says that none was written);
+  stays the latest; each checkpoint is also judged *healthy* or not (its state's scale and the
+  loss computed from it, :mod:`jaxlab.core.health`), the newest healthy one is kept out of the
+  rotation, and the error names both, so ``resume_from`` (``--resume-from``) can restart from a
+  state that does not diverge again;
 * the run directory is locked for the run (:mod:`jaxlab.core.run_lock`: a second run on it is
   refused) and nothing in it changes before the resume checks pass (:mod:`jaxlab.core.resume`:
-  config compatibility with ``allow_change``, then ``metrics.jsonl`` cut back to the restored step);
+  config compatibility with ``allow_change``) *and* the resumed run's first chunk of steps is
+  finite: only then are newer checkpoints set aside, ``metrics.jsonl`` cut back to the restored
+  step and ``config.yaml`` rewritten, so a resume that fails again leaves the directory as it was;
 * a tqdm progress bar with steps/s and the recipe's own unit per second.
 
 Chunks end on every log/eval/checkpoint/hook boundary, so events happen at exact steps whatever K is.
@@ -42,6 +47,7 @@ import numpy as np
 
 from jaxlab.core import config as config_lib
 from jaxlab.core import finite, run_lock
+from jaxlab.core import health as health_lib
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import resume as resume_lib
 from jaxlab.core import run as run_lib
@@ -102,8 +108,10 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN/Inf loss or train state; nothing non-finite was saved.
 
     Attributes: ``step`` (the first bad step), ``what`` (``"loss"`` or ``"state"``),
-    ``last_checkpoint`` (the newest checkpoint, all finite, or None when none was written) and
-    ``lr_keys`` (the config's learning-rate fields, for the hint)."""
+    ``last_checkpoint`` (the newest checkpoint, all finite, or None when none was written),
+    ``healthy_checkpoint`` (the newest healthy one, :mod:`jaxlab.core.health`, or None),
+    ``lr_keys`` and ``lr_values`` (the config's learning-rate fields and their values, for the
+    hint)."""
 
     def __init__(
         self,
@@ -112,10 +120,14 @@ class NonFiniteLossError(FloatingPointError):
         what: str = "loss",
         last_checkpoint: int | None = None,
         lr_keys: tuple[str, ...] = (),
+        healthy_checkpoint: int | None = None,
+        lr_values: dict[str, float] | None = None,
     ):
         super().__init__(message)
         self.step, self.what = step, what
         self.last_checkpoint, self.lr_keys = last_checkpoint, lr_keys
+        self.healthy_checkpoint = healthy_checkpoint
+        self.lr_values = dict(lr_values or {})
 
 
 @dataclasses.dataclass
@@ -227,8 +239,11 @@ class _StopFlag:
             signal.signal(s, h)
 
 
-def _non_finite(cfg: Any, step: int, what: str, ckpt: Checkpointer) -> NonFiniteLossError:
-    """The error for a non-finite ``what`` (loss/state) first seen at ``step``."""
+def _non_finite(
+    cfg: Any, step: int, what: str, ckpt: Checkpointer, health: health_lib.Health
+) -> NonFiniteLossError:
+    """The error for a non-finite ``what`` (loss/state) first seen at ``step``: it names the last
+    finite and the last healthy checkpoint (:mod:`jaxlab.core.health`)."""
     good = ckpt.latest_step()
     head = (
         f"non-finite loss at step {step}"
@@ -236,19 +251,33 @@ def _non_finite(cfg: Any, step: int, what: str, ckpt: Checkpointer) -> NonFinite
         else f"non-finite train state (parameters or optimizer state) after step {step}, "
         "while the loss was finite"
     )
+    steps = ckpt.all_steps()
+    healthy = health.last_healthy(steps)
     if good is None:
         tail = "no checkpoint was written (the run stopped before its first checkpoint)."
     else:
         tail = (
             f"last finite checkpoint: step {good} in {ckpt.directory} (nothing non-finite was "
-            "saved)."
+            "saved); "
         )
-    lr_keys = tuple(
-        k
+        if healthy is None:
+            tail += f"no healthy checkpoint (step {good}: {health.describe(good)})."
+        else:
+            tail += f"last healthy checkpoint: step {healthy} ({health.describe(healthy)})."
+    lr_values = {
+        k: v
         for k, v in config_lib.flatten(config_lib.to_dict(cfg)).items()
         if k.rsplit(".", 1)[-1] in ("lr", "learning_rate") and isinstance(v, float)
+    }
+    return NonFiniteLossError(
+        f"{head}; training stopped; {tail}",
+        step,
+        what,
+        good,
+        tuple(lr_values),
+        healthy,
+        lr_values,
     )
-    return NonFiniteLossError(f"{head}; training stopped; {tail}", step, what, good, lr_keys)
 
 
 def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
@@ -259,23 +288,58 @@ def _next_boundary(step: int, total: int, everies: Sequence[int]) -> int:
     return b
 
 
-def _checkpointer(cfg: Any, run_dir: Path, allow_change: Sequence[str]) -> Checkpointer:
-    """The run's checkpointer on ``run_dir/checkpoints``, set up from ``cfg.loop``."""
+def _checkpointer(
+    cfg: Any, run_dir: Path, allow_change: Sequence[str], health: health_lib.Health
+) -> Checkpointer:
+    """The run's checkpointer on ``run_dir/checkpoints``, set up from ``cfg.loop``; the newest
+    healthy checkpoint is kept out of the rotation."""
+
+    def protect() -> list[int]:
+        step = health.last_healthy(health.steps)
+        return [] if step is None else [step]
+
     return Checkpointer(
         run_dir / "checkpoints",
         cfg,
         keep=cfg.loop.keep_checkpoints,
         async_save=cfg.loop.async_checkpoint,
         allow_change=allow_change,
+        protect=protect,
     )
 
 
+def _start_step(ckpt: Checkpointer, resume: bool, resume_from: int | None) -> int | None:
+    """The checkpoint step to restore (None: a fresh state), checked against the config."""
+    if resume_from is None:
+        return resume_lib.check_resume(ckpt, resume)
+    steps = ckpt.all_steps()
+    if resume_from != 0 and resume_from not in steps:
+        raise ConfigError(
+            "--resume-from",
+            resume_from,
+            f"a checkpoint step in {ckpt.directory} ({', '.join(map(str, steps)) or 'none'}) "
+            "or 0 to start over",
+        )
+    if resume_from == 0:
+        return None
+    ckpt.check_config(resume_from)
+    return resume_from
+
+
 def _restore_or_init(
-    recipe: Recipe, cfg: Any, task: Parts, ckpt: Checkpointer, key: Any, data_it: Any, resume: bool
+    recipe: Recipe,
+    cfg: Any,
+    task: Parts,
+    ckpt: Checkpointer,
+    key: Any,
+    data_it: Any,
+    resume: bool,
+    resume_from: int | None = None,
 ) -> tuple[Any, int]:
-    """The starting ``(state, step)``: the newest checkpoint when resuming, else a fresh state."""
+    """The starting ``(state, step)``: the newest checkpoint when resuming (or the step
+    ``resume_from``; 0 is a fresh state), else a fresh state."""
     step = 0
-    start = resume_lib.check_resume(ckpt, resume)
+    start = _start_step(ckpt, resume, resume_from)
     if start is not None:
         state, step = ckpt.restore(run_lib.abstract_state(task, key), data_it, step=start)
         state = recipe_lib.with_hparams(state, recipe_lib.hparams_of(recipe, cfg))
@@ -304,13 +368,56 @@ def _progress_bar(loop: LoopConfig, step: int) -> Any:
     return tqdm(total=loop.total_steps, initial=step, unit="step", dynamic_ncols=True)
 
 
-def _check_finite(cfg: Any, ckpt: Checkpointer, metrics: dict, step: int, n: int) -> None:
-    """Raises :class:`NonFiniteLossError` on a chunk's first non-finite step; drops the flag."""
+def _check_finite(
+    cfg: Any,
+    ckpt: Checkpointer,
+    health: health_lib.Health,
+    metrics: dict,
+    step: int,
+    n: int,
+    save_health: bool,
+) -> None:
+    """Raises :class:`NonFiniteLossError` on a chunk's first non-finite step (writing the health
+    records first when ``save_health``: a committed run); drops the flag."""
     bad, what = finite.first_bad_step(metrics, n)
     if bad is not None:
         ckpt.wait()
-        raise _non_finite(cfg, step + bad + 1, what, ckpt)
+        if save_health:
+            health.save()
+        raise _non_finite(cfg, step + bad + 1, what, ckpt, health)
     metrics.pop(finite.FLAG, None)
+
+
+def _observe_health(
+    health: health_lib.Health, metrics: dict, step: int, n: int, saved: int
+) -> bool:
+    """Judges the checkpoint at ``step`` (if one was saved or restored there) by the chunk's
+    first loss, which is computed from exactly that state; step 0 sets the run's reference.
+    Returns whether a record was added."""
+    if "loss" not in metrics or (step != saved and step != 0):
+        return False
+    health.observe(step, np.mean(np.asarray(metrics["loss"]).reshape(n, -1)[0]), step == 0)
+    return True
+
+
+def _commit(
+    recipe: Recipe,
+    cfg: Any,
+    run_dir: Path,
+    ckpt: Checkpointer,
+    health: health_lib.Health,
+    step: int,
+) -> Tracker:
+    """The point after which a resumed run may change its directory (its first chunk was
+    finite): checkpoints newer than the restored ``step`` are set aside (``<s>.abandoned``),
+    ``metrics.jsonl`` is cut back to ``step``, ``config.yaml`` and the health records written."""
+    if jax.process_index() == 0:
+        ckpt.set_aside(s for s in ckpt.all_steps() if s > step)
+    health.steps = {s: r for s, r in health.steps.items() if s <= step}
+    tracker = _open_tracker(recipe, cfg, run_dir, step)
+    if tracker.active:
+        health.save()
+    return tracker
 
 
 def _advance_bar(bar: Any, task: Parts, last_metrics: dict[str, Any], n: int, dt: float) -> None:
@@ -334,6 +441,7 @@ def run(
     resume: bool = True,
     devices: Sequence[jax.Device] | None = None,
     allow_change: Sequence[str] = (),
+    resume_from: int | None = None,
 ) -> RunResult:
     """Trains ``recipe`` with config ``cfg`` in ``run_dir`` (see the module docstring).
 
@@ -344,11 +452,15 @@ def run(
       resume: restore the newest checkpoint of ``run_dir`` if there is one.
       allow_change: float fields (dotted keys, e.g. ``("optim.lr",)``) that may differ from the
         config of the checkpoint being resumed; ``loop.*`` and ``mesh.*`` may always differ.
+      resume_from: restore this checkpoint step instead of the newest (0: a fresh state); once
+        the run's first chunk is finite, the newer checkpoints are set aside (``<step>.abandoned``)
+        and the metrics cut back to it. The non-finite error names the step to pass here.
     """
     loop: LoopConfig = cfg.loop
     run_dir = Path(run_dir)
     task = parts if parts is not None else run_lib.build(recipe, cfg, devices)
-    ckpt = _checkpointer(cfg, run_dir, allow_change)
+    health = health_lib.Health(run_dir)
+    ckpt = _checkpointer(cfg, run_dir, allow_change, health)
     key = jax.random.PRNGKey(cfg.seed)
     data_it = task.data() if task.data is not None else None
 
@@ -359,20 +471,31 @@ def run(
     )
     with ckpt.closed_on_error():  # nothing in run_dir changes before these checks pass
         resume_lib.check_batch_placement(place, data_it)
-        state, step = _restore_or_init(recipe, cfg, task, ckpt, key, data_it, resume)
-    tracker = _open_tracker(recipe, cfg, run_dir, step)
+        had_checkpoints = bool(ckpt.all_steps())
+        state, step = _restore_or_init(recipe, cfg, task, ckpt, key, data_it, resume, resume_from)
+    if step == 0:
+        health.start(state)
+    else:
+        health.resumed_without_records()
+    # A resume (or a restart over old checkpoints) changes the directory only once its first
+    # chunk is finite (_commit); a fresh run has nothing to lose and starts its files now.
+    deferred = step > 0 or (resume_from == 0 and had_checkpoints)
+    tracker = None if deferred else _open_tracker(recipe, cfg, run_dir, step)
 
     hooks = list(hooks) + (list(recipe.hooks(cfg, run_dir)) if recipe.hooks is not None else [])
     everies = [loop.log_every, loop.eval_every, loop.checkpoint_every] + [h.every for h in hooks]
     last_metrics: dict[str, Any] = {}
     eval_metrics: dict[str, Any] = {}
-    last_saved = step if ckpt.latest_step() == step else -1
-    bar = _progress_bar(loop, step) if loop.progress and tracker.active else None
+    last_saved = step if step > 0 else -1
+    bar = _progress_bar(loop, step) if loop.progress and jax.process_index() == 0 else None
 
     def save(s: int, st: Any) -> None:
         nonlocal last_saved
         if s != last_saved:
             ckpt.save(s, st, data_it, force=True)
+            health.saved(s, st)
+            if tracker is not None and tracker.active:
+                health.save()
             last_saved = s
 
     interrupted = False
@@ -386,7 +509,13 @@ def run(
                 state, metrics = step_fn(state, batches)
                 metrics = jax.device_get(metrics)
                 dt = time.perf_counter() - t0
-                _check_finite(cfg, ckpt, metrics, step, n)
+                observed = _observe_health(health, metrics, step, n, last_saved)
+                committed = tracker is not None and tracker.active
+                _check_finite(cfg, ckpt, health, metrics, step, n, committed)
+                if tracker is None:
+                    tracker = _commit(recipe, cfg, run_dir, ckpt, health, step)
+                elif observed and committed:
+                    health.save()
                 step += n
                 last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
                 if bar is not None:
@@ -410,11 +539,14 @@ def run(
                     save(step, state)
                     interrupted = True
                     break
+        if tracker is None:  # no step ran (the run was already at total_steps)
+            tracker = _commit(recipe, cfg, run_dir, ckpt, health, step)
         if not interrupted and task.finalize is not None and tracker.active:
             task.finalize(state, run_dir)
     finally:
         if bar is not None:
             bar.close()
         ckpt.close()
-        tracker.close()
+        if tracker is not None:
+            tracker.close()
     return RunResult(state, step, interrupted, last_metrics, eval_metrics, run_dir)

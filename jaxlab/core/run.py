@@ -151,7 +151,10 @@ def read_run(run_dir: str | Path, recipe: Recipe | str | None = None) -> tuple[R
     cfg_path, name_path = run_dir / CONFIG_FILE, run_dir / RECIPE_FILE
     if not cfg_path.exists():
         raise RunNotFoundError(f"no run in {run_dir} (missing {CONFIG_FILE})")
-    saved_name = name_path.read_text().strip() if name_path.exists() else None
+    try:
+        saved_name = name_path.read_text(encoding="utf-8").strip() if name_path.exists() else None
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise RunNotFoundError(f"{name_path}: not a recipe name ({e})") from None
     expected = recipe.name if isinstance(recipe, Recipe) else recipe
     if saved_name is None and expected is None:
         raise RunNotFoundError(f"no run in {run_dir} (missing {RECIPE_FILE})")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -31,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core import config as config_lib
+from jaxlab.core import json_files, run_lock
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib
-from jaxlab.core import run_lock
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import ConfigError
 from jaxlab.core.recipe import Recipe
@@ -310,12 +309,12 @@ def _sweep_groups(
         states += st
     summary = summarize(rows, list(axes))
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "sweep.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, default=float) + "\n")
-    with open(out_dir / "summary.jsonl", "w") as f:
-        for r in summary:
-            f.write(json.dumps(r, default=float) + "\n")
+    reason = "non-finite: the point diverged (JSON has no NaN)"
+    for name, table in (("sweep.jsonl", rows), ("summary.jsonl", summary)):
+        with open(out_dir / name, "w") as f:
+            for r in table:
+                row = json_files.null_if_non_finite(r, reason)
+                f.write(json_files.dumps(row, where=str(out_dir / name)) + "\n")
     (out_dir / "table.txt").write_text(format_table(summary, list(axes)))
     return SweepResult(rows, summary, compiles, states)
 

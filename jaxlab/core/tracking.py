@@ -107,8 +107,19 @@ class Tracker:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All rows of a run's ``metrics.jsonl``."""
+    """All rows of a run's ``metrics.jsonl``.
+
+    Raises:
+      ValueError: a line that is not JSON, naming the file and the line.
+    """
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not a JSON metrics row ({e.msg})") from None
+    return rows

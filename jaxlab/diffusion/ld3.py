@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from pathlib import Path
 
 import jax
@@ -61,6 +60,7 @@ import optax
 from flax import struct
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.diffusion.model_wrapper import EpsFn
@@ -807,7 +807,7 @@ def save_time_steps(
     }
     if extra:
         doc.update(extra)
-    Path(path).write_text(json.dumps(doc, indent=2))
+    json_files.write(path, doc, indent=2)
 
 
 def load_time_steps(path: str | Path) -> tuple[Float[Array, " n1"], Float[Array, " n1"], dict]:
@@ -815,10 +815,9 @@ def load_time_steps(path: str | Path) -> tuple[Float[Array, " n1"], Float[Array,
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: got {str(path)!r}, expected an existing LD3 steps file")
-    doc = json.loads(path.read_text())
-    for k in ("timesteps", "eval_timesteps"):
-        if k not in doc:
-            raise ValueError(f"{k}: missing from {str(path)!r}, expected a list of floats")
+    doc = json_files.read_json(
+        path, keys=("timesteps", "eval_timesteps"), hint="rewrite it with save_time_steps"
+    )
     ts = jnp.asarray(doc["timesteps"], jnp.float32)
     ts2 = jnp.asarray(doc["eval_timesteps"], jnp.float32)
     if ts.ndim != 1 or ts.shape != ts2.shape or ts.shape[0] < 2:

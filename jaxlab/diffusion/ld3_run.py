@@ -15,7 +15,6 @@ first step (LD3 decays them itself); the other ``LD3Hyper`` values enter the val
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +22,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.sharding import MeshConfig, leading_axis_sharding, state_shardings
@@ -270,4 +270,4 @@ def write_steps(
         schedule_name=problem.schedule_name,
         extra={"model": cfg.model, "checkpoint": cfg.checkpoint, "held_out": comparison},
     )
-    (run_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    json_files.write(run_dir / "comparison.json", comparison, indent=2)

@@ -4,12 +4,12 @@ same tokens (:func:`jaxlab.lm.dept.dp_bytes`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from jaxlab import media
+from jaxlab.core import json_files
 from jaxlab.lm import dept as dept_lib
 
 
@@ -52,7 +52,7 @@ def summary(
 
 def write_summary(metrics: dict[str, float], run_dir: Path, *, title: str) -> None:
     """``dept_summary.json`` (``metrics``) and ``ppl_per_source.png`` (with matplotlib)."""
-    (Path(run_dir) / "dept_summary.json").write_text(json.dumps(metrics, indent=1))
+    json_files.write(Path(run_dir) / "dept_summary.json", metrics)
     k = sum(1 for key in metrics if key.startswith("ppl/source"))
     try:
         media.plot_bars(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.lm import distill, pcfg
@@ -304,6 +305,25 @@ def pcfg_results(
     }
 
 
+def _never_reached_as_null(summary: dict[str, Any]) -> dict[str, Any]:
+    """``samples_to_*`` entries are ``inf`` for a student that never reached the accuracy; JSON
+    has no infinity, so they are written as null with the reason beside them."""
+
+    def null_inf(v: Any) -> Any:
+        if isinstance(v, dict | list):
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            done = {k: null_inf(x) for k, x in items}
+            return done if isinstance(v, dict) else list(done.values())
+        return None if isinstance(v, float) and math.isinf(v) else v
+
+    out = dict(summary)
+    for key in summary:
+        if key.startswith("samples_to_"):
+            out[key] = null_inf(summary[key])
+            out[key + "_null"] = "null: the student never reached the accuracy in its steps"
+    return out
+
+
 def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
     """``results.json`` (without the per-step losses), ``teacher_loss.png``,
     ``teacher_probes.png`` and ``students.png`` of :func:`parity_results` or
@@ -313,7 +333,7 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in results.items() if k != "teacher_losses"}
-    (run_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    json_files.write(run_dir / "results.json", _never_reached_as_null(summary))
     losses = np.asarray(results["teacher_losses"])
     mark = results["transition_checkpoint_step"]
     steps = results["checkpoint_steps"]

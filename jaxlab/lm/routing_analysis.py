@@ -8,7 +8,6 @@ PNG plots and prints a per-layer table.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from jaxlab import media
+from jaxlab.core import json_files
 from jaxlab.lm import moe as moe_lib
 from jaxlab.lm.model import Decoder
 from jaxlab.lm.routing_stats import routing_stats
@@ -151,7 +151,7 @@ def write_report(
         "tokens": result["tokens"],
         **{k: v.tolist() for k, v in result.items() if isinstance(v, np.ndarray)},
     }
-    (out / "routing.json").write_text(json.dumps(summary))
+    json_files.write(out / "routing.json", summary, indent=None)
     print(
         f"routing analysis: final step {final_step}, early step {early_step}, "
         f"{result['tokens']} validation tokens, E={result['load'].shape[1]}, k={top_k}"

@@ -20,11 +20,11 @@ Examples::
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import jax
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.optim import OptimConfig
@@ -87,7 +87,7 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
                 max_steps=learner.eval_max_steps,
             )
             out["gif"] = {"steps": steps, "solved": bool(solved)}
-        (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
+        json_files.write(Path(run_dir) / "results.json", out)
 
     return Parts(
         init=lambda key: training.init(key, learner, **run),

@@ -23,7 +23,6 @@ Examples::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import flax.struct
@@ -31,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
 
+from jaxlab.core import json_files
 from jaxlab.core import optim as optim_lib
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.core.sharding import leading_axis_sharding, state_shardings
@@ -111,7 +111,7 @@ def build(cfg: GnnConfig, mesh: jax.sharding.Mesh) -> Parts:
             "summary": evaluate(state),
             "per_seed": per_seed_results(state.seeds),
         }
-        (Path(run_dir) / "results.json").write_text(json.dumps(out, indent=1) + "\n")
+        json_files.write(Path(run_dir) / "results.json", out)
 
     return Parts(
         init=init,

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from jaxlab.core import json_files
 from jaxlab.core import run as run_lib
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import Hook, LoopConfig
@@ -116,7 +116,11 @@ def eval_main(cfg: OlmoeConfig, run_dir: Path, argv: list[str]) -> int:
     run_dir = Path(run_dir)
     run = run_lib.open_run(run_dir, recipe=RECIPE, devices=jax.devices()[:1])
     if args.analysis is None:
-        print(json.dumps({"step": run.step, **run.parts.evaluate(run.state)}, default=float))
+        print(
+            json_files.dumps(
+                {"step": run.step, **run.parts.evaluate(run.state)}, where="the evaluation"
+            )
+        )
         return 0
     olmoe_lib.analyse_run(run, cfg, run_dir, args.batches)
     return 0

@@ -19,11 +19,11 @@ guidance, and writes ``planner.gif`` (sampled plans and neighbour predictions on
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
 
+from jaxlab.core import json_files
 from jaxlab.core.config import ConfigError
 from jaxlab.core.recipe import Parts, Recipe, register
 from jaxlab.diffusion import planner_data, planner_eval, planner_training
@@ -76,7 +76,7 @@ def eval_main(cfg: PlannerRunConfig, run_dir: Path, argv: list[str]) -> int:
         rcfg, params, seed=args.seed, n_scenes=args.scenes, steps=args.steps
     )
     if args.json:
-        print(json.dumps({"step": run.step, **res}))
+        print(json_files.dumps({"step": run.step, **res}, where="the evaluation"))
     else:
         print(f"checkpoint step {run.step} of {run_dir}; guidance {rcfg.model.guidance}")
         print(

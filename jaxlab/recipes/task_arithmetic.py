@@ -17,7 +17,6 @@ Examples::
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from jaxlab.core import optim
+from jaxlab.core import json_files, optim
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.optim import OptimConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
@@ -134,7 +133,7 @@ def build(cfg: TaskArithmeticConfig, mesh: jax.sharding.Mesh) -> Parts:
     def finalize(state: EditState, run_dir: Path) -> None:
         grids = _all(state)
         table = ta.summarize(grids, RELATIONS)
-        (Path(run_dir) / "results.json").write_text(json.dumps(table, indent=1) + "\n")
+        json_files.write(Path(run_dir) / "results.json", table)
         ta.write_relation_heatmaps(run_dir, grids, RELATIONS)
 
     return Parts(

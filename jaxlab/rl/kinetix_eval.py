@@ -12,7 +12,6 @@ with none left is a ConfigError before training.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core import json_files
 from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.kinetix import level_sets as ls
@@ -217,7 +217,7 @@ def write_table(
     out = {"levels": rows, "summary": ev.summary(res), "attempts": res.num_attempts}
     if left_out:
         out["left_out"] = list(left_out)
-    (run_dir / "eval_levels.json").write_text(json.dumps(out, indent=1) + "\n")
+    json_files.write(run_dir / "eval_levels.json", out)
 
 
 def write_line(line: str) -> None:
@@ -309,4 +309,4 @@ def report(
         "summary": ev.summary(res),
     }
     out.update({f"{k}_solve_rate": float(np.mean(v)) for k, v in extra.items()})
-    return json.dumps(out)
+    return json_files.dumps(out, where="the evaluation summary")

@@ -16,7 +16,6 @@ family to this one, so nothing in ``workflows`` imports ``lm``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -93,15 +92,58 @@ def _executor(args, load_lm):
 
 
 def search_main(args, load_lm=None) -> int:
-    from jaxlab.core.errors import UserError
+    """Runs or resumes the search in ``--run-dir``, holding the directory's run lock
+    (:class:`jaxlab.core.run_lock.RunLock`): a second search on the same directory is refused
+    with the holder's pid while the first runs."""
+    from jaxlab.core import resume, run_lock
 
     run_dir = Path(args.run_dir)
+    resume.check_run_dir(run_dir)
+    with run_lock.RunLock(run_dir):
+        return _search_locked(args, run_dir, load_lm)
+
+
+def _check_new_or_search_dir(run_dir: Path) -> None:
+    """Refuses a directory that holds files but no saved search (another command's output, or
+    a search whose state was removed): its files would be overwritten or mixed with this one."""
+    from jaxlab.core import run_lock
+    from jaxlab.core.errors import UserError
+
+    if (run_dir / search.STATE_FILE).exists():
+        return
+    others = sorted(p.name for p in run_dir.iterdir() if p.name != run_lock.LOCK_NAME)
+    if others:
+        raise UserError(
+            f"--run-dir {run_dir} holds {', '.join(others[:5])} but no {search.STATE_FILE}: "
+            "not a search to resume",
+            "pass --run-dir with a new or empty directory (nothing is overwritten)",
+        )
+
+
+def _check_split(val: Any, test: Any, args) -> None:
+    """Refuses a split with an empty validation or test part (its mean would be NaN)."""
+    from jaxlab.core.errors import UserError
+
+    if len(val) == 0 or len(test) == 0:
+        raise UserError(
+            f"{len(val) + len(test)} problems give {len(val)} validation and {len(test)} test "
+            "problems; both need at least one (the split is 1:4)",
+            "pass --num-problems 5 or more" if args.task == "arithmetic" else "add problems",
+        )
+
+
+def _search_locked(args, run_dir: Path, load_lm) -> int:
+    from jaxlab.core import json_files
+    from jaxlab.core.errors import UserError
+
+    _check_new_or_search_dir(run_dir)
     try:
         if args.task == "arithmetic":
             problems = tasks.make_problems(args.seed, args.num_problems, max_terms=args.max_terms)
         else:
             problems = tasks.load_task_file(args.task)
         val, test = tasks.split(problems, args.seed)
+        _check_split(val, test, args)
         executor, desc = _executor(args, load_lm)
         config = search.SearchConfig(
             max_rounds=args.rounds,
@@ -158,10 +200,10 @@ def search_main(args, load_lm=None) -> int:
         "val_size": len(val),
         "test_size": len(test),
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    json_files.write(run_dir / "summary.json", summary)
     print(f"stopped: {state.stopped}")
     print(workflow.to_code(), end="")
-    print(json.dumps(summary))
+    print(json_files.dumps(summary, where="summary"))
     return 0
 
 

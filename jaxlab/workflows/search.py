@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxlab.core import json_files
 from jaxlab.workflows import selection
 from jaxlab.workflows.interpreter import Executor, evaluate
 from jaxlab.workflows.optimizer import Experience, Optimizer
@@ -122,7 +123,10 @@ def save_state(run_dir: str | Path, state: SearchState) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True))
+    text = json_files.dumps(
+        state.to_json(), where=str(run_dir / STATE_FILE), indent=1, sort_keys=True
+    )
+    tmp.write_text(text)
     os.replace(tmp, run_dir / STATE_FILE)
 
 
@@ -131,10 +135,36 @@ def load_state(run_dir: str | Path) -> SearchState | None:
     path = Path(run_dir) / STATE_FILE
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    if data.get("version") != STATE_VERSION:
-        raise SearchStateError(f"{path}: version={data.get('version')!r}, expected {STATE_VERSION}")
+    hint = f"the saved search is damaged: move {path} aside to start over in {path.parent}"
+    try:
+        data = json_files.read_json(path, keys=("version",), hint=hint)
+        if data["version"] != STATE_VERSION:
+            raise SearchStateError(f"{path}: version={data['version']!r}, expected {STATE_VERSION}")
+        data = json_files.read_json(path, keys=tuple(_STATE_KEYS), hint=hint)
+    except json_files.RunFileError as e:
+        raise SearchStateError(str(e)) from None
+    for key, kind in _STATE_KEYS.items():
+        if not isinstance(data[key], kind):
+            raise SearchStateError(
+                f"{path}: key {key!r} holds {type(data[key]).__name__}, expected "
+                + " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            )
+    for i, r in enumerate(data["rounds"]):
+        missing = [k for k in _ROUND_KEYS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise SearchStateError(f"{path}: rounds[{i}] lacks key {missing[0]!r}")
     return SearchState(data["settings"], data["rounds"], data["experience"], data["stopped"])
+
+
+#: The keys of ``state.json`` and their JSON types, and the keys every round record needs.
+_STATE_KEYS = {
+    "version": int,
+    "settings": dict,
+    "rounds": list,
+    "experience": dict,
+    "stopped": (str, type(None)),
+}
+_ROUND_KEYS = ("round", "parent", "modification", "kind", "workflow", "score", "std", "failures")
 
 
 def _round_rng(seed: int, round_: int) -> tuple[np.random.Generator, jax.Array]:

@@ -116,32 +116,37 @@ def load_task_file(path: str | Path) -> Problems:
         FileNotFoundError: if the file does not exist.
     """
     path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise TaskFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except IsADirectoryError:
+        raise TaskFileError(f"{path}: a directory, expected a JSON-lines task file") from None
     questions, answers, expressions = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskFileError(f"{where}: not JSON ({e.msg})") from None
-            if not isinstance(item, dict):
-                raise TaskFileError(f"{where}: {item!r}: expected an object")
-            question = item.get("question")
-            if not isinstance(question, str) or not question:
-                raise TaskFileError(f"{where}: question={question!r}: expected a non-empty string")
-            if "answer" not in item:
-                raise TaskFileError(f"{where}: item {question[:40]!r} has no 'answer'")
-            answer = item["answer"]
-            if isinstance(answer, bool) or not isinstance(answer, int) or abs(answer) >= 2**31:
-                raise TaskFileError(f"{where}: answer={answer!r}: expected an int32 integer")
-            expression = item.get("expression", "")
-            if not isinstance(expression, str):
-                raise TaskFileError(f"{where}: expression={expression!r}: expected a string")
-            questions.append(question)
-            answers.append(answer)
-            expressions.append(expression)
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(item, dict):
+            raise TaskFileError(f"{where}: {item!r}: expected an object")
+        question = item.get("question")
+        if not isinstance(question, str) or not question:
+            raise TaskFileError(f"{where}: question={question!r}: expected a non-empty string")
+        if "answer" not in item:
+            raise TaskFileError(f"{where}: item {question[:40]!r} has no 'answer'")
+        answer = item["answer"]
+        if isinstance(answer, bool) or not isinstance(answer, int) or abs(answer) >= 2**31:
+            raise TaskFileError(f"{where}: answer={answer!r}: expected an int32 integer")
+        expression = item.get("expression", "")
+        if not isinstance(expression, str):
+            raise TaskFileError(f"{where}: expression={expression!r}: expected a string")
+        questions.append(question)
+        answers.append(answer)
+        expressions.append(expression)
     if not questions:
         raise TaskFileError(f"{path}: no problems")
     return Problems(tuple(questions), np.asarray(answers, np.int32), tuple(expressions))

@@ -1,7 +1,9 @@
 """Resuming: a refused resume changes nothing, the NaN hint tells the truth (--allow-change),
 a damaged checkpoint is named with an older complete one, unusable run directories are refused."""
 
+import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -43,10 +45,11 @@ def one_error(code, err):
 
 
 def test_nan_hint_is_true_and_refused_resume_changes_nothing(capsys, tmp_path):
-    nan = ["lr=10.0", "nan_state_min_lr=1.0", "nan_state_at_step=13"]
+    nan = ["lr=10.0", "nan_state_min_lr=2.0", "nan_state_at_step=13"]
     error, hint = one_error(*train(capsys, tmp_path, *nan)[::2])
     assert "after step 13" in error and "last finite checkpoint: step 10" in error
-    assert "lr=SMALLER --allow-change lr" in hint and "step 10" in hint
+    assert "last healthy checkpoint: step 10" in error
+    assert hint.endswith("lr=1.0 --allow-change lr --resume-from 10; or check the data")
     before = snapshot(tmp_path)
 
     # A changed lr without --allow-change is refused by name, and nothing in the run changes.
@@ -61,13 +64,69 @@ def test_nan_hint_is_true_and_refused_resume_changes_nothing(capsys, tmp_path):
     assert cli.main(["eval", "toy", "--run-dir", str(tmp_path)]) == 0
     capsys.readouterr()
 
-    # Following the hint resumes from step 10 with the new lr and finishes.
-    code, out, err = train(capsys, tmp_path, "lr=0.05", *nan[1:], "--allow-change", "lr")
+    # Following the hint resumes from step 10 with a tenth of the lr and finishes.
+    code, out, err = follow(capsys, hint)
     assert code == 0, err
     assert '"step": 20' in out
-    assert "lr: 0.05" in (tmp_path / "config.yaml").read_text()
+    assert "lr: 1.0" in (tmp_path / "config.yaml").read_text()
     steps = [r["step"] for r in read_metrics(tmp_path) if "loss" in r]
     assert steps == [5, 10, 15, 20]
+
+
+def follow(capsys, hint):
+    """Runs the ``jaxlab train ...`` command a non-finite hint prints, word for word."""
+    command = hint[hint.index("jaxlab train") : hint.rindex("; or check the data")]
+    argv = shlex.split(command)[1:]
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+#: lr 0.5 is stable; from step 12 the weights are scaled by 1e4 (finite, far from healthy) and
+#: after step 18 they are NaN; both only while lr >= 0.1, so a tenth of the rate avoids them.
+BLOWUP = ["lr=0.5", "nan_state_min_lr=0.1", "blowup_at_step=12", "nan_state_at_step=18"]
+
+
+def test_following_the_nan_hint_skips_a_finite_but_blown_up_checkpoint(capsys, tmp_path):
+    every5 = ["loop.checkpoint_every=5", "loop.keep_checkpoints=1"]  # step 10 kept: healthy
+    error, hint = one_error(*train(capsys, tmp_path, *BLOWUP, *every5)[::2])
+    assert "after step 18" in error and "last finite checkpoint: step 15" in error
+    assert "last healthy checkpoint: step 10 (its loss" in error
+    assert "lr=0.05 --allow-change lr --resume-from 10; or check the data" in hint
+    health = json.loads((tmp_path / "checkpoint_health.json").read_text())
+    assert [health["steps"][s]["healthy"] for s in ("5", "10", "15")] == [True, True, False]
+    before = snapshot(tmp_path)
+
+    # A resume that fails again in its first chunk changes nothing (config.yaml included), and
+    # the run still evaluates.
+    code, _, err = train(
+        capsys, tmp_path, *BLOWUP, *every5, "lr=0.2", "--allow-change", "lr", "--resume-from", "15"
+    )
+    assert code == 2 and "after step 18" in err
+    assert snapshot(tmp_path) == before
+    assert cli.main(["eval", "toy", "--run-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+    code, out, err = follow(capsys, hint)
+    assert code == 0, err
+    assert '"step": 20' in out and "lr: 0.05" in (tmp_path / "config.yaml").read_text()
+    assert (tmp_path / "checkpoints" / "15.abandoned").is_dir()  # set aside, not deleted
+    assert [r["step"] for r in read_metrics(tmp_path) if "loss" in r] == [5, 10, 15, 20]
+    assert cli.main(["eval", "toy", "--run-dir", str(tmp_path)]) == 0
+    w_err = json.loads(capsys.readouterr().out)["w_err"]
+    assert w_err < 5.0  # trained on from the healthy step (blown-up weights are ~1e4)
+
+
+def test_with_no_healthy_checkpoint_the_hint_starts_over_in_place(capsys, tmp_path):
+    early = [*BLOWUP, "blowup_at_step=3", "nan_state_at_step=8", "loop.checkpoint_every=5"]
+    error, hint = one_error(*train(capsys, tmp_path, *early)[::2])
+    assert "no healthy checkpoint (step 5: max |" in error and "initial scale" in error
+    assert hint.endswith("lr=0.05 --resume-from 0; or check the data")
+    code, out, err = follow(capsys, hint)
+    assert code == 0, err
+    assert (tmp_path / "checkpoints" / "5.abandoned").is_dir()
+    health = json.loads((tmp_path / "checkpoint_health.json").read_text())
+    assert all(r["healthy"] for r in health["steps"].values())
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +152,9 @@ def _truncate_arrays(step_dir):
         _truncate_arrays,
         lambda d: (d / "state" / "manifest.ocdbt").unlink(),
         lambda d: next((d / "data").glob("*.json")).unlink(),
+        lambda d: (d / "meta" / "metadata").write_text('{"step": 20}'),
     ],
-    ids=["truncated-array", "no-manifest", "no-data-state"],
+    ids=["truncated-array", "no-manifest", "no-data-state", "meta-without-config"],
 )
 def test_damaged_checkpoint_is_named_with_an_older_complete_one(
     capsys, tmp_path, finished_run, damage
@@ -140,3 +200,12 @@ def test_unusable_run_directory_is_refused(capsys, tmp_path):
     error, _ = one_error(*train(capsys, unwritable)[::2])
     assert "not writable" in error and str(unwritable) in error
     assert not unwritable.exists()
+
+
+def test_a_binary_recipe_file_is_named(capsys, tmp_path):
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "recipe.txt").write_bytes(b"\xff\xfe\x00")
+    error, _ = one_error(
+        cli.main(["eval", "toy", "--run-dir", str(tmp_path)]), capsys.readouterr().err
+    )
+    assert f"{tmp_path / 'recipe.txt'}: not a recipe name" in error

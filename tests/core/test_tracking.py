@@ -5,6 +5,7 @@ import struct
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxlab.core.tracking import Tracker, read_metrics
 
@@ -37,3 +38,9 @@ def test_tensorboard_backend_writes_events(tmp_path):
         for v in event.summary.value:
             scalars.append((v.tag, v.simple_value, event.step))
     assert scalars == [("loss", 1.25, 3)]
+
+
+def test_a_damaged_metrics_row_names_the_file_and_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON metrics row"):
+        read_metrics(tmp_path)

@@ -28,6 +28,7 @@ class ToyConfig:
     nan_at_step: int = -1  # inject a NaN loss at this step (for tests)
     nan_state_at_step: int = -1  # make the parameters NaN after this step, loss finite (tests)
     nan_state_min_lr: float = 0.0  # ... but only when lr >= this (a divergence a lower lr avoids)
+    blowup_at_step: int = -1  # scale the parameters by 1e4 after this step (finite, not healthy)
     loop: LoopConfig = LoopConfig(total_steps=20, log_every=5, progress=False)
 
 
@@ -73,6 +74,7 @@ def build(cfg: ToyConfig, mesh: jax.sharding.Mesh) -> Parts:
         w = optax.apply_updates(state.w, upd)
         if cfg.lr >= cfg.nan_state_min_lr:
             w = jnp.where(state.step + 1 == cfg.nan_state_at_step, jnp.nan, w)
+            w = jnp.where(state.step + 1 == cfg.blowup_at_step, w * 1e4, w)
         return state.replace(w=w, opt_state=opt_state, step=state.step + 1, key=key), {"loss": loss}
 
     def data():

@@ -43,3 +43,10 @@ def test_task_file_round_trip_and_missing_answer_error(tmp_path):
     path.write_text("\n".join(lines))
     with pytest.raises(tasks.TaskFileError, match=r"t\.jsonl:4: item .* has no 'answer'"):
         tasks.load_task_file(path)
+
+
+def test_a_binary_task_file_is_named(tmp_path):
+    path = tmp_path / "task.jsonl"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(tasks.TaskFileError, match=r"task.jsonl: not UTF-8 text"):
+        tasks.load_task_file(path)

@@ -1,8 +1,12 @@
 """``jaxlab workflows search`` end to end (stand-in) and its bad-input errors."""
 
 import json
+import shutil
+
+import pytest
 
 from jaxlab import cli
+from jaxlab.core import run_lock
 from jaxlab.workflows import search, tasks
 
 
@@ -56,3 +60,88 @@ def test_lm_executor_without_a_trained_run_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "nothing: no run there (missing config.yaml)" in err and "hint: train first" in err
     assert not (tmp_path / "run" / "state.json").exists()
+
+
+def _search(run, *extra):
+    """A two-round stand-in search on 20 problems in ``run``."""
+    args = ["workflows", "search", "--rounds", "2", "--num-problems", "20", "--run-dir", str(run)]
+    return cli.main([*args, *extra])
+
+
+def _files(run):
+    return {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+
+def test_a_second_search_on_a_locked_directory_is_refused_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    with run_lock.RunLock(run):  # a search in progress holds the directory
+        assert _search(run, "--seed", "1") == 2
+        err = capsys.readouterr().err
+        assert f"run directory {run} is in use by another run (pid" in err
+        assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]
+    assert not run.exists()  # the holder wrote nothing; its folder is gone with its lock
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A finished two-round search (seed 0), copied by the tests that damage or extend it."""
+    run = tmp_path_factory.mktemp("searched") / "run"
+    assert _search(run, "--seed", "0") == 0
+    return run
+
+
+def test_a_search_with_another_seed_is_refused_and_the_first_stays_intact(
+    tmp_path, capsys, searched
+):
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    before = _files(run)
+    assert _search(run, "--seed", "1") == 2
+    err = capsys.readouterr().err
+    assert "state.json belongs to a search with other settings (config" in err
+    assert _files(run) == before
+    assert _search(run, "--seed", "0") == 0  # the same search resumes
+    assert json.loads(_files(run)["summary.json"]) == json.loads(before["summary.json"])
+
+
+def test_a_directory_with_other_files_is_not_taken_for_a_search(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    assert _search(run) == 2
+    assert "holds config.yaml but no state.json" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]
+
+
+def test_a_split_without_test_problems_is_refused_before_any_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["workflows", "search", "--num-problems", "1", "--run-dir", str(run)]
+    assert cli.main(args) == 2
+    assert "1 problems give 1 validation and 0 test problems" in capsys.readouterr().err
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: d.pop("settings"), "state.json: missing key 'settings'"),
+        (lambda d: d["rounds"][0].pop("score"), "state.json: rounds[0] lacks key 'score'"),
+        (None, "state.json: not valid JSON (Expecting"),
+    ],
+    ids=["no-settings", "round-without-score", "truncated"],
+)
+def test_a_damaged_state_file_is_named_with_its_key(tmp_path, capsys, searched, damage, expected):
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    path = run / search.STATE_FILE
+    if damage is None:
+        path.write_text(path.read_text()[:50])
+    else:
+        data = json.loads(path.read_text())
+        damage(data)
+        path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    assert _search(run) == 2
+    err = capsys.readouterr().err
+    assert expected in err and str(path) in err and "Traceback" not in err
+    assert path.read_bytes() == before

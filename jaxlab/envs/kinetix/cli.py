@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxlab.core import json_files
+
 ROLE = ("default", "green", "blue", "red")
 
 
@@ -232,7 +234,7 @@ def _search_library(args: argparse.Namespace) -> None:
     from jaxlab.envs.kinetix import library as lib
 
     path = lib.SOLUTIONS_FILE
-    sols = json.loads(path.read_text()) if path.exists() else {}
+    sols = json_files.read_json(path) if path.exists() else {}
     for name in args.search or lib.names():
         found = lib.search_solution(
             jax.random.key(args.seed),
