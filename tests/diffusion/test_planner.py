@@ -274,15 +274,17 @@ def test_guidance_weight_zero_bit_equal_and_collision_guidance_lowers_the_energy
 
 def test_collision_energy_steers_only_the_ego_position(setup):
     """As in the original, the predicted neighbours and the ego's heading are not steered: the
-    energy's gradient lives on the ego's (x, y) alone."""
+    energy's gradient lives on the ego's (x, y) alone, across its heading (+x here)."""
     scene = setup[0]
     x = jnp.concatenate(
         [jnp.zeros((B, 4, 7, 2)), jnp.ones((B, 4, 7, 1)), jnp.zeros((B, 4, 7, 1))], -1
     )
-    x = x.at[:, 1, :, 0].set(2.0)  # neighbour 1 overlaps the ego at every step
-    scene = dict(scene, neighbour_valid=jnp.array([[True, False, False]] * B))
-    g = jax.grad(lambda v: jnp.sum(collision_energy(v, scene, CFG)))(x)
-    assert float(jnp.abs(g[:, 0, 1:, :2]).sum()) > 0
+    x = x.at[:, 1, :, 0].set(2.0).at[:, 1, :, 1].set(0.5)  # overlaps the ego at every step
+    nb_only = jnp.array([[True, False, False]] * B)
+    scene = dict(scene, neighbour_valid=nb_only, static_valid=jnp.zeros((B, 1), bool))
+    g = jax.jit(jax.grad(lambda v: jnp.sum(collision_energy(v, scene, CFG))))(x)
+    assert float(jnp.abs(g[:, 0, 1:, 1]).min()) > 0
+    np.testing.assert_array_equal(g[:, 0, :, 0], 0.0)
     np.testing.assert_array_equal(g[:, 1:], 0.0)
     np.testing.assert_array_equal(g[:, 0, :, 2:], 0.0)
 
