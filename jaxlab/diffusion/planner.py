@@ -128,9 +128,10 @@ class PlannerConfig:
             data, moving an agent's noisy trajectory by 12 m moves its x_0 estimate by under
             1 cm at every t) then undoes the guided steps, so the ``cpu`` preset widens the
             window to (0.0005, 0.1) and raises the weights: the final prediction takes one
-            energy step x_0 <- x_0 - (sigma_min^2 / alpha) w grad E. Measured on 256 scenes:
-            the original window at w 0.5 changed the outcome of 1 scene; figures in
-            ``benchmarks/results/planner_cpu.jsonl``.
+            energy step x_0 <- x_0 - (sigma_min^2 / alpha) w grad E. Measured on 256 scenes
+            with the earlier summed-penalty collision energy: the original window at w 0.5
+            changed the outcome of 1 scene; figures in ``benchmarks/results/planner_cpu.jsonl``.
+            Collision weight 0.5 is the original's (its ``guidance_scale``).
         norm_mean, norm_std: per-dimension normalisation of (x, y, cos, sin) (the original's
             ``normalization.json``; the defaults are :func:`fit_normalization` of expert logs of
             the driving world, 64 scenes x 30 steps, all scene types).
@@ -180,8 +181,8 @@ class PlannerConfig:
     norm_mean: tuple[float, float, float, float] = (21.0, -0.65, 0.77, -0.06)
     norm_std: tuple[float, float, float, float] = (23.0, 12.9, 0.45, 0.45)
     obs_norm: bool = False
-    ego_obs_mean: tuple[float, float, float] = (6.32, -0.196, 0.017)
-    ego_obs_std: tuple[float, float, float] = (0.977, 0.615, 0.12)
+    ego_obs_mean: tuple[float, float, float] = (6.31, -0.208, 0.0176)
+    ego_obs_std: tuple[float, float, float] = (0.971, 0.609, 0.118)
     agent_obs_mean: F8 = (27.0, -0.845, 0.8, -0.105, 4.85, -0.666, 4.5, 2.0)
     agent_obs_std: F8 = (18.5, 9.66, 0.359, 0.468, 2.54, 2.97, 0.1, 0.1)
     static_obs_mean: F6 = (18.2, -2.16, 0.999, 0.003, 4.5, 2.0)

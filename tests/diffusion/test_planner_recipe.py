@@ -32,6 +32,9 @@ def test_planner_tiny_trains_and_evaluates_in_closed_loop(tiny, tmp_path):
     m = res.eval_metrics
     assert {"open_loop/ade", "diffusion/score", "diffusion/collision"} <= set(m)
     assert 0.0 <= m["diffusion/score"] <= 100.0 and np.isfinite(m["open_loop/ade"])
+    for k in ("jump_rate", "backward_rate", "offroad_time", "comfortable"):
+        assert 0.0 <= m[f"diffusion/{k}"] <= 1.0, (k, m[f"diffusion/{k}"])
+    assert np.isfinite(m["diffusion/max_jump"])
     cfg = recipe.config("tiny")
     assert cfg.model.guidance == (("collision", 0.5),)
     with pytest.raises(ConfigError, match="--scenes"):
@@ -106,6 +109,9 @@ def test_static_scene_weight_weighs_scenes_with_a_parked_car():
         ("ema_decay=2.0", "ema_decay"),
         ("model.guidance_window=[0.2,0.1]", "model.guidance_window"),
         ("model.guidance_window=[0.0,1.5]", "model.guidance_window"),
+        ("model.guidance_window=[-0.1,0.1]", "model.guidance_window"),
+        ("model.guidance_window=[0.1]", "model.guidance_window"),
+        ("model.guidance=[[drivable,1.0],[collision,-0.5]]", "model.guidance[1].weight"),
         ("model.guidance=[[collision,-1.0]]", "model.guidance[0].weight"),
         ("optim.lr=0", "optim.lr"),
     ],

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
-from jaxlab.envs.driving import DrivingStatic, make_driving, sat_separation
+from jaxlab.envs.driving import DrivingStatic, make_driving, plan_steps, sat_separation
 
 N_SCENES, STEPS = 12, 40
 
@@ -141,3 +141,27 @@ def test_expert_logs_edit_reset_rolls_the_same_scenes_out_under_a_forced_route()
         turns.append(np.arctan2(last[:, 3], last[:, 2]))  # the ego's heading change, 1.6 s
     left, right = turns  # measured: 0.12-0.44 rad left, the mirror image right
     assert np.all(left > 0.1) and np.all(right < -0.1), (left, right)
+
+
+def test_tracker_reads_signed_progress_so_a_backward_point_is_never_speed():
+    """The desired speed is the plan's progress along its own heading: a plan whose second point
+    jumps 8 m behind the ego asks for the speed of the same plan without the jump (its steps
+    out and back cancel; their unsigned lengths would read 63 m/s, full throttle), and a plan
+    that only goes backwards asks for standstill, as a plan that stays put does."""
+    env, _ = make_driving(auto_reset=False)
+    t = np.arange(1, 17) * 0.6  # 6 m/s straight ahead
+    fwd = np.stack([t, 0 * t, 1 + 0 * t, 0 * t], -1).astype(np.float32)
+    back = fwd.copy()
+    back[1, 0] = -8.0
+    ego = jnp.array([0.0, 0.0, 0.0, 6.0])
+    track = jax.jit(env.track)
+    acc = lambda plan: float(track(ego, jnp.asarray(plan), 0.1)[0])  # noqa: E731
+    assert abs(acc(fwd)) < 0.1
+    assert abs(acc(back) - acc(fwd)) < 1e-4
+    still = np.zeros_like(fwd)
+    still[:, 2] = 1.0
+    reverse = fwd * np.array([-1.0, 1.0, 1.0, 1.0], np.float32)
+    assert acc(reverse) == acc(still) < -6.0 + 1e-6
+    length, progress = plan_steps(jnp.asarray(back))
+    np.testing.assert_allclose(np.asarray(length)[:3], [0.6, 8.6, 9.8], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(progress)[:3], [0.6, -8.6, 9.8], rtol=1e-5)

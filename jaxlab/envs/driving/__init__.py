@@ -52,6 +52,7 @@ logs, closed-loop score) and ``perturbation`` (the ego state perturbation of tra
 from jaxlab.envs.driving.expert import expert_plan
 from jaxlab.envs.driving.geometry import (
     from_frame,
+    plan_steps,
     point_at,
     project,
     resample,
@@ -76,6 +77,7 @@ __all__ = [
     "expert_plan",
     "from_frame",
     "make_driving",
+    "plan_steps",
     "point_at",
     "project",
     "resample",

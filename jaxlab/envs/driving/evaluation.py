@@ -27,6 +27,12 @@ per scenario:
   [-4.05, 2.40] m/s^2, |lateral acceleration| <= 4.89 m/s^2 and |jerk| <= 4.13 m/s^3 (nuPlan's
   bounds) at every step after the first two.
 
+Plan quality (not in the score): ``jump_rate``, the share of a scenario's replanning steps whose
+executed plan has a step longer than 2 m per 0.1 s (:data:`JUMP_STEP`; 0 for the expert);
+``backward_rate``, the share whose plan has a step going backwards along its own heading by more
+than 0.1 m (:data:`BACKWARD_STEP`; :func:`geometry.plan_steps`); ``max_jump``, the longest plan
+step (m); ``offroad_time``, the share of steps more than 0.3 m off the lanes.
+
 The score is averaged over scenarios and reported x100 per scenario type. Open loop,
 :func:`ade_fde` compares plans with the logged expert futures.
 """
@@ -40,11 +46,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from jaxlab.envs.driving.geometry import project, sat_separation, to_frame
+from jaxlab.envs.driving.geometry import plan_steps, project, sat_separation, to_frame
 from jaxlab.envs.driving.scenes import SCENE_TYPES
 from jaxlab.envs.driving.state import DrivingParams, DrivingState
 from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH
 from jaxlab.envs.driving.world import DrivingWorld
+
+#: a plan step longer than this (m per 0.1 s, 72 km/h over the world's 15 m/s cap) is a jump
+JUMP_STEP = 2.0
+#: a plan step with signed progress below this (m per 0.1 s, 1 m/s backwards) is a backward step
+BACKWARD_STEP = -0.1
 
 PlanFn = Callable[[PRNGKeyArray, dict, object], Float[Array, "B T 4"]]
 
@@ -146,6 +157,7 @@ def closed_loop(
         st2 = jax.tree.map(keep, st, st2)
         obs2 = jax.tree.map(keep, obs, obs2)
         ttc_bad = jax.vmap(_ttc_violation)(jax.vmap(env.agents)(st2), st2.nb_valid)
+        length, progress = plan_steps(ego_plan)
         rec = {
             "collision": info["collision"] & ~done,
             "moving": st.ego[:, 3] > 0.5,
@@ -155,6 +167,8 @@ def closed_loop(
             "acc": st2.ego_acc,
             "yaw_rate": st2.ego_yaw_rate,
             "ttc_bad": ttc_bad & ~done,
+            "plan_jump": jnp.max(length, -1),
+            "plan_backward": jnp.any(progress < BACKWARD_STEP, -1),
             "done": done,
         }
         if record:
@@ -198,6 +212,9 @@ def _metrics(log, st0, dt, expert_progress) -> dict[str, Array]:
         late & ((acc > 2.40) | (acc < -4.05) | (jnp.abs(lat) > 4.89) | (jnp.abs(jerk) > 4.13)), 0
     )
     ttc_ok = ~jnp.any(log["ttc_bad"], 0)
+    n_live = jnp.maximum(jnp.sum(live, 0), 1)
+    jump = jnp.sum((log["plan_jump"] > JUMP_STEP) & live, 0) / n_live
+    backward = jnp.sum(log["plan_backward"] & live, 0) / n_live
     f = lambda b: b.astype(jnp.float32)  # noqa: E731
     weighted = (5 * f(ttc_ok) + 5 * ratio + 4 * f(speed_ok) + 2 * f(comfy)) / 16
     score = f(~collision) * f(drivable) * f(making) * weighted
@@ -212,19 +229,28 @@ def _metrics(log, st0, dt, expert_progress) -> dict[str, Array]:
         "speed_ok": f(speed_ok),
         "comfortable": f(comfy),
         "offroad_time": jnp.mean(f(log["offroad"] > 0.3) * f(live), 0),
+        "jump_rate": jump,
+        "backward_rate": backward,
+        "max_jump": jnp.max(jnp.where(live, log["plan_jump"], 0.0), 0),
         "scene_type": st0.scene,
     }
 
 
 def summarize(metrics: dict[str, Array]) -> dict[str, float]:
-    """Mean of every metric over scenes, and the score x100 per scene type."""
+    """Mean of every metric over scenes (``max_jump``: the largest over scenes), and per scene
+    type the score x100 and the jump and backward-step rates."""
     m = jax.device_get(metrics)
     out = {k: float(np.mean(v)) for k, v in m.items() if k not in ("scene_type", "log")}
     out["score"] *= 100.0
+    if "max_jump" in m:
+        out["max_jump"] = float(np.max(m["max_jump"]))
     for i, name in enumerate(SCENE_TYPES):
         sel = np.asarray(m["scene_type"]) == i
         if sel.any():
             out[f"score_{name}"] = float(100.0 * np.mean(np.asarray(m["score"])[sel]))
+            for k in ("jump_rate", "backward_rate"):
+                if k in m:
+                    out[f"{k}_{name}"] = float(np.mean(np.asarray(m[k])[sel]))
     return out
 
 

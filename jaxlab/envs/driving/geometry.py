@@ -94,3 +94,20 @@ def from_frame(
     c, s = jnp.cos(heading), jnp.sin(heading)
     rot = jnp.stack([c * xy[..., 0] - s * xy[..., 1], s * xy[..., 0] + c * xy[..., 1]], -1)
     return origin.reshape((1,) * (xy.ndim - 1) + (2,)) + rot
+
+
+def plan_steps(
+    plan: Float[Array, "... T 4"],
+) -> tuple[Float[Array, "... T"], Float[Array, "... T"]]:
+    """(length, signed progress) of each 0.1 s step of ego-frame plans (x, y, cos, sin), the
+    first step from the ego (origin, heading +x). Progress is the step projected on the heading
+    it starts from (the plan's own (cos, sin), +x where that is zero or missing): a point placed
+    behind the previous one has negative progress, whatever the step's length."""
+    xy = jnp.nan_to_num(plan[..., :2])
+    cs = jnp.nan_to_num(plan[..., :-1, 2:4])
+    norm = jnp.linalg.norm(cs, axis=-1, keepdims=True)
+    cs = jnp.where(norm > 1e-3, cs / jnp.maximum(norm, 1e-3), jnp.array([1.0, 0.0], xy.dtype))
+    lead = jnp.zeros(xy.shape[:-2] + (1, 2), xy.dtype)
+    heading = jnp.concatenate([lead.at[..., 0].set(1.0), cs], -2)
+    step = xy - jnp.concatenate([lead, xy[..., :-1, :]], -2)
+    return jnp.linalg.norm(step, axis=-1), jnp.sum(step * heading, -1)

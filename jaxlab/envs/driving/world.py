@@ -14,6 +14,7 @@ from jaxlab.envs.base import Environment
 from jaxlab.envs.driving import expert
 from jaxlab.envs.driving.geometry import (
     box_axes,
+    plan_steps,
     point_at,
     project,
     resample,
@@ -167,12 +168,16 @@ class DrivingWorld(Environment):
     def track(
         self, ego: Float[Array, " 4"], plan: Float[Array, "T 4"], dt: float | Array
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        """Pure pursuit + speed control of the ego towards an ego-frame plan: (accel, steer)."""
+        """Pure pursuit + speed control of the ego towards an ego-frame plan: (accel, steer).
+
+        The desired speed is the plan's mean signed progress over its first three steps
+        (:func:`geometry.plan_steps`: each step projected on the heading it starts from), at
+        least 0: a point placed behind the previous one slows the ego down, never reads as speed.
+        """
         plan_xy = jnp.nan_to_num(plan[:, :2])
         v = ego[3]
-        pts = jnp.concatenate([jnp.zeros((1, 2)), plan_xy], 0)
-        seg = jnp.linalg.norm(pts[1:] - pts[:-1], axis=-1)
-        v_des = jnp.mean(seg[:3]) / dt
+        _, progress = plan_steps(plan)
+        v_des = jnp.maximum(jnp.mean(progress[:3]) / dt, 0.0)
         acc = jnp.clip(2.0 * (v_des - v), -6.0, 3.0)
         dist = jnp.linalg.norm(plan_xy, axis=-1)
         look = jnp.maximum(3.0, 0.8 * v)
