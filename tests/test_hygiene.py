@@ -49,8 +49,6 @@ MAX_LINE = 300
 NOT_CHECKED = frozenset(
     {
         "tests/test_hygiene.py",
-        "jaxlab/diffusion/planner.py",
-        "jaxlab/envs/driving/__init__.py",
     }
 )
 

@@ -1,6 +1,6 @@
 """Diffusion Planner (Zheng et al., ICLR 2025): joint prediction and planning as one generation.
 
-A DiT generates the future states of the ego and its neighbours jointly (papers/diffusion.md §3).
+A DiT generates the future states of the ego and its neighbours jointly (the paper's §3).
 Trajectories are x in R^{A x (1 + T) x 4}, A = 1 + N agents (ego first), T future steps, each
 state (x, y, cos h, sin h) in the ego frame; index 0 is the current state, fixed in training and
 re-imposed after every solver step (the samplers' ``correct_fn``, the original's
@@ -85,68 +85,32 @@ class PlannerConfig:
         width, heads, encoder_depth, decoder_depth: network sizes (original: 192, 6, 3, 3).
         cross_residual: False reproduces the original's non-residual cross-attention stage.
         ego_weight: alpha of the loss.
-        x0_skip: False (the original) regresses x_0 directly, D = F(x_t, t). True gives the
-            network a skip path, D = alpha_t x_t + sigma_t F(x_t, t): F is -v of Salimans & Ho
-            (2022), and EDM's c_skip / c_out for unit-variance data under a VP schedule. At low
-            noise D then follows x_t by construction instead of having to reproduce it, which
-            matters where the data is multimodal given the scene (a neighbour's hidden route).
-            The loss stays the x_0 loss. Not the paper's, and measured worse on the route modes
-            (the intersection modes run of ``experiments/planner_modes/planner_study.py`` with
-            ``model.x0_skip=true``, 6000 and 11500 steps): neighbour 0 straight 14-15 % against
-            a uniform third (38 % without the skip), the ego 21 % against the expert's 39 %, and
-            headings past the logged turns (in-between shapes 0.34 vs 0.18). Kept for further
-            study of the parametrisation; default off.
-        skip_sigma_data: EDM's sigma_data of the ``x0_skip`` path: D = c_skip x_t / alpha_t +
-            c_out F with :func:`jaxlab.diffusion.precond.edm_coefficients` at sigma_t / alpha_t.
-            1.0 (unit-variance data, the normalisation's marginal) is alpha_t x_t + sigma_t F; a
-            smaller value hands x_t to D only at lower noise (EDM's image default is 0.5).
-            Measured at 0.5 (the same modes run, 6000 and 12000 steps, 1024 held-out scenes):
-            neighbour 0 straight 22.7 % and 21.0 %, the ego 28.7 % and 28.6 % against the
-            expert's 38.3 %, turns blurred (in-between shapes 0.30 vs 0.04). Less skewed than
-            1.0, still the wrong way; default 1.0.
+        x0_skip: False (the original) regresses x_0 directly, D = F(x_t, t); True adds a skip
+            path, D = alpha_t x_t + sigma_t F (F is -v of Salimans & Ho 2022), so that at low
+            noise D follows x_t by construction. Not the paper's; off by default (its effect on
+            the route modes is in ``experiments/planner_modes``).
+        skip_sigma_data: EDM's sigma_data of the ``x0_skip`` path, D = c_skip x_t / alpha_t +
+            c_out F at sigma_t / alpha_t (:func:`jaxlab.diffusion.precond.edm_coefficients`);
+            1.0 is alpha_t x_t + sigma_t F.
         skip_edm_weight: with ``x0_skip``, weigh each sample's x_0 errors by EDM's
-            lambda = 1 / c_out^2 (Karras et al. 2022, eq. 8), so that F's own error is weighed
-            uniformly over noise levels. With the plain x_0 loss, F's error at low noise costs
-            only c_out^2 of it and F is barely trained there. Not the paper's. Measured with
-            sigma_data 0.5 (the modes run, 6000 steps, 1024 held-out scenes): neighbour 0
-            straight 21.7 % (22.5 % with 50 solver steps), the ego 29.5 % against the expert's
-            38.3 %, turns still blurred (in-between shapes 0.31 vs 0.04): the same as without
-            the weight. Default off.
-        snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t. A value > 1 weighs
-            each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)): low
-            noise levels, where the uniform x_0 loss barely charges the network for not
-            following x_t, get up to ``cap`` times the weight. Not the paper's. Measured on the
-            intersection modes run (route hidden, 4096 scenes, 18000 steps, ``cap`` 5, 512
-            held-out scenes x 8 samples at temperature 1): neighbour 0's straight share 37.5-37.8 %
-            at 17500-18000 steps, as without it (38 %), and 35.7-36.6 % at 11000-12000; the ego's
-            42 % against the expert's 39 %. It does not remove the skew; default off.
+            lambda = 1 / c_out^2 (Karras et al. 2022, eq. 8), so that F's error counts alike at
+            every noise level. Not the paper's; off by default.
+        snr_weight_cap: 0 (the original) weighs the x_0 loss uniformly in t; a value > 1 weighs
+            each sample's errors by ``losses.capped_snr_weight`` (clip(SNR(t), 1, cap)), charging
+            low noise levels more. Not the paper's; off by default.
         steps, order, temperature: DPM-Solver++ steps (10), order (2), and the scale of x_T (0.5).
         guidance: ((energy name, weight), ...) composed at sampling; weight 0 entries are dropped.
-        guidance_window: (t_lo, t_hi) of the guidance (original (0.005, 0.1)). The original's
-            window leaves out the final data prediction at t_min = 1e-3 (``denoise_to_zero``). A
-            denoiser that has learned to ignore x_t (ours does: on its near-deterministic expert
-            data, moving an agent's noisy trajectory by 12 m moves its x_0 estimate by under
-            1 cm at every t) then undoes the guided steps, so the ``cpu`` preset widens the
-            window to (0.0005, 0.1) and raises the weights: the final prediction takes one
-            energy step x_0 <- x_0 - (sigma_min^2 / alpha) w grad E. Measured on 256 scenes
-            with the earlier summed-penalty collision energy: the original window at w 0.5
-            changed the outcome of 1 scene; figures in ``benchmarks/results/planner_cpu.jsonl``.
-            Collision weight 0.5 is the original's (its ``guidance_scale``).
+        guidance_window: (t_lo, t_hi) of the guidance, in [0, 1] (the original's (0.005, 0.1)).
+            The original's window leaves out the final data prediction at t_min = 1e-3; a
+            window that reaches below t_min adds one energy step to it,
+            x_0 <- x_0 - (sigma_min^2 / alpha) w grad E, which matters for a denoiser that
+            ignores x_t (it would undo the guided steps).
         norm_mean, norm_std: per-dimension normalisation of (x, y, cos, sin) (the original's
             ``normalization.json``; the defaults are :func:`fit_normalization` of expert logs of
             the driving world, 64 scenes x 30 steps, all scene types).
         obs_norm: normalise the scene tokens per feature before the encoder, x_n = (x - mean) /
-            std, padded entries (invalid neighbours, parked cars, lanes, route) kept at zero (the
-            original's ``ObservationNormalizer``). Without it the ego token enters raw: its speed
-            (about 6 m/s) swamps the acceleration and yaw rate, the only cue of the ego's hidden
-            route at an intersection. Measured on the hidden-route intersection run (4096
-            scenes, capped SNR): the ego's x_0 loss 14-25 % lower (means over 3000-step
-            windows to 21000), its samples agree with the logged mode at 18000 steps as often
-            as without it at 42000 (0.521 / 0.520); but over the full 42000-step schedule its
-            samples lean straight as much as without it and fail the modes test at all three
-            tail checkpoints (p 0.0019-0.0072; ``experiments/planner_modes/planner_modes.md``).
-            Default off: it does not make the ego pass, and every figure recorded was measured
-            without it.
+            std, padded entries kept at zero (the original's ``ObservationNormalizer``); off by
+            default, the figures of ``experiments/planner_modes`` were made without it.
         ego_obs_mean, ego_obs_std: of the ego token (speed, acceleration, yaw rate);
             agent_obs_*: of the neighbours' history tokens (x, y, cos, sin, vx, vy, length,
             width); static_obs_*: of the parked cars (x, y, cos, sin, length, width);

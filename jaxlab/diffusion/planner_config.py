@@ -29,9 +29,6 @@ class PlannerRunConfig:
     batch_size: training samples per step.
     optim: AdamW, a linear warm-up, then a constant rate (the default) or ``optim.schedule``
         ``cosine`` (decays to 0 at ``loop.total_steps``) or ``linear``; clipping at norm 1.
-        Measured on the hidden-route intersection run (4096 scenes, 18000 steps): cosine ends at
-        a lower loss but leans neighbour 0's samples further to straight (40.8 % vs about 38 % at
-        a constant rate, ``benchmarks/results/planner_cpu.jsonl``), so it is not the default.
     decay_fraction: with a ``constant`` schedule, the last ``decay_fraction`` of
         ``loop.total_steps`` takes the rate linearly to 0 (warm-up, stable, decay: Hagele et al.
         2024). 0 (the default) never decays. A float, so that a resumed run can be given a decay

@@ -1,4 +1,5 @@
-"""A small driving world in JAX: Diffusion Planner's closed-loop simulator (papers/diffusion.md §3).
+"""A small driving world in JAX: the Diffusion Planner's closed-loop simulator (Zheng et al.,
+ICLR 2025, §3).
 
 nuPlan is not available here, so the planner is trained and evaluated in this procedurally
 generated world. Everything is a fixed-capacity struct of arrays (``DrivingStatic``), so ``reset``
