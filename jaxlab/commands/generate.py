@@ -204,7 +204,6 @@ def _load_hf(directory: str):
 
 def _from_hf_dir(args) -> int:
     """``jaxlab generate --hf-dir DIR --prompt TEXT [--method speculative|cascade]``."""
-    import json
 
     from jaxlab.core.errors import UserError
 
@@ -244,24 +243,7 @@ def _from_hf_dir(args) -> int:
             f"differs from --hf-dir's {model.cfg.vocab_size}"
         )
     room = min(model.cfg.max_len, draft_model.cfg.max_len) - width - args.gamma - 2
-    texts, stats = decode_methods.speculative(
-        key,
-        decoder_lm(model),
-        params,
-        decoder_lm(draft_model),
-        draft_params,
-        args.prompt,
-        max_new_tokens=max(1, min(args.max_new_tokens, room)),
-        sampling_params=sp,
-        gamma=args.gamma,
-        rule="speed" if args.method == "speculative" else args.rule,
-        alpha=args.alpha,
-        tokenizer=tok,
-    )
-    for p, t in zip(args.prompt, texts, strict=True):
-        sys.stdout.write(f"{p}{t}\n")
-    print(json.dumps({"method": args.method, **stats}))
-    return 0
+    return _speculative(args, key, model, params, draft_model, draft_params, room, sp, tok)
 
 
 def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
@@ -302,18 +284,28 @@ def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
             f"differs from the run's {model.cfg.vocab_size}"
         )
     room = min(cfg.model.max_len, draft_model.cfg.max_len) - longest - args.gamma - 2
+    draft_params = draft_run.state.params
+    return _speculative(args, key, model, params, draft_model, draft_params, room, sp)
+
+
+def _speculative(args, key, model, params, draft_model, draft_params, room, sp, tok=None) -> int:
+    """``--method speculative|cascade`` with a target and a drafter: prints each prompt's text,
+    then the method's statistics as one JSON line."""
+    import json
+
     texts, stats = decode_methods.speculative(
         key,
         decoder_lm(model),
         params,
         decoder_lm(draft_model),
-        draft_run.state.params,
+        draft_params,
         args.prompt,
         max_new_tokens=max(1, min(args.max_new_tokens, room)),
         sampling_params=sp,
         gamma=args.gamma,
         rule="speed" if args.method == "speculative" else args.rule,
         alpha=args.alpha,
+        tokenizer=tok,
     )
     for p, t in zip(args.prompt, texts, strict=True):
         sys.stdout.write(f"{p}{t}\n")
