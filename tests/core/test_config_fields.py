@@ -79,7 +79,7 @@ def _fields(name: str) -> list[str]:
 
 
 #: probabilities, fractions, rates in [0, 1] and EMA decays in [0, 1): 2.0 is above every one
-_UNIT_INTERVAL = re.compile(r"(prob|fraction|^ema_decay$|_rate$|^p_)")
+_UNIT_INTERVAL = re.compile(r"(^prob$|_prob$|fraction|^ema_decay$|_rate$|^p_)")
 
 
 def _unnamed(name: str, key: str, value: Any) -> str | None:
