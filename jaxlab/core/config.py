@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -204,6 +205,17 @@ def _check_float(path: str, v: Any, allow_nonfinite_: bool) -> Any:
     return f
 
 
+def _under(prefix: str, key: str) -> str:
+    """The dotted key of a nested config's error ``key`` under ``prefix``. A config that names
+    its own usual place (``LoopConfig`` raising ``loop.total_steps``, ``MeshConfig`` raising
+    ``mesh``) is not named twice: ``reference.loop.`` + ``loop.total_steps`` is
+    ``reference.loop.total_steps``."""
+    parent = prefix.rstrip(".").rsplit(".", 1)[-1]
+    if key.split(".")[0] == parent:
+        return prefix[: -len(parent) - 1] + key
+    return prefix + key
+
+
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     """Builds ``cls`` bottom-up so every error carries the full dotted key: float fields are
     checked here (type and finiteness), nested configs are built first, and an error a nested
@@ -232,11 +244,13 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
         raise ConfigError(path, e.value, _expected(e.field_type)) from None
     except ConfigError as e:
         if prefix and not e.key.startswith(prefix) and e.key not in ("?", ""):
-            raise ConfigError(prefix + e.key, e.value, e.expected, e.hint) from None
+            raise ConfigError(_under(prefix, e.key), e.value, e.expected, e.hint) from None
         raise
     except (TypeError, ValueError) as e:
-        # A dataclass's own validation (e.g. "DecoderConfig.head_dim=3: expected ..."): name it.
-        where = prefix.rstrip(".") or cls.__name__
+        # A dataclass's own validation (e.g. "DecoderConfig.head_dim=3: expected ..."): name the
+        # field when the message starts with it, else the nested config.
+        named = re.match(rf"{cls.__name__}\.(\w+)=", str(e))
+        where = prefix + named.group(1) if named else prefix.rstrip(".") or cls.__name__
         raise ConfigError(
             where, None, "", message=f"config key '{where}': invalid {cls.__name__}: {e}"
         ) from None

@@ -33,6 +33,8 @@ class DataConfig:
             raise ConfigError("ring_components", self.ring_components, "an integer >= 1")
         if not self.ring_std > 0:
             raise ConfigError("ring_std", self.ring_std, "a positive float")
+        if not self.ring_radius > 0:
+            raise ConfigError("ring_radius", self.ring_radius, "a positive float")
         if not 0 < self.digits_holdout < 1797:
             raise ConfigError("digits_holdout", self.digits_holdout, "in 1..1796")
 
@@ -74,6 +76,8 @@ class SamplingConfig:
     def __post_init__(self):
         if self.sampler not in SAMPLER_NAMES:
             raise ConfigError("sampler", self.sampler, f"one of {SAMPLER_NAMES}")
+        if self.order < 1:
+            raise ConfigError("order", self.order, "an integer >= 1")
         try:
             self.spec.steps_for_nfe(self.nfe)
         except ValueError as e:

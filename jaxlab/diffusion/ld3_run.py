@@ -88,6 +88,11 @@ class LD3Config:
             raise ConfigError("teacher_nfe", self.teacher_nfe, str(e)) from None
         if self.n_test < 1:
             raise ConfigError("n_test", self.n_test, "an integer >= 1")
+        if self.ring_components < 1:
+            raise ConfigError("ring_components", self.ring_components, "an integer >= 1")
+        for name in ("ring_radius", "ring_std"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "a positive float")
         if not 0 < self.win_rate <= 0.5:
             raise ConfigError("win_rate", self.win_rate, "a float in (0, 0.5]")
         if self.prior_bound_scale < 0:

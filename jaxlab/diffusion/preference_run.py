@@ -98,6 +98,8 @@ class PreferenceConfig:
             )
         if self.beta < 0:
             raise ConfigError("beta", self.beta, "a float >= 0")
+        if not self.reward_scale >= 0:
+            raise ConfigError("reward_scale", self.reward_scale, "a float >= 0")
         if not 0 <= self.reward_digit <= 9:
             raise ConfigError("reward_digit", self.reward_digit, "a digit 0..9")
         for name in ("num_pairs", "num_holdout_pairs", "batch_size", "eval_samples", "pair_nfe"):

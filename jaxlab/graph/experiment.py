@@ -140,6 +140,8 @@ class JdrConfig:
             raise ConfigError("top_k", self.top_k, "an integer >= 0 (0 = threshold at eps)")
         if self.offset < 0:
             raise ConfigError("offset", self.offset, "an integer >= 0")
+        if not self.eps >= 0.0:
+            raise ConfigError("eps", self.eps, "a threshold >= 0")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,8 @@ class DeptDataConfig:
     def __post_init__(self):
         if self.kind not in ("synthetic", "corpus"):
             raise ConfigError("kind", self.kind, "'synthetic' or 'corpus'")
-        for name in ("n_sources", "chars_per_source", "batch_size", "seq_len", "eval_windows"):
+        names = ("n_sources", "chars_per_source", "vocab_size", "batch_size", "seq_len")
+        for name in (*names, "eval_windows"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
 

@@ -39,8 +39,10 @@ class GrammarConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.n_symbols > 22:
-            raise ConfigError("grammar.n_symbols", self.n_symbols, "at most 22")
+        if self.n_words < 1:
+            raise ConfigError("grammar.n_words", self.n_words, "an integer >= 1")
+        if not 2 <= self.n_symbols <= 22:
+            raise ConfigError("grammar.n_symbols", self.n_symbols, "in [2, 22]")
         if not 1 <= self.branching <= self.n_words:
             raise ConfigError("grammar.branching", self.branching, "in [1, n_words]")
 

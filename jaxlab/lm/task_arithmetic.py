@@ -60,6 +60,14 @@ class TaskDataConfig:
     noise: float = 0.05
 
     def __post_init__(self) -> None:
+        for name in ("d", "tokens", "label_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        for name in ("confusion_tokens", "irrelevant_patterns"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "an integer >= 0")
+        if not self.noise >= 0.0:
+            raise ConfigError("noise", self.noise, "a std >= 0")
         if self.confusion_tokens >= self.label_tokens:
             raise ConfigError(
                 "confusion_tokens", self.confusion_tokens, f"< label_tokens={self.label_tokens}"

@@ -66,8 +66,11 @@ class DreamerRecipeConfig:
     )
 
     def __post_init__(self):
-        if self.eval_episodes < 1:
-            raise ConfigError("eval_episodes", self.eval_episodes, "an int >= 1")
+        for name in ("eval_episodes", "obs_size", "max_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "an int >= 1")
+        if self.num_distractors < 0:
+            raise ConfigError("num_distractors", self.num_distractors, "an int >= 0")
         if not 1 <= self.context < self.dreamer.sequence_length:
             limit = self.dreamer.sequence_length
             raise ConfigError("context", self.context, f"an int in [1, {limit})")

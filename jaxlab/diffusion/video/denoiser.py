@@ -92,6 +92,15 @@ class VideoNetConfig:
         for name in ("size", "channels", "patch", "width", "depth", "heads", "clip_len", "n_mels"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"net.{name}", getattr(self, name), "a positive int")
+        for name in ("audio_radius", "motion_feat_dim", "bank_size", "crop"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"net.{name}", getattr(self, name), "a positive int")
+        for name in ("motion_len", "tsm_stride", "tsm_expand", "tsm_recent", "audio_latents"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"net.{name}", getattr(self, name), "an int >= 0 (0: off)")
+        for name in ("regions", "pose_channels"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"net.{name}", getattr(self, name), "an int >= 0 (0: off)")
         if self.size % self.patch:
             raise ConfigError("net.size", self.size, f"a multiple of patch={self.patch}")
         if self.width % self.heads:

@@ -99,6 +99,9 @@ class AvatarConfig:
         for name in ("local_weight", "mask_weight"):
             if not getattr(self, name) >= 0.0:
                 raise ConfigError(name, getattr(self, name), "a loss weight >= 0")
+        for name in ("audio_scale", "ref_scale"):
+            if not getattr(self, name) >= 0.0:
+                raise ConfigError(name, getattr(self, name), "a guidance scale >= 0")
         for name in ("batch_size", "eval_videos", "eval_clips", "fps"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")

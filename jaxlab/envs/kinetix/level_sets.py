@@ -68,6 +68,8 @@ class KinetixEnvConfig:
         for name in ("max_timesteps", "frame_skip"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"env.{name}", getattr(self, name), "an integer >= 1")
+        if not self.dense_reward_scale >= 0.0:
+            raise ConfigError("env.dense_reward_scale", self.dense_reward_scale, "a weight >= 0")
 
     @property
     def random_levels(self) -> bool:

@@ -76,7 +76,7 @@ class LSConfig:
     def __post_init__(self):
         if not 0.0 <= float(self.jump_prob) <= 1.0:
             raise ConfigError("jump_prob", self.jump_prob, "a probability in [0, 1]")
-        for name in ("intrinsic_scale", "relevance_scale", "jump_loss_scale"):
+        for name in ("intrinsic_scale", "relevance_scale", "jump_loss_scale", "zscore"):
             if not float(getattr(self, name)) >= 0.0:
                 raise ConfigError(name, getattr(self, name), "a float >= 0")
         if float(self.jump_loss_scale) == 0.0 and float(self.jump_prob) > 0.0:
