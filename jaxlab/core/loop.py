@@ -431,6 +431,42 @@ def _advance_bar(bar: Any, task: Parts, last_metrics: dict[str, Any], n: int, dt
 
 
 @run_lock.exclusive_run_dir
+def _placer(task: Parts) -> Callable[[Any], Any]:
+    """Host batches -> batches placed with the recipe's abstract batch's shardings."""
+    return lambda b: run_lib.place_batches(b, task.abstract_batch)
+
+
+def _run_chunk(task: Parts, state: Any, data_it: Any, n: int) -> tuple[Any, Any, float]:
+    """``n`` steps in one call: ``(state, metrics on the host [n, ...], seconds)``."""
+    state, step_fn = step_for(task, state, n, data_it is not None)
+    batches = next_batches(task, data_it, n)
+    t0 = time.perf_counter()
+    state, metrics = step_fn(state, batches)
+    metrics = jax.device_get(metrics)
+    return state, metrics, time.perf_counter() - t0
+
+
+def _log_and_evaluate(
+    task: Parts,
+    loop: LoopConfig,
+    tracker: Any,
+    state: Any,
+    step: int,
+    steps_per_s: float,
+    last_metrics: dict[str, Any],
+    eval_metrics: dict[str, Any],
+) -> dict[str, Any]:
+    """Logs the chunk's last metrics every ``loop.log_every`` steps and at the end, and evaluates
+    every ``loop.eval_every`` steps and at the end; returns the latest evaluation metrics."""
+    is_end = step == loop.total_steps
+    if step % loop.log_every == 0 or is_end:
+        tracker.log(step, {**last_metrics, "steps_per_s": steps_per_s})
+    if task.evaluate is not None and (is_end or (loop.eval_every and step % loop.eval_every == 0)):
+        eval_metrics = dict(task.evaluate(state))
+        tracker.log(step, eval_metrics, prefix="eval/")
+    return eval_metrics
+
+
 def run(
     recipe: Recipe,
     cfg: Any,
@@ -464,11 +500,7 @@ def run(
     key = jax.random.PRNGKey(cfg.seed)
     data_it = task.data() if task.data is not None else None
 
-    place = (
-        None
-        if task.abstract_batch is None
-        else lambda b: run_lib.place_batches(b, task.abstract_batch)
-    )
+    place = None if task.abstract_batch is None else _placer(task)
     with ckpt.closed_on_error():  # nothing in run_dir changes before these checks pass
         resume_lib.check_batch_placement(place, data_it)
         had_checkpoints = bool(ckpt.all_steps())
@@ -503,12 +535,7 @@ def run(
         with _StopFlag() as stop:
             while step < loop.total_steps:
                 n = min(loop.steps_per_call, _next_boundary(step, loop.total_steps, everies) - step)
-                state, step_fn = step_for(task, state, n, data_it is not None)
-                batches = next_batches(task, data_it, n)
-                t0 = time.perf_counter()
-                state, metrics = step_fn(state, batches)
-                metrics = jax.device_get(metrics)
-                dt = time.perf_counter() - t0
+                state, metrics, dt = _run_chunk(task, state, data_it, n)
                 observed = _observe_health(health, metrics, step, n, last_saved)
                 committed = tracker is not None and tracker.active
                 _check_finite(cfg, ckpt, health, metrics, step, n, committed)
@@ -520,16 +547,11 @@ def run(
                 last_metrics = jax.tree.map(lambda x: np.asarray(x)[-1], metrics)
                 if bar is not None:
                     _advance_bar(bar, task, last_metrics, n, dt)
-                if step % loop.log_every == 0 or step == loop.total_steps:
-                    row = dict(last_metrics)
-                    row["steps_per_s"] = n / dt if dt > 0 else math.nan
-                    tracker.log(step, row)
                 is_end = step == loop.total_steps
-                if task.evaluate is not None and (
-                    is_end or (loop.eval_every and step % loop.eval_every == 0)
-                ):
-                    eval_metrics = dict(task.evaluate(state))
-                    tracker.log(step, eval_metrics, prefix="eval/")
+                eval_metrics = _log_and_evaluate(
+                    task, loop, tracker, state, step, n / dt if dt > 0 else math.nan,
+                    last_metrics, eval_metrics,
+                )  # fmt: skip
                 for h in hooks:
                     if step % h.every == 0:
                         h.fn(step, state, last_metrics)

@@ -587,3 +587,22 @@ class DistillOptim:
 
     teacher: OptimConfig = OptimConfig(name="sgd", lr=0.2)
     student: OptimConfig = OptimConfig(name="sgd", lr=0.2)
+
+
+def student_table(results: dict) -> str:
+    """The students by method: final accuracy and samples to the target (seed means; a seed that
+    never reached the target makes the mean ``never``), from :func:`parity_results` or
+    :func:`pcfg_results`."""
+    if results.get("task") == "pcfg":
+        key, target = "samples_to_labels_final", "samples to labels' final acc"
+    else:
+        key, target = "samples_to_95", "samples to 95% acc"
+    seeds = len(next(iter(results["student_accuracy"].values())))
+    per = f"{seeds} seed{'s' * (seeds != 1)}, means"
+    lines = [f"{'method':<12} {'final acc':>9} {target:>30}   ({per})"]
+    for method in distill.METHODS:
+        acc = float(np.mean([curve[-1] for curve in results["student_accuracy"][method]]))
+        samples = float(np.mean(results[key][method]))
+        shown = "never" if not math.isfinite(samples) else f"{samples:.0f}"
+        lines.append(f"{method:<12} {acc:>9.4f} {shown:>30}")
+    return "\n".join(lines)

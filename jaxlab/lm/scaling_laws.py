@@ -387,6 +387,29 @@ def _jacobian(theta, cols, y, **fixed):
     return jnp.nan_to_num(j, nan=0.0, posinf=0.0, neginf=0.0)
 
 
+def _best_start(starts, free, logged, resid, jac):
+    """The least-squares result (trust region, ``scipy.optimize.least_squares``) of lowest cost
+    over the ``starts`` whose free constants are finite."""
+    best = None
+    for start in starts:
+        theta0 = _theta(start, free, logged)
+        if not np.all(np.isfinite(theta0)):
+            continue
+        res = scipy.optimize.least_squares(
+            lambda th: np.asarray(resid(jnp.asarray(th))),
+            theta0,
+            jac=lambda th: np.asarray(jac(jnp.asarray(th))),
+            method="trf",
+            x_scale="jac",
+            max_nfev=2000,
+        )
+        if best is None or res.cost < best.cost:
+            best = res
+    if best is None:
+        raise ConfigError("starts", len(starts), "a start with finite free constants")
+    return best
+
+
 def fit_law(
     data: Mapping[str, Sequence[float] | np.ndarray],
     target: Sequence[float] | np.ndarray,
@@ -459,23 +482,7 @@ def fit_law(
         resid = lambda th: _residuals(th, cols, y_arg, **fixed)
         jac = lambda th: _jacobian(th, cols, y_arg, **fixed)
         predict = lambda th: _predict(th, cols, **fixed)
-        best = None
-        for start in starts:
-            theta0 = _theta(start, free, logged)
-            if not np.all(np.isfinite(theta0)):
-                continue
-            res = scipy.optimize.least_squares(
-                lambda th: np.asarray(resid(jnp.asarray(th))),
-                theta0,
-                jac=lambda th: np.asarray(jac(jnp.asarray(th))),
-                method="trf",
-                x_scale="jac",
-                max_nfev=2000,
-            )
-            if best is None or res.cost < best.cost:
-                best = res
-        if best is None:
-            raise ConfigError("starts", len(starts), "a start with finite free constants")
+        best = _best_start(starts, free, logged, resid, jac)
         theta = best.x
         r = np.asarray(resid(jnp.asarray(theta)))
         j = np.asarray(jac(jnp.asarray(theta)))

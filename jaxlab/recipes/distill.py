@@ -24,13 +24,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxlab.core import optim
 from jaxlab.core.config import ConfigError
@@ -131,25 +129,6 @@ def build(cfg: DistillConfig, mesh: jax.sharding.Mesh) -> Parts:
     )
 
 
-def student_table(results: dict) -> str:
-    """The students by method: final accuracy and samples to the target (seed means; a seed that
-    never reached the target makes the mean ``never``), from :func:`dp.parity_results` or
-    :func:`dp.pcfg_results`."""
-    if results.get("task") == "pcfg":
-        key, target = "samples_to_labels_final", "samples to labels' final acc"
-    else:
-        key, target = "samples_to_95", "samples to 95% acc"
-    seeds = len(next(iter(results["student_accuracy"].values())))
-    per = f"{seeds} seed{'s' * (seeds != 1)}, means"
-    lines = [f"{'method':<12} {'final acc':>9} {target:>30}   ({per})"]
-    for method in distill.METHODS:
-        acc = float(np.mean([curve[-1] for curve in results["student_accuracy"][method]]))
-        samples = float(np.mean(results[key][method]))
-        shown = "never" if not math.isfinite(samples) else f"{samples:.0f}"
-        lines.append(f"{method:<12} {acc:>9.4f} {shown:>30}")
-    return "\n".join(lines)
-
-
 def eval_main(cfg: DistillConfig, run_dir: Path, argv: list[str]) -> int:
     """``jaxlab eval distill --run-dir DIR [--json]``: the teacher's accuracy at the latest
     checkpoint and the students of every method (``results.json`` of a finished run; otherwise the
@@ -176,7 +155,7 @@ def eval_main(cfg: DistillConfig, run_dir: Path, argv: list[str]) -> int:
         print(json.dumps({"step": run.step, "teacher_accuracy": teacher, **out}, default=float))
         return 0
     print(f"checkpoint step {run.step} of {run_dir}: teacher accuracy {teacher:.4f}")
-    print(student_table(results))
+    print(dp.student_table(results))
     return 0
 
 

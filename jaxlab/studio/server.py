@@ -244,134 +244,146 @@ def _error(message: str, status: int = 400, scene: dict | None = None) -> JSONRe
     return JSONResponse({"error": message, "scene": scene}, status_code=status)
 
 
+async def _index(request: Request) -> Response:
+    return FileResponse(STATIC_DIR / "index.html")
+
+
+async def _new_workspace(request: Request) -> Response:
+    studio: Studio = request.app.state.studio
+    sid, s = studio.new_workspace()
+    return JSONResponse(
+        {
+            "workspace": sid,
+            "scene": player.scene(s.level),
+            "agent": studio.agent is not None,
+            "files": studio.files(),
+        }
+    )
+
+
+async def _files(request: Request) -> Response:
+    studio: Studio = request.app.state.studio
+    return JSONResponse({"files": studio.files(), "directory": str(studio.directory)})
+
+
+async def _level_request(request: Request) -> Response:
+    studio: Studio = request.app.state.studio
+    try:
+        s = studio.workspace(request.path_params["sid"])
+    except KeyError:
+        return _error("unknown workspace; reload the page", 404)
+    kind = request.path_params["kind"]
+    raw = await request.body()
+    if len(raw) > MAX_LEVEL_BYTES:
+        return _error(
+            f"request of {len(raw)} bytes; at most {MAX_LEVEL_BYTES}",
+            413,
+            player.scene(s.level),
+        )
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+        if not isinstance(body, dict):
+            raise StudioError("expected a JSON object")
+    except ValueError as e:
+        return _error(f"{kind}: not a JSON request ({e})", 400, player.scene(s.level))
+
+    def run():
+        with s.lock:
+            try:
+                return studio.request(s, kind, body), 200
+            except (ValueError, OSError) as e:  # the level reader, the editor, a file
+                return {"error": str(e), "scene": player.scene(s.level)}, 400
+
+    reply, status = await run_in_threadpool(run)
+    return JSONResponse(reply, status_code=status)
+
+
+async def _level_json(request: Request) -> Response:
+    studio: Studio = request.app.state.studio
+    try:
+        s = studio.workspace(request.path_params["sid"])
+    except KeyError:
+        return _error("unknown workspace; reload the page", 404)
+    lv = s.level
+    data = level_to_json(lv.state, lv.static_params, lv.params)
+    return JSONResponse(data, headers={"Content-Disposition": 'attachment; filename="level.json"'})
+
+
+async def _gif(request: Request) -> Response:
+    studio: Studio = request.app.state.studio
+    import tempfile
+
+    try:
+        s = studio.workspace(request.path_params["sid"])
+    except KeyError:
+        return _error("unknown workspace; reload the page", 404)
+
+    def run():
+        with s.lock, tempfile.TemporaryDirectory() as tmp:
+            return episode_gif(s, Path(tmp) / "episode.gif").read_bytes()
+
+    try:
+        data = await run_in_threadpool(run)
+    except StudioError as e:
+        return _error(str(e), 400)
+    return Response(
+        data,
+        media_type="image/gif",
+        headers={"Content-Disposition": 'attachment; filename="episode.gif"'},
+    )
+
+
+async def _play(ws: WebSocket) -> None:
+    studio: Studio = ws.app.state.studio
+    await ws.accept()
+    try:
+        s = studio.workspace(ws.path_params["sid"])
+    except KeyError:
+        await ws.send_json({"type": "error", "message": "unknown workspace; reload the page"})
+        await ws.close()
+        return
+
+    def handle(msg: dict) -> list[dict]:
+        with s.lock:
+            if msg.get("type") == "reset":
+                return [studio.reset(s)]
+            if msg.get("type") != "step":
+                raise StudioError(f"unknown message type {msg.get('type')!r}")
+            n = msg.get("n", 1)
+            if (
+                isinstance(n, bool)
+                or not isinstance(n, int)
+                or not 1 <= n <= MAX_FRAMES_PER_MESSAGE
+            ):
+                raise StudioError(f"n={n!r}; expected 1..{MAX_FRAMES_PER_MESSAGE}")
+            return [studio.step(s, msg) for _ in range(n)]
+
+    try:
+        while True:
+            text = await ws.receive_text()
+            try:
+                msg = json.loads(text)
+                replies = await run_in_threadpool(handle, msg if isinstance(msg, dict) else {})
+            except (ValueError, OSError) as e:
+                replies = [{"type": "error", "message": str(e)}]
+            for r in replies:
+                await ws.send_json(r)
+    except WebSocketDisconnect:
+        return
+
+
 def make_app(studio: Studio) -> Starlette:
-    """The Starlette app serving ``studio``."""
-
-    async def index(request: Request) -> Response:
-        return FileResponse(STATIC_DIR / "index.html")
-
-    async def new_workspace(request: Request) -> Response:
-        sid, s = studio.new_workspace()
-        return JSONResponse(
-            {
-                "workspace": sid,
-                "scene": player.scene(s.level),
-                "agent": studio.agent is not None,
-                "files": studio.files(),
-            }
-        )
-
-    async def files(request: Request) -> Response:
-        return JSONResponse({"files": studio.files(), "directory": str(studio.directory)})
-
-    async def level_request(request: Request) -> Response:
-        try:
-            s = studio.workspace(request.path_params["sid"])
-        except KeyError:
-            return _error("unknown workspace; reload the page", 404)
-        kind = request.path_params["kind"]
-        raw = await request.body()
-        if len(raw) > MAX_LEVEL_BYTES:
-            return _error(
-                f"request of {len(raw)} bytes; at most {MAX_LEVEL_BYTES}",
-                413,
-                player.scene(s.level),
-            )
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-            if not isinstance(body, dict):
-                raise StudioError("expected a JSON object")
-        except ValueError as e:
-            return _error(f"{kind}: not a JSON request ({e})", 400, player.scene(s.level))
-
-        def run():
-            with s.lock:
-                try:
-                    return studio.request(s, kind, body), 200
-                except (ValueError, OSError) as e:  # the level reader, the editor, a file
-                    return {"error": str(e), "scene": player.scene(s.level)}, 400
-
-        reply, status = await run_in_threadpool(run)
-        return JSONResponse(reply, status_code=status)
-
-    async def level_json(request: Request) -> Response:
-        try:
-            s = studio.workspace(request.path_params["sid"])
-        except KeyError:
-            return _error("unknown workspace; reload the page", 404)
-        lv = s.level
-        data = level_to_json(lv.state, lv.static_params, lv.params)
-        return JSONResponse(
-            data, headers={"Content-Disposition": 'attachment; filename="level.json"'}
-        )
-
-    async def gif(request: Request) -> Response:
-        import tempfile
-
-        try:
-            s = studio.workspace(request.path_params["sid"])
-        except KeyError:
-            return _error("unknown workspace; reload the page", 404)
-
-        def run():
-            with s.lock, tempfile.TemporaryDirectory() as tmp:
-                return episode_gif(s, Path(tmp) / "episode.gif").read_bytes()
-
-        try:
-            data = await run_in_threadpool(run)
-        except StudioError as e:
-            return _error(str(e), 400)
-        return Response(
-            data,
-            media_type="image/gif",
-            headers={"Content-Disposition": 'attachment; filename="episode.gif"'},
-        )
-
-    async def play(ws: WebSocket) -> None:
-        await ws.accept()
-        try:
-            s = studio.workspace(ws.path_params["sid"])
-        except KeyError:
-            await ws.send_json({"type": "error", "message": "unknown workspace; reload the page"})
-            await ws.close()
-            return
-
-        def handle(msg: dict) -> list[dict]:
-            with s.lock:
-                if msg.get("type") == "reset":
-                    return [studio.reset(s)]
-                if msg.get("type") != "step":
-                    raise StudioError(f"unknown message type {msg.get('type')!r}")
-                n = msg.get("n", 1)
-                if (
-                    isinstance(n, bool)
-                    or not isinstance(n, int)
-                    or not 1 <= n <= MAX_FRAMES_PER_MESSAGE
-                ):
-                    raise StudioError(f"n={n!r}; expected 1..{MAX_FRAMES_PER_MESSAGE}")
-                return [studio.step(s, msg) for _ in range(n)]
-
-        try:
-            while True:
-                text = await ws.receive_text()
-                try:
-                    msg = json.loads(text)
-                    replies = await run_in_threadpool(handle, msg if isinstance(msg, dict) else {})
-                except (ValueError, OSError) as e:
-                    replies = [{"type": "error", "message": str(e)}]
-                for r in replies:
-                    await ws.send_json(r)
-        except WebSocketDisconnect:
-            return
-
+    """The Starlette app serving ``studio`` (held in ``app.state.studio`` for the handlers)."""
     routes = [
-        Route("/", index),
-        Route("/api/workspace", new_workspace, methods=["POST"]),
-        Route("/api/files", files),
-        Route("/api/workspace/{sid}/level.json", level_json),
-        Route("/api/workspace/{sid}/episode.gif", gif),
-        Route("/api/workspace/{sid}/{kind}", level_request, methods=["POST"]),
-        WebSocketRoute("/ws/{sid}", play),
+        Route("/", _index),
+        Route("/api/workspace", _new_workspace, methods=["POST"]),
+        Route("/api/files", _files),
+        Route("/api/workspace/{sid}/level.json", _level_json),
+        Route("/api/workspace/{sid}/episode.gif", _gif),
+        Route("/api/workspace/{sid}/{kind}", _level_request, methods=["POST"]),
+        WebSocketRoute("/ws/{sid}", _play),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.state.studio = studio
+    return app
