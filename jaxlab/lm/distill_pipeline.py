@@ -592,7 +592,7 @@ class DistillOptim:
 def student_table(results: dict) -> str:
     """The students by method: final accuracy and samples to the target (seed means; a seed that
     never reached the target makes the mean ``never``), from :func:`parity_results` or
-    :func:`pcfg_results`."""
+    :func:`pcfg_results`, or from their ``results.json`` (where such a seed is ``null``)."""
     if results.get("task") == "pcfg":
         key, target = "samples_to_labels_final", "samples to labels' final acc"
     else:
@@ -602,7 +602,9 @@ def student_table(results: dict) -> str:
     lines = [f"{'method':<12} {'final acc':>9} {target:>30}   ({per})"]
     for method in distill.METHODS:
         acc = float(np.mean([curve[-1] for curve in results["student_accuracy"][method]]))
-        samples = float(np.mean(results[key][method]))
+        # a seed that never reached the target is inf in memory and null in results.json
+        counts = [math.inf if v is None else v for v in results[key][method]]
+        samples = float(np.mean(counts))
         shown = "never" if not math.isfinite(samples) else f"{samples:.0f}"
         lines.append(f"{method:<12} {acc:>9.4f} {shown:>30}")
     return "\n".join(lines)
