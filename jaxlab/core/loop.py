@@ -430,7 +430,6 @@ def _advance_bar(bar: Any, task: Parts, last_metrics: dict[str, Any], n: int, dt
     bar.set_postfix(post, refresh=False)
 
 
-@run_lock.exclusive_run_dir
 def _placer(task: Parts) -> Callable[[Any], Any]:
     """Host batches -> batches placed with the recipe's abstract batch's shardings."""
     return lambda b: run_lib.place_batches(b, task.abstract_batch)
@@ -467,6 +466,7 @@ def _log_and_evaluate(
     return eval_metrics
 
 
+@run_lock.exclusive_run_dir
 def run(
     recipe: Recipe,
     cfg: Any,
