@@ -244,6 +244,17 @@ def _error(message: str, status: int = 400, scene: dict | None = None) -> JSONRe
     return JSONResponse({"error": message, "scene": scene}, status_code=status)
 
 
+UNKNOWN_WORKSPACE = "unknown workspace; reload the page"
+
+
+def _workspace(conn: Request | WebSocket) -> Any:
+    """The workspace named by the path's ``sid``, or None (the page then reloads)."""
+    try:
+        return conn.app.state.studio.workspace(conn.path_params["sid"])
+    except KeyError:
+        return None
+
+
 async def _index(request: Request) -> Response:
     return FileResponse(STATIC_DIR / "index.html")
 
@@ -268,10 +279,9 @@ async def _files(request: Request) -> Response:
 
 async def _level_request(request: Request) -> Response:
     studio: Studio = request.app.state.studio
-    try:
-        s = studio.workspace(request.path_params["sid"])
-    except KeyError:
-        return _error("unknown workspace; reload the page", 404)
+    s = _workspace(request)
+    if s is None:
+        return _error(UNKNOWN_WORKSPACE, 404)
     kind = request.path_params["kind"]
     raw = await request.body()
     if len(raw) > MAX_LEVEL_BYTES:
@@ -299,24 +309,20 @@ async def _level_request(request: Request) -> Response:
 
 
 async def _level_json(request: Request) -> Response:
-    studio: Studio = request.app.state.studio
-    try:
-        s = studio.workspace(request.path_params["sid"])
-    except KeyError:
-        return _error("unknown workspace; reload the page", 404)
+    s = _workspace(request)
+    if s is None:
+        return _error(UNKNOWN_WORKSPACE, 404)
     lv = s.level
     data = level_to_json(lv.state, lv.static_params, lv.params)
     return JSONResponse(data, headers={"Content-Disposition": 'attachment; filename="level.json"'})
 
 
 async def _gif(request: Request) -> Response:
-    studio: Studio = request.app.state.studio
     import tempfile
 
-    try:
-        s = studio.workspace(request.path_params["sid"])
-    except KeyError:
-        return _error("unknown workspace; reload the page", 404)
+    s = _workspace(request)
+    if s is None:
+        return _error(UNKNOWN_WORKSPACE, 404)
 
     def run():
         with s.lock, tempfile.TemporaryDirectory() as tmp:
@@ -336,10 +342,9 @@ async def _gif(request: Request) -> Response:
 async def _play(ws: WebSocket) -> None:
     studio: Studio = ws.app.state.studio
     await ws.accept()
-    try:
-        s = studio.workspace(ws.path_params["sid"])
-    except KeyError:
-        await ws.send_json({"type": "error", "message": "unknown workspace; reload the page"})
+    s = _workspace(ws)
+    if s is None:
+        await ws.send_json({"type": "error", "message": UNKNOWN_WORKSPACE})
         await ws.close()
         return
 
