@@ -327,3 +327,84 @@ def batch_membership(active: Bool[Array, " m"], batch_size: int) -> Bool[Array, 
     n_batches = math.ceil(m / batch_size)
     rank = _sorted_rank(active)
     return (rank[None, :] % n_batches) == jnp.arange(n_batches)[:, None]
+
+
+def solve_contacts_active(
+    rows: ContactRows,
+    acc: Float[Array, "m 2"],
+    body: Float[Array, "n 5"],
+    active: Bool[Array, " m"],
+    batch_size: int,
+    chunk: int,
+):
+    """One pass over the batches of one pair type, visiting only active manifolds (fast solver,
+    pair types spanning several solver batches).
+
+    Same updates as ``solve_contacts``: batch ``j`` solves, in parallel from the velocities
+    before it, the manifolds at sorted positions ``p = j + n_batches q`` of ``batch_order``.
+    Inactive manifolds sort first and never act (their accumulators are already zero), so batch
+    ``j`` is solved over its active positions only, ``chunk`` at a time, in a loop whose trip
+    count is the batch's active count (under ``vmap``, the largest over scenes): an L scene
+    with a handful of contacts evaluates a handful of rows per batch instead of
+    ``batch_size``. The ``-1`` padding writes zero the last manifold's accumulators after every
+    batch holding padding, as in Jax2D.
+
+    Args:
+        rows: fixed per-contact data in manifold order.
+        acc: [m, 2] accumulated ``(normal, tangent)`` impulses.
+        body: [N, 5] packed ``(x, y, v_x, v_y, w)``.
+        active: [m] the manifolds' active flags (Jax2D's sort key).
+        batch_size: solver batch size (static).
+        chunk: rows evaluated per loop step (static).
+
+    Returns:
+        ``(acc, body)``.
+    """
+    m = active.shape[0]
+    nb = math.ceil(m / batch_size)
+    order = batch_order(active, batch_size)
+    order = jnp.concatenate([order, jnp.full((nb, chunk), -1, jnp.int32)], axis=1)
+    first = m - jnp.sum(active.astype(jnp.int32))  # sorted position of the first active one
+    j = jnp.arange(nb)
+    q_lo = jnp.maximum(0, (first - j + nb - 1) // nb)
+    q_end = jnp.asarray([(m - i + nb - 1) // nb for i in range(nb)])
+    count = jnp.maximum(0, q_end - q_lo)
+    pad_batches = {p % nb for p in range(m, nb * batch_size)}
+    zero_last = jnp.asarray([i in pad_batches for i in range(nb)])
+
+    def batch(carry, xs):
+        acc, body = carry
+        row, lo, cnt, zero = xs
+        before = body  # a batch is solved in parallel from the velocities before it
+
+        def rows_step(c, carry):
+            acc, body = carry
+            idx = jax.lax.dynamic_slice(row, (lo + c * chunk,), (chunk,))
+            live = c * chunk + jnp.arange(chunk) < cnt
+            slot = jnp.where(live, idx, 0)
+            r = jax.tree.map(lambda x: x[slot], rows)
+            ga, gb = before[r.a], before[r.b]
+            dva, dvb, dwa, dwb, new_n, new_t = contact_impulse(
+                r,
+                r.point - ga[:, :2],
+                r.point - gb[:, :2],
+                ga[:, 2:4],
+                ga[:, 4],
+                gb[:, 2:4],
+                gb[:, 4],
+                acc[slot, 0],
+                acc[slot, 1],
+                r.mask & live,
+            )
+            acc = acc.at[jnp.where(live, slot, m)].set(jnp.stack([new_n, new_t], -1), mode="drop")
+            zeros = jnp.zeros_like(dva)
+            body = body.at[r.a].add(jnp.concatenate([zeros, dva, dwa[:, None]], -1))
+            body = body.at[r.b].add(jnp.concatenate([zeros, dvb, dwb[:, None]], -1))
+            return acc, body
+
+        acc, body = jax.lax.fori_loop(0, (cnt + chunk - 1) // chunk, rows_step, (acc, body))
+        acc = acc.at[m - 1].set(jnp.where(zero, 0.0, acc[m - 1]))
+        return (acc, body), None
+
+    (acc, body), _ = jax.lax.scan(batch, (acc, body), (order, q_lo, count, zero_last))
+    return acc, body

@@ -30,6 +30,7 @@ from jaxlab.physics.contact import (
     batch_order,
     contact_rows,
     solve_contacts,
+    solve_contacts_active,
     solve_contacts_masked,
     warm_start_impulses,
 )
@@ -295,9 +296,9 @@ def step(
         acc = _per_manifold(accs)
     else:
         contacts = (
-            (rows_rr[0], rows_rr[1], (batch_membership(rr_active, bs), batch_order(rr_active, bs))),
-            (rows_cr, (batch_membership(m_cr.active, bs), batch_order(m_cr.active, bs))),
-            (rows_cc, (batch_membership(m_cc.active, bs), batch_order(m_cc.active, bs))),
+            (rows_rr[0], rows_rr[1], rr_active),
+            (rows_cr, m_cr.active),
+            (rows_cc, m_cc.active),
         )
         pos, vel, ang, jstate, acc = _solve_packed(
             pos, vel, ang, jstate0, acc0, bodies, joints, contacts, params, sp
@@ -324,6 +325,10 @@ _SOLVERS = ("fast", "reference")
 # masked); with more batches than this per pair type, gathering each batch's rows in the
 # scene-major layout is faster (L sizes: 4 polygon-polygon and 3 circle-polygon batches).
 _LANES_MAX_BATCHES = 2
+
+# Rows per loop step of ``solve_contacts_active``: an L scene's batch rarely holds more active
+# manifolds than this.
+_ACTIVE_CHUNK = 4
 
 
 def _lanes_pays(sp: StaticSimParams) -> bool:
@@ -434,13 +439,16 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
     """
     J = sp.num_joints
     bs = sp.solver_batch_size
-    (rows_rr0, rows_rr1, member_rr), (rows_cr, member_cr), (rows_cc, member_cc) = contacts
+    (rows_rr0, rows_rr1, active_rr), (rows_cr, active_cr), (rows_cc, active_cc) = contacts
     accs = _per_pass(acc)
-    passes = (
-        (rows_rr0, member_rr),
-        (rows_rr1, member_rr),
-        (rows_cr, member_cr),
-        (rows_cc, member_cc),
+    passes = tuple(
+        (rows, active, batch_membership(active, bs) if -(-active.shape[0] // bs) == 1 else None)
+        for rows, active in (
+            (rows_rr0, active_rr),
+            (rows_rr1, active_rr),
+            (rows_cr, active_cr),
+            (rows_cc, active_cc),
+        )
     )
 
     frames = _joint_frames(bodies, joints, params, J)
@@ -479,17 +487,12 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
                 (jnp.arange(J), frames, joints.a_index, joints.b_index),
             )
         out = []
-        for (rows, (member, batches)), a in zip(passes, accs, strict=True):
-            if member.shape[0] == 1:
+        for (rows, active, member), a in zip(passes, accs, strict=True):
+            if member is not None:
                 a, body = solve_contacts_masked(rows, a, body, member, bs)
             else:
-                # Several batches: gathering each batch's lanes beats evaluating every lane
-                # once per batch.
-                n, t, vel, ang = solve_contacts(
-                    rows, a[:, 0], a[:, 1], body[:, 2:4], body[:, 4], body[:, :2], batches
-                )
-                a = jnp.stack([n, t], -1)
-                body = jnp.concatenate([body[:, :2], vel, ang[:, None]], -1)
+                # Several batches: each is solved over its active manifolds only.
+                a, body = solve_contacts_active(rows, a, body, active, bs, _ACTIVE_CHUNK)
             out.append(a)
         return (body, jpacked, tuple(out)), None
 
