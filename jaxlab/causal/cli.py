@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +33,8 @@ from jaxlab.causal.ci_tests import TESTS, NonFiniteTestError
 from jaxlab.causal.fci import SEPSET_RULES
 from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, edge_meaning, edge_string
 from jaxlab.causal.input_checks import CausalInputError, check_datasets
+from jaxlab.core import json_files
+from jaxlab.core.errors import keeping
 from jaxlab.core.resume import RunDirError, check_run_dir
 from jaxlab.core.run_lock import RunLock
 
@@ -171,9 +171,7 @@ def write_result(out: Path, res, names: list[str], lines: list[str], args, order
         "alpha": args.alpha,
         "sepset_rule": args.sepset_rule,
     }
-    tmp = out / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, out / RESULT)
+    json_files.write(out / RESULT, record)
 
 
 def discover(args: argparse.Namespace) -> int:
@@ -196,7 +194,8 @@ def discover(args: argparse.Namespace) -> int:
     contexts = [f"{args.context_column}={v:g}" for v in order]
     check_datasets(names, datasets, contexts, args.test)
     out = output_dir(args, path)
-    with RunLock(out):
+    kept = f"{out} holds no {RESULT} from this run ({RESULT} is written last, whole)"
+    with RunLock(out), keeping(kept):
         if (out / RESULT).exists() and not args.overwrite:  # finished while we waited to lock
             raise CausalInputError(f"--out {out} holds a finished result; pass --overwrite")
         res = cdis_from_data(

@@ -83,6 +83,9 @@ def test_a_locked_output_directory_is_refused(selection_csv, capsys):
         ("discrete_for_fisherz", "column 'b' is discrete (3 distinct integer values)"),
         ("continuous_for_chisq", "column 'a' is not discrete"),
         ("unknown_test", "--test 'kcl': expected one of fisherz, rcit, kci, chisq, gsq"),
+        ("overflow", "column 'b' holds 1e+200 in context k=1: its squares summed over the 20"),
+        ("collinear", "columns 'a', 'c' are exactly linearly dependent in context k=0"),
+        ("collinear_3", "columns 'a', 'b', 'c' are exactly linearly dependent in context k=0"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, expected):
@@ -121,6 +124,14 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
         args += ["--test", "chisq"]
     elif case == "unknown_test":
         args += ["--test", "kcl"]
+    elif case == "overflow":
+        rows[25][1] = 1e200
+    elif case == "collinear":
+        for r in rows:
+            r[2] = 2 * r[0]
+    elif case == "collinear_3":
+        for r in rows:
+            r[2] = r[0] - 3 * r[1]
     p = tmp_path / "bad.csv"
     _write(p, header, rows)
     out = tmp_path / "run"
