@@ -79,3 +79,47 @@ def test_level_specs_may_not_escape_the_library():
         with pytest.raises(ValueError, match="outside the level library|expected an existing"):
             resolve_level_files(spec)
     assert resolve_level_files("library/s")
+
+
+def _command(body):
+    import argparse
+
+    return argparse.Namespace(command="x", fn=body)
+
+
+def test_ctrl_c_and_sigterm_end_in_one_line_naming_what_was_kept(capsys):
+    import os
+    import signal
+    import time
+
+    from jaxlab.core.errors import keeping
+
+    def interrupted(args):
+        with keeping("out/a.json is kept"):
+            raise KeyboardInterrupt
+
+    def killed(args):
+        with keeping(lambda: "out/b.json is kept"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli._dispatch(_command(interrupted)) == 130
+    assert capsys.readouterr().err == "jaxlab: interrupted; out/a.json is kept\n"
+    assert cli._dispatch(_command(killed)) == 143
+    assert capsys.readouterr().err == "jaxlab: terminated (SIGTERM); out/b.json is kept\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_full_disk_is_one_error_naming_the_file(capsys):
+    import errno
+
+    def full(args):
+        raise RuntimeError("save failed") from OSError(errno.ENOSPC, "No space left", "ck/2")
+
+    assert cli._dispatch(_command(full)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "error: no space left on the device writing ck/2",
+        "hint: free some space and run the same command again; nothing was written",
+    ]
