@@ -123,3 +123,26 @@ def test_a_full_disk_is_one_error_naming_the_file(capsys):
         "error: no space left on the device writing ck/2",
         "hint: free some space and run the same command again; nothing was written",
     ]
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--temperature", "-1", "--temperature -1.0: expected a finite value >= 0"),
+        ("--temperature", "nan", "--temperature nan: expected a finite value >= 0"),
+        ("--top-p", "1.5", "--top-p 1.5: expected a value in (0, 1]"),
+        ("--top-p", "0", "--top-p 0.0: expected a value in (0, 1]"),
+        ("--top-k", "-1", "--top-k -1: expected an integer >= 0"),
+        ("--max-new-tokens", "0", "--max-new-tokens 0: expected an integer >= 1"),
+        ("--gamma", "0", "--gamma 0: expected an integer >= 1"),
+        ("--particles", "0", "--particles 0: expected an integer >= 1"),
+    ],
+)
+def test_generate_sampling_flags_are_checked_before_the_model_is_read(
+    capsys, tmp_path, flag, value, expected
+):
+    error = one_error(
+        capsys, "generate", "lm-tiny", "--run-dir", str(tmp_path / "no-run"), "--prompt", "a",
+        flag, value,
+    )  # fmt: skip
+    assert error == f"error: {expected}" or error.startswith(f"error: {expected} ")
