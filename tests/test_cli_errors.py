@@ -146,3 +146,16 @@ def test_generate_sampling_flags_are_checked_before_the_model_is_read(
         flag, value,
     )  # fmt: skip
     assert error == f"error: {expected}" or error.startswith(f"error: {expected} ")
+
+
+@pytest.mark.parametrize("recipe", ["lm-tiny", "olmoe", "precision"])
+def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_training(
+    capsys, tmp_path, recipe
+):
+    run_dir = tmp_path / "run"
+    error = one_error(
+        capsys, "train", recipe, "--preset", "tiny", "--run-dir", str(run_dir),
+        "model.vocab_size=100",
+    )  # fmt: skip
+    assert error.startswith("error: config key 'model.vocab_size': got 100, expected at least 259")
+    assert not run_dir.exists()

@@ -49,6 +49,7 @@ def test_nan_hint_is_true_and_refused_resume_changes_nothing(capsys, tmp_path):
     error, hint = one_error(*train(capsys, tmp_path, *nan)[::2])
     assert "after step 13" in error and "last finite checkpoint: step 10" in error
     assert "last healthy checkpoint: step 10" in error
+    assert error.endswith("Likely causes, most evident first: lr=10 is 200x the default 0.05.")
     assert hint.endswith("lr=1.0 --allow-change lr --resume-from 10; or check the data")
     before = snapshot(tmp_path)
 
