@@ -46,8 +46,15 @@ def read_table(path: Path) -> tuple[list[str], np.ndarray]:
     """Header and (rows, columns) float array; non-numeric or missing cells are errors."""
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        raise CausalInputError(
+            f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); expected a CSV file"
+        ) from None
+    except csv.Error as e:  # e.g. a field past the csv module's size limit
+        raise CausalInputError(f"{path}: not a readable CSV file ({e})") from None
     if not rows or not rows[0]:
         raise CausalInputError(f"{path}: empty file (expected a header row and data rows)")
     header = [h.strip() for h in rows[0]]

@@ -142,6 +142,26 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (
+            b"a" * 200_000 + b",b,k\n1,2,0\n",
+            "not a readable CSV file (field larger than field limit",
+        ),
+        (b"\x00\xff\xfe binary", "not UTF-8 text (invalid start byte at byte 1)"),
+    ],
+    ids=["huge-header", "binary"],
+)
+def test_an_unreadable_csv_is_named(tmp_path, capsys, content, expected):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(content)
+    assert jaxlab_main(["causal", "discover", str(p), "--context-column", "k"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {p}: {expected}") and "Traceback" not in err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["bad.csv"]
+
+
 def test_constant_column_in_one_context_writes_nothing(tmp_path, capsys):
     """60 rows of 3 normal columns, the third 1 throughout context 0."""
     rng = np.random.default_rng(2)
