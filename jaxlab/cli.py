@@ -236,7 +236,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     _, cfg = run_lib.read_run(run_dir, r)
     if r.eval_main is not None:
-        return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
+        with keeping(f"the run's checkpoints in {run_dir} are unchanged (evaluation reads them)"):
+            return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
     if args.extra:
         raise UserError(f"unexpected arguments {args.extra} for `jaxlab eval {r.name}`")
     run = run_lib.open_run(run_dir, recipe=r)
@@ -274,14 +275,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_kept(out: Path) -> str:
-    """What a stopped sweep leaves: the run directory of each point that finished (written
-    whole), and no table."""
-    done = [p for p in out.glob("*") if (p / "checkpoints").is_dir()] if out.is_dir() else []
+    """What a stopped sweep leaves: the run directory of each point and seed that finished (its
+    checkpoint written whole), and no table."""
+    if not out.is_dir():
+        return "nothing was written"
+    done = [c for c in out.rglob("checkpoints") if any(s.name.isdigit() for s in c.iterdir())]
     if not done:
-        return f"no point finished, {out} holds no run"
+        return f"{out} holds no finished run; remove it or sweep into a new --run-dir"
     return (
-        f"{out} keeps the {len(done)} finished points' run directories but no table; "
-        "sweep again into a new --run-dir"
+        f"{out} keeps {len(done)} finished run(s) (a point and seed each) but no table; sweep "
+        "again into a new --run-dir"
     )
 
 
