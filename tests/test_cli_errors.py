@@ -159,3 +159,18 @@ def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_training(
     )  # fmt: skip
     assert error.startswith("error: config key 'model.vocab_size': got 100, expected at least 259")
     assert not run_dir.exists()
+
+
+def test_a_token_file_with_ids_past_the_vocabulary_is_refused_before_training(capsys, tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "tokens.npy", (np.arange(5000) % 300).astype(np.int32))
+    run_dir = tmp_path / "run"
+    error = one_error(
+        capsys, "train", "lm-tiny", "--preset", "tiny", "--run-dir", str(run_dir),
+        f"data.source={tmp_path / 'tokens.npy'}",
+    )  # fmt: skip
+    assert error == (
+        f"error: {tmp_path / 'tokens.npy'}: holds id 299, expected ids in [0, model.vocab_size=259)"
+    )
+    assert not run_dir.exists()

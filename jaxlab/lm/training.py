@@ -48,9 +48,10 @@ TRACED: tuple[str, ...] = optim.traced_keys()
 
 def check_lm_config(cfg: Any) -> None:
     """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): the
-    byte tokenizer's ids fit the model's vocabulary (when trained on the shipped corpus, not a
-    ``data.source`` token file), a window fits the model's context, and evaluation reads at
-    least one batch."""
+    byte tokenizer's ids fit the model's vocabulary (trained on the shipped corpus; a
+    ``data.source`` token file's ids are checked when the data is opened, before the first step,
+    :func:`jaxlab.lm.data.split_windows`), a window fits the model's context, and evaluation
+    reads at least one batch."""
     if cfg.data.source is None and cfg.model.vocab_size < VOCAB_SIZE:
         raise ConfigError(
             "model.vocab_size",
