@@ -198,3 +198,19 @@ def test_a_full_disk_names_the_file_and_what_was_kept(tmp_path, capsys, monkeypa
         "rounds 1-2; run the same command to resume"
     )
     assert _files(run) == before
+
+
+def test_a_stale_lock_of_a_dead_search_is_taken_over(tmp_path, capsys, searched):
+    import socket
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    holder = {"pid": int(dead.stdout), "host": socket.gethostname(), "started": 0.0}
+    (run / run_lock.LOCK_NAME).write_text(json.dumps(holder))  # killed: its flock is gone
+    assert _search(run, "--seed", "0") == 0
+    assert not (run / run_lock.LOCK_NAME).exists()
