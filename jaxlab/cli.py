@@ -1,16 +1,22 @@
 """The ``jaxlab`` command line: list, config, train, eval, bench, and family sub-commands.
 
 Errors a user can cause (a bad key, value, preset, recipe, run directory or checkpoint) print one
-line starting with ``error:`` and a ``hint:`` line, and exit with status 2; never a traceback.
+line starting with ``error:`` and a ``hint:`` line, and exit with status 2; never a traceback. A
+full disk prints one ``error:`` line naming the file, and a ``hint:`` naming what was kept (exit
+1); Ctrl-C or SIGTERM one line naming what was kept (exit 130 / 143). Files are written whole or
+not at all (:mod:`jaxlab.core.atomic`), so what was kept is never half-written.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import runpy
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -33,7 +39,9 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
 
 
 from jaxlab.core import json_files  # noqa: E402
-from jaxlab.core.errors import UserError  # noqa: E402  (re-exported for commands)
+
+# UserError is re-exported for commands.
+from jaxlab.core.errors import Terminated, UserError, disk_full, keeping  # noqa: E402
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -180,13 +188,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        result = loop.run(
-            r,
-            cfg,
-            run_dir,
-            allow_change=tuple(args.allow_change),
-            resume_from=args.resume_from,
-        )
+        with keeping(lambda: _checkpoints_kept(run_dir)):
+            result = loop.run(
+                r,
+                cfg,
+                run_dir,
+                allow_change=tuple(args.allow_change),
+                resume_from=args.resume_from,
+            )
     except loop.NonFiniteLossError as e:
         e.rerun = _rerun_command(args, run_dir, e)
         raise
@@ -205,6 +214,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checkpoints_kept(run_dir: Path) -> str:
+    """What a stopped ``train`` leaves: its saved checkpoints (a checkpoint is written whole or
+    not at all), and how to continue."""
+    steps = sorted(
+        int(p.name) for p in (run_dir / "checkpoints").glob("*") if p.is_dir() and p.name.isdigit()
+    )
+    if not steps:
+        return f"no checkpoint was saved in {run_dir}"
+    return (
+        f"{run_dir} keeps its checkpoints (newest: step {steps[-1]}); run the same command to "
+        "resume from it"
+    )
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core import run as run_lib
@@ -213,7 +236,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     _, cfg = run_lib.read_run(run_dir, r)
     if r.eval_main is not None:
-        return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
+        with keeping(f"the run's checkpoints in {run_dir} are unchanged (evaluation reads them)"):
+            return int(r.eval_main(cfg, run_dir, list(args.extra)) or 0)
     if args.extra:
         raise UserError(f"unexpected arguments {args.extra} for `jaxlab eval {r.name}`")
     run = run_lib.open_run(run_dir, recipe=r)
@@ -239,7 +263,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         + (f", a sequence of runs over {static}" if static else ""),
         file=sys.stderr,
     )
-    result = sweep_lib.sweep(r, base, axes, seeds=args.seeds, out_dir=out)
+    with keeping(lambda: _sweep_kept(out)):
+        result = sweep_lib.sweep(r, base, axes, seeds=args.seeds, out_dir=out)
     print(sweep_lib.format_table(result.summary, list(axes)), end="")
     print(
         f"jaxlab: {len(result.rows)} runs, {result.compiles} compiled programs; "
@@ -247,6 +272,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _sweep_kept(out: Path) -> str:
+    """What a stopped sweep leaves: the run directory of each point and seed that finished (its
+    checkpoint written whole), and no table."""
+    if not out.is_dir():
+        return "nothing was written"
+    done = [c for c in out.rglob("checkpoints") if any(s.name.isdigit() for s in c.iterdir())]
+    if not done:
+        return f"{out} holds no finished run; remove it or sweep into a new --run-dir"
+    return (
+        f"{out} keeps {len(done)} finished run(s) (a point and seed each) but no table; sweep "
+        "again into a new --run-dir"
+    )
 
 
 def checkout_root() -> Path | None:
@@ -395,16 +434,59 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    """Run the command ``args.fn``; a user error prints ``error:`` and ``hint:`` lines (exit 2)."""
+    """Run the command ``args.fn``; a user error prints ``error:`` and ``hint:`` lines (exit 2),
+    a full disk one ``error:`` line naming the file and what was kept (exit 1), Ctrl-C or SIGTERM
+    one line saying what was kept (exit 130, or 143 for SIGTERM); never a traceback."""
+    with _sigterm_as_interrupt():
+        try:
+            return args.fn(args)
+        except KeyboardInterrupt as e:
+            if os.environ.get("JAXLAB_TRACEBACK"):
+                raise
+            what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+            print(f"jaxlab: {what}; {_kept(e)}", file=sys.stderr)
+            return 128 + (Terminated.signum if isinstance(e, Terminated) else 2)
+        except Exception as e:
+            if os.environ.get("JAXLAB_TRACEBACK"):
+                raise
+            full = disk_full(e)
+            if full is not None:
+                where = f" writing {full.filename}" if full.filename else ""
+                print(f"error: no space left on the device{where}", file=sys.stderr)
+                print(f"hint: free some space and run the same command again; {_kept(e)}",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            if not isinstance(e, _user_errors()):
+                raise
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"error: {msg}", file=sys.stderr)
+            print(f"hint: {_hint_for(e)}", file=sys.stderr)
+            return 2
+
+
+def _kept(e: BaseException) -> str:
+    """What the command kept (:func:`jaxlab.core.errors.keeping`), as the end of a sentence."""
+    kept = getattr(e, "kept", None)
+    return kept or "nothing was written"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) while a command runs, so a
+    killed command ends like an interrupted one (``train`` saves first: its loop takes both
+    signals itself); the previous handler is put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handle)
     try:
-        return args.fn(args)
-    except _user_errors() as e:
-        if os.environ.get("JAXLAB_TRACEBACK"):
-            raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        print(f"hint: {_hint_for(e)}", file=sys.stderr)
-        return 2
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

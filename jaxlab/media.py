@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from jaxtyping import ArrayLike, Float, Real, UInt8
 
+from jaxlab.core import atomic
+
 PathLike = str | os.PathLike
 #: a 1-D series of numbers to plot: a Python sequence, or a NumPy or JAX vector
 Series = Sequence[float] | Real[ArrayLike, " n"]
@@ -81,7 +83,8 @@ def save_png(path: PathLike, image: UInt8[np.ndarray, "h w *c"]) -> Path:
     from PIL import Image
 
     path = Path(path)
-    Image.fromarray(_check_frame(image)).save(path, format="PNG")
+    with atomic.replacing(path) as tmp:
+        Image.fromarray(_check_frame(image)).save(tmp, format="PNG")
     return path
 
 
@@ -102,14 +105,15 @@ def save_gif(path: PathLike, frames: Sequence[np.ndarray], *, fps: float = 30.0)
 
     path = Path(path)
     images = [Image.fromarray(f) for f in _frames(frames, fps)]
-    images[0].save(
-        path,
-        format="GIF",
-        save_all=True,
-        append_images=images[1:],
-        duration=max(1, int(round(1000.0 / fps))),
-        loop=0,
-    )
+    with atomic.replacing(path) as tmp:
+        images[0].save(
+            tmp,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=max(1, int(round(1000.0 / fps))),
+            loop=0,
+        )
     return path
 
 
@@ -221,8 +225,11 @@ def _finish(fig: Any, ax: Any, path: PathLike, title: str | None, xlabel: str, y
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     path = Path(path)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with atomic.replacing(path) as tmp:
+            fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 

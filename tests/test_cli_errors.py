@@ -79,3 +79,98 @@ def test_level_specs_may_not_escape_the_library():
         with pytest.raises(ValueError, match="outside the level library|expected an existing"):
             resolve_level_files(spec)
     assert resolve_level_files("library/s")
+
+
+def _command(body):
+    import argparse
+
+    return argparse.Namespace(command="x", fn=body)
+
+
+def test_ctrl_c_and_sigterm_end_in_one_line_naming_what_was_kept(capsys):
+    import os
+    import signal
+    import time
+
+    from jaxlab.core.errors import keeping
+
+    def interrupted(args):
+        with keeping("out/a.json is kept"):
+            raise KeyboardInterrupt
+
+    def killed(args):
+        with keeping(lambda: "out/b.json is kept"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli._dispatch(_command(interrupted)) == 130
+    assert capsys.readouterr().err == "jaxlab: interrupted; out/a.json is kept\n"
+    assert cli._dispatch(_command(killed)) == 143
+    assert capsys.readouterr().err == "jaxlab: terminated (SIGTERM); out/b.json is kept\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_full_disk_is_one_error_naming_the_file(capsys):
+    import errno
+
+    def full(args):
+        raise RuntimeError("save failed") from OSError(errno.ENOSPC, "No space left", "ck/2")
+
+    assert cli._dispatch(_command(full)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "error: no space left on the device writing ck/2",
+        "hint: free some space and run the same command again; nothing was written",
+    ]
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--temperature", "-1", "--temperature -1.0: expected a finite value >= 0"),
+        ("--temperature", "nan", "--temperature nan: expected a finite value >= 0"),
+        ("--top-p", "1.5", "--top-p 1.5: expected a value in (0, 1]"),
+        ("--top-p", "0", "--top-p 0.0: expected a value in (0, 1]"),
+        ("--top-k", "-1", "--top-k -1: expected an integer >= 0"),
+        ("--max-new-tokens", "0", "--max-new-tokens 0: expected an integer >= 1"),
+        ("--gamma", "0", "--gamma 0: expected an integer >= 1"),
+        ("--particles", "0", "--particles 0: expected an integer >= 1"),
+    ],
+)
+def test_generate_sampling_flags_are_checked_before_the_model_is_read(
+    capsys, tmp_path, flag, value, expected
+):
+    error = one_error(
+        capsys, "generate", "lm-tiny", "--run-dir", str(tmp_path / "no-run"), "--prompt", "a",
+        flag, value,
+    )  # fmt: skip
+    assert error == f"error: {expected}" or error.startswith(f"error: {expected} ")
+
+
+@pytest.mark.parametrize("recipe", ["lm-tiny", "olmoe", "precision"])
+def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_training(
+    capsys, tmp_path, recipe
+):
+    run_dir = tmp_path / "run"
+    error = one_error(
+        capsys, "train", recipe, "--preset", "tiny", "--run-dir", str(run_dir),
+        "model.vocab_size=100",
+    )  # fmt: skip
+    assert error.startswith("error: config key 'model.vocab_size': got 100, expected at least 259")
+    assert not run_dir.exists()
+
+
+def test_a_token_file_with_ids_past_the_vocabulary_is_refused_before_training(capsys, tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "tokens.npy", (np.arange(5000) % 300).astype(np.int32))
+    run_dir = tmp_path / "run"
+    error = one_error(
+        capsys, "train", "lm-tiny", "--preset", "tiny", "--run-dir", str(run_dir),
+        f"data.source={tmp_path / 'tokens.npy'}",
+    )  # fmt: skip
+    assert error == (
+        f"error: {tmp_path / 'tokens.npy'}: holds id 299, expected ids in [0, model.vocab_size=259)"
+    )
+    assert not run_dir.exists()

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +33,8 @@ from jaxlab.causal.ci_tests import TESTS, NonFiniteTestError
 from jaxlab.causal.fci import SEPSET_RULES
 from jaxlab.causal.graphs import ARROW, CIRCLE, TAIL, edge_meaning, edge_string
 from jaxlab.causal.input_checks import CausalInputError, check_datasets
+from jaxlab.core import json_files
+from jaxlab.core.errors import keeping
 from jaxlab.core.resume import RunDirError, check_run_dir
 from jaxlab.core.run_lock import RunLock
 
@@ -46,8 +46,15 @@ def read_table(path: Path) -> tuple[list[str], np.ndarray]:
     """Header and (rows, columns) float array; non-numeric or missing cells are errors."""
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        raise CausalInputError(
+            f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); expected a CSV file"
+        ) from None
+    except csv.Error as e:  # e.g. a field past the csv module's size limit
+        raise CausalInputError(f"{path}: not a readable CSV file ({e})") from None
     if not rows or not rows[0]:
         raise CausalInputError(f"{path}: empty file (expected a header row and data rows)")
     header = [h.strip() for h in rows[0]]
@@ -171,9 +178,7 @@ def write_result(out: Path, res, names: list[str], lines: list[str], args, order
         "alpha": args.alpha,
         "sepset_rule": args.sepset_rule,
     }
-    tmp = out / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, out / RESULT)
+    json_files.write(out / RESULT, record)
 
 
 def discover(args: argparse.Namespace) -> int:
@@ -196,7 +201,8 @@ def discover(args: argparse.Namespace) -> int:
     contexts = [f"{args.context_column}={v:g}" for v in order]
     check_datasets(names, datasets, contexts, args.test)
     out = output_dir(args, path)
-    with RunLock(out):
+    kept = f"{out} holds no {RESULT} from this run ({RESULT} is written last, whole)"
+    with RunLock(out), keeping(kept):
         if (out / RESULT).exists() and not args.overwrite:  # finished while we waited to lock
             raise CausalInputError(f"--out {out} holds a finished result; pass --overwrite")
         res = cdis_from_data(

@@ -7,7 +7,12 @@ anything runs: every refusal names the column and the context.
   ``n - |S| - 3 >= 1``; the rule here, ``n >= d + 5`` for ``d`` variables, also covers the pooled
   datasets' extra indicator) or, for the exact KCI, too many (O(n^3) per test);
 * a discrete column (integer values, at most ``DISCRETE_LEVELS`` of them) given to a continuous
-  test (Fisher-z, RCIT, KCI), and a non-discrete column given to chi-square or G^2.
+  test (Fisher-z, RCIT, KCI), and a non-discrete column given to chi-square or G^2;
+* a value so large that the column's squares, summed over the context's rows, overflow float32
+  (the tests run in float32: their correlations and kernels would be inf or NaN);
+* columns that are exactly linearly dependent within a context (a singular correlation matrix,
+  e.g. one column twice another): a CI test conditioning on them is degenerate, and the graph
+  would state a causal relation that is an identity of the data.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ from jaxlab.causal.ci_tests import DISCRETE_TESTS, KernelCI
 
 DISCRETE_LEVELS = 10
 NEAR_CONSTANT = 1e-6
+#: the largest float32
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: smallest singular value of a context's standardized columns, relative to the largest, below
+#: which they are collinear (float64 rounding of an exact relation is ~1e-15)
+COLLINEAR = 1e-9
 
 
 class CausalInputError(ValueError):
@@ -45,6 +55,38 @@ def check_columns(names: list[str], datasets: list[np.ndarray], contexts: list[s
                     f"column '{name}' is near-constant in context {ctx} (standard deviation "
                     f"{sd[j]:.3g} against {pooled_sd[j]:.3g} over all contexts)"
                 )
+
+
+def check_magnitude(names: list[str], datasets: list[np.ndarray], contexts: list[str]) -> None:
+    """No value whose square, summed over its context's rows, overflows float32."""
+    for data, ctx in zip(datasets, contexts, strict=True):
+        limit = np.sqrt(FLOAT32_MAX / data.shape[0])
+        big = np.abs(data).max(0)
+        for j, name in enumerate(names):
+            if big[j] > limit:
+                raise CausalInputError(
+                    f"column '{name}' holds {big[j]:.3g} in context {ctx}: its squares summed "
+                    f"over the {data.shape[0]} rows overflow float32 (largest allowed magnitude "
+                    f"{limit:.3g}); rescale the column"
+                )
+
+
+def check_collinear(names: list[str], datasets: list[np.ndarray], contexts: list[str]) -> None:
+    """No set of columns exactly linearly dependent within a context: the standardized columns'
+    smallest singular value is at least :data:`COLLINEAR` of the largest; else the columns with
+    a weight in its singular vector (the dependent set) are named."""
+    for data, ctx in zip(datasets, contexts, strict=True):
+        z = (data - data.mean(0)) / data.std(0)
+        _, sv, vt = np.linalg.svd(z, full_matrices=False)
+        if sv[-1] <= COLLINEAR * sv[0]:  # check_rows: at least d + 5 rows, so d values
+            null = vt[-1]
+            cols = [n for n, c in zip(names, null, strict=True) if abs(c) > 1e-6 * abs(null).max()]
+            raise CausalInputError(
+                f"columns {', '.join(repr(c) for c in cols)} are exactly linearly dependent in "
+                f"context {ctx} (one is a linear function of the others): a CI test on them is "
+                "degenerate and the graph would report an identity of the data as a causal "
+                "relation; drop one of them"
+            )
 
 
 def check_rows(names: list[str], datasets: list[np.ndarray], contexts: list[str], test: str):
@@ -91,7 +133,10 @@ def check_kind(names: list[str], datasets: list[np.ndarray], test: str) -> None:
 def check_datasets(
     names: list[str], datasets: list[np.ndarray], contexts: list[str], test: str
 ) -> None:
-    """All the checks of the module docstring (constant columns before their kind)."""
+    """All the checks of the module docstring (magnitudes first: the others square the values;
+    constant columns before collinear ones and before their kind)."""
+    check_magnitude(names, datasets, contexts)
     check_rows(names, datasets, contexts, test)
     check_columns(names, datasets, contexts)
+    check_collinear(names, datasets, contexts)
     check_kind(names, datasets, test)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.commands import decode_methods
+from jaxlab.core import json_files
 from jaxlab.decoding.generate import generate
 from jaxlab.decoding.interface import CausalLM
 from jaxlab.decoding.sampling import SamplingParams
@@ -128,6 +129,33 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The sampling and method flags, checked before any model is read or compiled.
+
+    Raises:
+      UserError: naming the flag and its value (temperature >= 0, 0 < top-p <= 1, top-k >= 0,
+        max-new-tokens, gamma, particles and max-stack >= 1, a finite alpha).
+    """
+    import math
+
+    from jaxlab.core.errors import UserError
+
+    checks = [
+        ("--temperature", args.temperature, math.isfinite(args.temperature) and args.temperature >= 0,
+         "a finite value >= 0 (0 is greedy)"),
+        ("--top-p", args.top_p, 0 < args.top_p <= 1, "a value in (0, 1] (1 keeps every token)"),
+        ("--top-k", args.top_k, args.top_k >= 0, "an integer >= 0 (0 keeps every token)"),
+        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, "an integer >= 1"),
+        ("--gamma", args.gamma, args.gamma >= 1, "an integer >= 1 (draft tokens per check)"),
+        ("--alpha", args.alpha, math.isfinite(args.alpha), "a finite value"),
+        ("--particles", args.particles, args.particles >= 1, "an integer >= 1"),
+        ("--max-stack", args.max_stack, args.max_stack >= 1, "an integer >= 1"),
+    ]  # fmt: skip
+    for flag, value, ok, expected in checks:
+        if not ok:
+            raise UserError(f"{flag} {value}: expected {expected}", "jaxlab generate --help")
+
+
 def main(argv: Sequence[str]) -> int:
     """``jaxlab generate RECIPE --run-dir DIR --prompt TEXT [--max-new-tokens N] ...``."""
     from jaxlab.core import recipe as recipe_lib
@@ -135,6 +163,7 @@ def main(argv: Sequence[str]) -> int:
     from jaxlab.core.run import open_run, read_run
 
     args = build_parser().parse_args(list(argv))
+    check_args(args)
     if (args.run_dir is None) == (args.hf_dir is None):
         raise UserError(
             "give exactly one model: RECIPE --run-dir DIR, or --hf-dir DIR",
@@ -154,8 +183,6 @@ def main(argv: Sequence[str]) -> int:
     if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"recipe {r.name} is not a decoder language model")
     _, cfg = read_run(run_dir, r)  # the prompt is checked before any state is restored
-    if args.max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
     tok = ByteTokenizer()
     width = max(len(tok.encode(p, add_bos=True, add_eos=False)) for p in args.prompt)
     room = cfg.model.max_len - 1 - width  # tokens left after the prompt (and one spare slot)
@@ -207,8 +234,6 @@ def _from_hf_dir(args) -> int:
 
     from jaxlab.core.errors import UserError
 
-    if args.max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens {args.max_new_tokens}: expected an integer >= 1")
     model, params, tok = _load_hf(args.hf_dir)
     width = max(len(tok.encode(p, add_bos=tok.bos_id >= 0)) for p in args.prompt)
     room = model.cfg.max_len - 1 - width
@@ -248,8 +273,6 @@ def _from_hf_dir(args) -> int:
 
 def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
     """``--method speculative|cascade|smc`` (:mod:`jaxlab.commands.decode_methods`)."""
-    import json
-
     from jaxlab.core.errors import UserError
     from jaxlab.core.run import open_run
 
@@ -272,7 +295,7 @@ def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
         )
         for text, w in posterior:
             sys.stdout.write(f"{w:.3f}\t{args.prompt[0]}{text}\n")
-        print(json.dumps({"method": "smc", **stats}))
+        print(_stats_line("smc", stats))
         return 0
     if not args.draft_run_dir:
         raise UserError(f"--method {args.method} needs --draft-run-dir (the drafter's run)")
@@ -288,11 +311,18 @@ def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
     return _speculative(args, key, model, params, draft_model, draft_params, room, sp)
 
 
+def _stats_line(method: str, stats: dict) -> str:
+    """The method's statistics as one valid JSON line: a non-finite one (e.g. the log marginal
+    likelihood when no particle meets the constraint) is ``null``, with the reason beside it."""
+    row = json_files.null_if_non_finite(
+        {"method": method, **stats}, "non-finite (JSON has no NaN or infinity)"
+    )
+    return json_files.dumps(row, where=f"the {method} statistics")
+
+
 def _speculative(args, key, model, params, draft_model, draft_params, room, sp, tok=None) -> int:
     """``--method speculative|cascade`` with a target and a drafter: prints each prompt's text,
     then the method's statistics as one JSON line."""
-    import json
-
     texts, stats = decode_methods.speculative(
         key,
         decoder_lm(model),
@@ -309,5 +339,5 @@ def _speculative(args, key, model, params, draft_model, draft_params, room, sp, 
     )
     for p, t in zip(args.prompt, texts, strict=True):
         sys.stdout.write(f"{p}{t}\n")
-    print(json.dumps({"method": args.method, **stats}))
+    print(_stats_line(args.method, stats))
     return 0

@@ -70,3 +70,35 @@ def first_bad_step(metrics: dict[str, Any], n: int) -> tuple[int | None, str]:
         return None, ""
     i = int(np.argmax(bad))
     return i, str(what[i])
+
+
+#: a clipping threshold above this is as good as none (global gradient norms rarely reach it)
+LOOSE_CLIP = 1e3
+
+
+def likely_causes(flat_cfg: dict[str, Any], flat_default: dict[str, Any] | None) -> list[str]:
+    """The config's likely causes of a non-finite run, most evident first: each learning rate
+    above the recipe's default (with the factor), each clipping threshold that is off or loose,
+    then the learning rates at their defaults.
+
+    Args:
+      flat_cfg: the run's config as dotted keys (``{"optim.lr": 1e6, ...}``).
+      flat_default: the recipe's default config the same way (None: unknown).
+    """
+    above, at_default, clipping = [], [], []
+    for key, value in flat_cfg.items():
+        leaf = key.rsplit(".", 1)[-1]
+        if not isinstance(value, float | int) or isinstance(value, bool):
+            continue
+        if leaf in ("lr", "learning_rate"):
+            default = (flat_default or {}).get(key)
+            if isinstance(default, float | int) and default > 0 and value > default:
+                above.append(f"{key}={value:g} is {value / default:.3g}x the default {default:g}")
+            else:
+                at_default.append(f"the learning rate {key}={value:g}")
+        elif leaf in ("clip_norm", "grad_clip", "max_grad_norm"):
+            if value <= 0:
+                clipping.append(f"gradient clipping is off ({key}={value:g})")
+            elif value > LOOSE_CLIP:
+                clipping.append(f"gradient clipping is loose ({key}={value:g})")
+    return above + clipping + at_default

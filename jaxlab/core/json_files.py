@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from jaxlab.core import atomic
 
 
 class NonFiniteJSONError(ValueError):
@@ -77,15 +77,7 @@ def write(path: str | Path, obj: Any, *, indent: int | None = 1) -> None:
     """Writes ``obj`` to ``path`` atomically (a temporary file, then a rename), refusing
     non-finite values before anything is written."""
     path = Path(path)
-    text = dumps(obj, where=str(path), indent=indent) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_text(path, dumps(obj, where=str(path), indent=indent) + "\n")
 
 
 def null_if_non_finite(row: Mapping[str, Any], reason: str) -> dict[str, Any]:

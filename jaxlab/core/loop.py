@@ -264,11 +264,18 @@ def _non_finite(
             tail += f"no healthy checkpoint (step {good}: {health.describe(good)})."
         else:
             tail += f"last healthy checkpoint: step {healthy} ({health.describe(healthy)})."
+    flat = config_lib.flatten(config_lib.to_dict(cfg))
     lr_values = {
         k: v
-        for k, v in config_lib.flatten(config_lib.to_dict(cfg)).items()
+        for k, v in flat.items()
         if k.rsplit(".", 1)[-1] in ("lr", "learning_rate") and isinstance(v, float)
     }
+    try:
+        default = config_lib.flatten(config_lib.to_dict(type(cfg)()))
+    except (TypeError, ValueError):
+        default = None
+    causes = finite.likely_causes(flat, default)
+    tail += f" Likely causes, most evident first: {'; '.join(causes)}." if causes else ""
     return NonFiniteLossError(
         f"{head}; training stopped; {tail}",
         step,

@@ -81,6 +81,14 @@ def _stacked_sharding(sh: Any, extra: int) -> Any:
     return sh
 
 
+class BatchSplitError(ValueError):
+    """A batch the mesh's data-parallel axes do not divide (set from the batch-size key)."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
 def place_batches(batches: Any, abstract_batch: Any, leading: int = 1) -> Any:
     """Puts host batches (``leading`` extra axes in front of one step's batch, e.g. the steps of
     one call) on the devices with ``abstract_batch``'s shardings.
@@ -104,11 +112,12 @@ def place_batches(batches: Any, abstract_batch: Any, leading: int = 1) -> Any:
                 axes = (entry,) if isinstance(entry, str) else tuple(entry or ())
                 n = math.prod(sh.mesh.shape[a] for a in axes)
                 if dim % n:
-                    raise ConfigError(
-                        "batch",
-                        tuple(x.shape[leading:]),
-                        f"a batch whose dimension {dim} is divisible by the mesh axes {axes} "
-                        f"of size {n} (mesh {dict(sh.mesh.shape)})",
+                    raise BatchSplitError(
+                        f"a batch of shape {tuple(x.shape[leading:])} does not split over the "
+                        f"mesh: its dimension {dim} is not divisible by the mesh axes {axes} of "
+                        f"size {n} (mesh {dict(sh.mesh.shape)})",
+                        f"set the recipe's batch size (e.g. data.batch_size) to a multiple of {n}, "
+                        "or change mesh.*",
                     )
         return jax.device_put(x, sh)
 

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core import atomic, json_files, run_lock
 from jaxlab.core import config as config_lib
-from jaxlab.core import json_files, run_lock
 from jaxlab.core import recipe as recipe_lib
 from jaxlab.core import run as run_lib
 from jaxlab.core.checkpoint import Checkpointer
@@ -206,8 +206,8 @@ def _write_point(
     recipe: Recipe, cfg: Any, run_dir: Path, step: int, state: Any, data_it: Any, row: dict
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / run_lib.CONFIG_FILE).write_text(config_lib.to_yaml(cfg))
-    (run_dir / run_lib.RECIPE_FILE).write_text(recipe.name + "\n")
+    atomic.write_text(run_dir / run_lib.CONFIG_FILE, config_lib.to_yaml(cfg))
+    atomic.write_text(run_dir / run_lib.RECIPE_FILE, recipe.name + "\n")
     tracker = Tracker(run_dir)
     tracker.log(step, {k: v for k, v in row.items() if not k.startswith("eval/")})
     tracker.log(step, {k[5:]: v for k, v in row.items() if k.startswith("eval/")}, prefix="eval/")
@@ -311,11 +311,12 @@ def _sweep_groups(
     out_dir.mkdir(parents=True, exist_ok=True)
     reason = "non-finite: the point diverged (JSON has no NaN)"
     for name, table in (("sweep.jsonl", rows), ("summary.jsonl", summary)):
-        with open(out_dir / name, "w") as f:
-            for r in table:
-                row = json_files.null_if_non_finite(r, reason)
-                f.write(json_files.dumps(row, where=str(out_dir / name)) + "\n")
-    (out_dir / "table.txt").write_text(format_table(summary, list(axes)))
+        where = str(out_dir / name)
+        lines = [
+            json_files.dumps(json_files.null_if_non_finite(r, reason), where=where) for r in table
+        ]
+        atomic.write_text(out_dir / name, "".join(line + "\n" for line in lines))
+    atomic.write_text(out_dir / "table.txt", format_table(summary, list(axes)))
     return SweepResult(rows, summary, compiles, states)
 
 

@@ -27,6 +27,7 @@ from jaxlab.core.optim import OptimConfig
 from jaxlab.core.run import batch_spec
 from jaxlab.lm.data import ByteLMDataConfig, load_corpus, unigram_entropy
 from jaxlab.lm.model import Decoder, next_token_loss
+from jaxlab.lm.tokenizer import VOCAB_SIZE
 
 #: the LM optimiser: AdamW (β2 = 0.95), a linear warm-up over 50 steps then cosine decay to
 #: ``0.1 · lr`` at the run's last step, global-norm clipping at 1
@@ -46,8 +47,18 @@ TRACED: tuple[str, ...] = optim.traced_keys()
 
 
 def check_lm_config(cfg: Any) -> None:
-    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): a window
-    fits the model's context, and evaluation reads at least one batch."""
+    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): the
+    byte tokenizer's ids fit the model's vocabulary (trained on the shipped corpus; a
+    ``data.source`` token file's ids are checked when the data is opened, before the first step,
+    :func:`jaxlab.lm.data.split_windows`), a window fits the model's context, and evaluation
+    reads at least one batch."""
+    if cfg.data.source is None and cfg.model.vocab_size < VOCAB_SIZE:
+        raise ConfigError(
+            "model.vocab_size",
+            cfg.model.vocab_size,
+            f"at least {VOCAB_SIZE}: the byte tokenizer's ids (256 bytes, BOS, EOS, PAD) index the "
+            "embedding, and an id past it makes the loss non-finite",
+        )
     if cfg.data.seq_len > cfg.model.max_len:
         raise ConfigError(
             "data.seq_len", cfg.data.seq_len, f"at most model.max_len={cfg.model.max_len}"

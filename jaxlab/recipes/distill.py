@@ -30,7 +30,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from jaxlab.core import optim
+from jaxlab.core import json_files, optim
 from jaxlab.core.config import ConfigError
 from jaxlab.core.loop import LoopConfig
 from jaxlab.core.recipe import Parts, Recipe, hparams_of, register
@@ -152,7 +152,10 @@ def eval_main(cfg: DistillConfig, run_dir: Path, argv: list[str]) -> int:
     if args.json:
         keep = ("student_accuracy", "samples_to_95", "samples_to_labels_final")
         out = {k: v for k, v in results.items() if k in keep}
-        print(json.dumps({"step": run.step, "teacher_accuracy": teacher, **out}, default=float))
+        row = json_files.null_if_non_finite(
+            {"step": run.step, "teacher_accuracy": teacher, **out}, "non-finite (no JSON value)"
+        )
+        print(json_files.dumps(row, where="the distill evaluation"))
         return 0
     print(f"checkpoint step {run.step} of {run_dir}: teacher accuracy {teacher:.4f}")
     print(dp.student_table(results))

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.core import json_files
+from jaxlab.core import atomic, json_files
 from jaxlab.core.compile import jit
 from jaxlab.core.config import ConfigError
 from jaxlab.envs.kinetix import level_sets as ls
@@ -204,7 +204,7 @@ def write_table(
     text = ev.format_table(names, res)
     if left_out:
         text += f"\nleft out (larger than the training size): {', '.join(left_out)}"
-    (run_dir / "eval_levels.txt").write_text(text + "\n")
+    atomic.write_text(run_dir / "eval_levels.txt", text + "\n")
     rows = [
         {
             "level": n,

@@ -7,7 +7,9 @@ stacks and play state; workspaces share nothing but the compiled steps. Routes (
 - ``GET /api/files``: the ``*.json`` levels in the studio's directory;
 - ``POST /api/workspace/SID/edit`` an edit (``editor.OPS``); ``undo``, ``redo``;
   ``random`` ``{"size": "s"|"m"|"l", "seed": k}``; ``open`` ``{"name": FILE}`` or
-  ``{"text": JSON}``; ``save`` ``{"name": FILE}`` (into the directory);
+  ``{"text": JSON}``; ``save`` ``{"name": FILE}`` (into the directory, atomically and under the
+  folder's run lock; replacing a file this tab did not open or last save answers 409 unless
+  ``"overwrite": true``, so two studios on one folder never overwrite each other silently);
   ``GET /api/workspace/SID/level.json`` the level as a download;
 - ``WS /ws/SID``: ``{"type": "step", "keys": [...], "agent": bool, "n": k}`` steps ``k``
   frames and answers each with a frame; ``{"type": "reset"}`` restarts the episode.
@@ -18,10 +20,13 @@ the page keeps showing (and can undo to) what it had.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from jaxlab.core.run_lock import RunLock, RunLockedError
 from jaxlab.envs.kinetix.generator import sample_levels
 from jaxlab.envs.kinetix.levels import (
     MAX_LEVEL_BYTES,
@@ -79,6 +85,8 @@ class Workspace:
     done: bool = False
     episode: list[EnvState] = dataclasses.field(default_factory=list)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    #: file name -> SHA-256 of the bytes this tab last opened or saved there
+    known: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def set_level(self, level: Level) -> None:
         """Replace the level (undoable) and restart play."""
@@ -90,6 +98,33 @@ class Workspace:
 
 class StudioError(ValueError):
     """A refused request (its message is shown on the page)."""
+
+
+class SaveConflictError(StudioError):
+    """A save would replace a level file whose content this tab does not know."""
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path, wait_s: float = 5.0):
+    """The level folder's run lock, waiting up to ``wait_s`` for another studio's save (a save
+    holds it for milliseconds); past that the holder is named (``RunLockedError``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock = RunLock(directory).acquire()
+            break
+        except RunLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class Studio:
@@ -161,14 +196,44 @@ class Studio:
                     raise StudioError("open: text must be the level file's JSON text")
                 s.set_level(level_from_text(text, str(body.get("source", "opened file"))))
             else:
-                s.set_level(load_level(self.file(body.get("name"))))
+                path = self.file(body.get("name"))
+                s.set_level(load_level(path))
+                s.known[path.name] = _digest(path)
         elif kind == "save":
-            path = self.file(body.get("name"))
-            save_level(path, s.level.state, s.level.static_params, s.level.params, overwrite=True)
+            path = self.save(s, body.get("name"), overwrite=body.get("overwrite") is True)
             return {"scene": player.scene(s.level), "saved": path.name}
         else:
             raise StudioError(f"unknown request {kind!r}")
         return {"scene": player.scene(s.level)}
+
+    def save(self, s: Workspace, name: Any, *, overwrite: bool) -> Path:
+        """Writes ``s``'s level to ``name`` under the directory's run lock
+        (:class:`jaxlab.core.run_lock.RunLock`, shared with other studios and commands on the
+        folder) and atomically. An existing file is replaced only if it holds what this tab last
+        opened or saved there, or with ``overwrite``: another studio's or tab's level is never
+        overwritten silently.
+
+        Raises:
+          SaveConflictError: the file exists and this tab does not know its current content.
+        """
+        path = self.file(name)
+        with _directory_lock(self.directory):
+            current = _digest(path) if path.exists() else None
+            if current is not None and current != s.known.get(path.name) and not overwrite:
+                changed = path.name in s.known
+                raise SaveConflictError(
+                    f"{path.name}: "
+                    + (
+                        "changed on disk since this tab opened or saved it (another studio or "
+                        "tab saved it)"
+                        if changed
+                        else "exists and holds a level this tab did not open"
+                    )
+                    + "; save under another name, or confirm to replace it"
+                )
+            save_level(path, s.level.state, s.level.static_params, s.level.params, overwrite=True)
+            s.known[path.name] = _digest(path)
+        return path
 
     # ------------------------------------------------------------------ play
     def reset(self, s: Workspace) -> dict:
@@ -302,7 +367,10 @@ async def _level_request(request: Request) -> Response:
             try:
                 return studio.request(s, kind, body), 200
             except (ValueError, OSError) as e:  # the level reader, the editor, a file
-                return {"error": str(e), "scene": player.scene(s.level)}, 400
+                reply = {"error": str(e), "scene": player.scene(s.level)}
+                if isinstance(e, SaveConflictError):
+                    reply["conflict"] = True  # the page asks before saving with overwrite
+                return reply, 409 if isinstance(e, SaveConflictError) else 400
 
     reply, status = await run_in_threadpool(run)
     return JSONResponse(reply, status_code=status)

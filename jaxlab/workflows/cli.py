@@ -16,6 +16,7 @@ family to this one, so nothing in ``workflows`` imports ``lm``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,11 +97,25 @@ def search_main(args, load_lm=None) -> int:
     (:class:`jaxlab.core.run_lock.RunLock`): a second search on the same directory is refused
     with the holder's pid while the first runs."""
     from jaxlab.core import resume, run_lock
+    from jaxlab.core.errors import keeping
 
     run_dir = Path(args.run_dir)
     resume.check_run_dir(run_dir)
-    with run_lock.RunLock(run_dir):
+    with run_lock.RunLock(run_dir), keeping(lambda: _search_kept(run_dir)):
         return _search_locked(args, run_dir, load_lm)
+
+
+def _search_kept(run_dir: Path) -> str:
+    """What an interrupted search leaves: ``state.json`` after its last finished round (each
+    file is replaced whole, never half-written)."""
+    state = run_dir / search.STATE_FILE
+    if not state.exists():
+        return f"no round finished, nothing was saved in {run_dir}"
+    try:
+        rounds = len(json.loads(state.read_text())["rounds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{state} is kept as it was"
+    return f"{state} keeps rounds 1-{rounds}; run the same command to resume"
 
 
 def _check_new_or_search_dir(run_dir: Path) -> None:
@@ -133,7 +148,7 @@ def _check_split(val: Any, test: Any, args) -> None:
 
 
 def _search_locked(args, run_dir: Path, load_lm) -> int:
-    from jaxlab.core import json_files
+    from jaxlab.core import atomic, json_files
     from jaxlab.core.errors import UserError
 
     _check_new_or_search_dir(run_dir)
@@ -185,9 +200,10 @@ def _search_locked(args, run_dir: Path, load_lm) -> int:
     test_eval = interpreter.evaluate(
         jax.random.key(args.seed + 1), workflow, executor, test, args.validation_runs
     )
-    (run_dir / "best_workflow.py").write_text(
+    atomic.write_text(
+        run_dir / "best_workflow.py",
         f"# round {best['round']}: validation {best['score']:.4f}, test {test_eval.mean:.4f}\n"
-        + workflow.to_code()
+        + workflow.to_code(),
     )
     _plot(state, run_dir / "scores.png")
     summary = {

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxlab.core import json_files
+from jaxlab.core import atomic, json_files
 from jaxlab.workflows import selection
 from jaxlab.workflows.interpreter import Executor, evaluate
 from jaxlab.workflows.optimizer import Experience, Optimizer
@@ -122,12 +121,10 @@ def save_state(run_dir: str | Path, state: SearchState) -> None:
     """Atomic write of ``run_dir/state.json`` (a crash never leaves a partial file)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (STATE_FILE + ".tmp")
     text = json_files.dumps(
         state.to_json(), where=str(run_dir / STATE_FILE), indent=1, sort_keys=True
     )
-    tmp.write_text(text)
-    os.replace(tmp, run_dir / STATE_FILE)
+    atomic.write_text(run_dir / STATE_FILE, text)
 
 
 def load_state(run_dir: str | Path) -> SearchState | None:

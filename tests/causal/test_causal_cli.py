@@ -83,6 +83,9 @@ def test_a_locked_output_directory_is_refused(selection_csv, capsys):
         ("discrete_for_fisherz", "column 'b' is discrete (3 distinct integer values)"),
         ("continuous_for_chisq", "column 'a' is not discrete"),
         ("unknown_test", "--test 'kcl': expected one of fisherz, rcit, kci, chisq, gsq"),
+        ("overflow", "column 'b' holds 1e+200 in context k=1: its squares summed over the 20"),
+        ("collinear", "columns 'a', 'c' are exactly linearly dependent in context k=0"),
+        ("collinear_3", "columns 'a', 'b', 'c' are exactly linearly dependent in context k=0"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, expected):
@@ -121,6 +124,14 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
         args += ["--test", "chisq"]
     elif case == "unknown_test":
         args += ["--test", "kcl"]
+    elif case == "overflow":
+        rows[25][1] = 1e200
+    elif case == "collinear":
+        for r in rows:
+            r[2] = 2 * r[0]
+    elif case == "collinear_3":
+        for r in rows:
+            r[2] = r[0] - 3 * r[1]
     p = tmp_path / "bad.csv"
     _write(p, header, rows)
     out = tmp_path / "run"
@@ -129,6 +140,26 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
     assert rc == 2
     assert expected in err and err.startswith("error:")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (
+            b"a" * 200_000 + b",b,k\n1,2,0\n",
+            "not a readable CSV file (field larger than field limit",
+        ),
+        (b"\x00\xff\xfe binary", "not UTF-8 text (invalid start byte at byte 1)"),
+    ],
+    ids=["huge-header", "binary"],
+)
+def test_an_unreadable_csv_is_named(tmp_path, capsys, content, expected):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(content)
+    assert jaxlab_main(["causal", "discover", str(p), "--context-column", "k"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {p}: {expected}") and "Traceback" not in err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["bad.csv"]
 
 
 def test_constant_column_in_one_context_writes_nothing(tmp_path, capsys):

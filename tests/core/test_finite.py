@@ -58,3 +58,17 @@ def test_no_checkpoint_written_is_said_plainly(tmp_path):
     with pytest.raises(loop.NonFiniteLossError, match="no checkpoint was written") as e:
         loop.run(TOY, c, tmp_path)
     assert "None" not in str(e.value) and e.value.last_checkpoint is None
+
+
+def test_likely_causes_put_a_raised_learning_rate_first_then_clipping():
+    cfg = {"optim.lr": 1e6, "optim.clip_norm": 0.0, "critic.lr": 3e-4, "critic.clip_norm": 1e4}
+    default = {"optim.lr": 1e-3, "optim.clip_norm": 1.0, "critic.lr": 3e-4}
+    assert finite.likely_causes(cfg, default) == [
+        "optim.lr=1e+06 is 1e+09x the default 0.001",
+        "gradient clipping is off (optim.clip_norm=0)",
+        "gradient clipping is loose (critic.clip_norm=10000)",
+        "the learning rate critic.lr=0.0003",
+    ]
+    assert finite.likely_causes({"optim.lr": 1e-3, "optim.clip_norm": 1.0}, None) == [
+        "the learning rate optim.lr=0.001"
+    ]

@@ -49,6 +49,7 @@ def test_nan_hint_is_true_and_refused_resume_changes_nothing(capsys, tmp_path):
     error, hint = one_error(*train(capsys, tmp_path, *nan)[::2])
     assert "after step 13" in error and "last finite checkpoint: step 10" in error
     assert "last healthy checkpoint: step 10" in error
+    assert error.endswith("Likely causes, most evident first: lr=10 is 200x the default 0.05.")
     assert hint.endswith("lr=1.0 --allow-change lr --resume-from 10; or check the data")
     before = snapshot(tmp_path)
 
@@ -209,3 +210,29 @@ def test_a_binary_recipe_file_is_named(capsys, tmp_path):
         cli.main(["eval", "toy", "--run-dir", str(tmp_path)]), capsys.readouterr().err
     )
     assert f"{tmp_path / 'recipe.txt'}: not a recipe name" in error
+
+
+def test_a_full_disk_stops_training_in_one_line_and_keeps_the_last_checkpoint(
+    capsys, tmp_path, monkeypatch
+):
+    import errno
+
+    from jaxlab.core.checkpoint import Checkpointer
+
+    save = Checkpointer.save
+
+    def full_after_step_10(self, step, *args, **kwargs):
+        if step > 10:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.directory / str(step)))
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "save", full_after_step_10)
+    code, _, err = train(capsys, tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 1 and "Traceback" not in err, err
+    assert lines[-2] == f"error: no space left on the device writing {tmp_path}/checkpoints/20"
+    assert lines[-1].endswith(
+        f"{tmp_path} keeps its checkpoints (newest: step 10); run the same command to resume "
+        "from it"
+    )
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10"]

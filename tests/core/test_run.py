@@ -9,7 +9,6 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxlab.core import run as run_lib
-from jaxlab.core.config import ConfigError
 from jaxlab.core.sharding import MeshConfig, make_mesh
 
 
@@ -42,10 +41,12 @@ def test_batch_is_split_over_the_data_axis(mesh):
 
 def test_refuses_a_batch_the_mesh_does_not_divide(mesh):
     spec = run_lib.batch_spec(host_batch(8), mesh)
-    with pytest.raises(ConfigError, match=r"dimension 6 is divisible by the mesh axes \('data',\)"):
+    with pytest.raises(
+        run_lib.BatchSplitError, match=r"dimension 6 is not divisible by the mesh axes \('data',\)"
+    ):
         run_lib.place_batches(host_batch(6), spec, leading=0)
     steps = np.stack([host_batch(6)["x"]] * 2)
-    with pytest.raises(ConfigError, match=r"batch.*\(6, 3\).*size 4"):
+    with pytest.raises(run_lib.BatchSplitError, match=r"batch of shape \(6, 3\).*size 4"):
         run_lib.place_batches({"x": steps, "y": np.zeros((2, 6), np.int32)}, spec, leading=1)
 
 

@@ -35,6 +35,11 @@ def test_tiny_preset_runs_end_to_end(tmp_path, capsys):
     assert "teacher accuracy" in printed and "samples to 95% acc" in printed
     for method in ("progressive", "two_shot", "one_shot", "labels"):
         assert f"\n{method} " in printed, printed
+    assert cli.main(["eval", "distill", "--run-dir", str(tmp_path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+    assert row["step"] == cfg.loop.total_steps and set(row["samples_to_95"]) == set(
+        out["samples_to_95"]
+    )
 
 
 def test_config_needs_intermediate_checkpoints():

@@ -131,7 +131,11 @@ def test_save_open_lossless_and_bad_files(studio):
     r = client.post(f"/api/workspace/{other}/open", json={"text": text, "source": "upload"})
     assert r.status_code == 200
     (directory / "wheel_copy.json").write_text("")
-    client.post(f"/api/workspace/{other}/save", json={"name": "wheel_copy.json"})
+    r = client.post(f"/api/workspace/{other}/save", json={"name": "wheel_copy.json"})
+    assert r.status_code == 409 and r.json()["conflict"]  # a file this tab did not open
+    assert (directory / "wheel_copy.json").read_text() == ""
+    body = {"name": "wheel_copy.json", "overwrite": True}
+    assert client.post(f"/api/workspace/{other}/save", json=body).status_code == 200
     assert (directory / "wheel_copy.json").read_text() == text  # read -> write is byte-exact
     before = level_to_json(*st.workspace(other).level)
     bad = [
@@ -153,6 +157,28 @@ def test_save_open_lossless_and_bad_files(studio):
         assert client.get(path).status_code == 404
     assert client.get("/static/studio.js").status_code == 200
     assert "<canvas" in client.get("/").text
+
+
+def test_two_studios_on_one_folder_never_overwrite_each_other_silently(studio):
+    client_a, _, directory = studio
+    with TestClient(make_app(Studio(empty_level("s"), directory))) as client_b:
+        a = build_wheel(client_a)
+        b = new_workspace(client_b)
+        save = {"name": "shared.json"}
+        assert client_a.post(f"/api/workspace/{a}/save", json=save).status_code == 200
+        assert client_b.post(f"/api/workspace/{b}/open", json=save).status_code == 200
+        assert (
+            edit(client_a, a, {"op": "move", "shape": WHEEL, "position": [2, 2]}).status_code == 200
+        )
+        assert client_a.post(f"/api/workspace/{a}/save", json=save).status_code == 200  # its own
+        saved_by_a = (directory / "shared.json").read_bytes()
+        r = client_b.post(f"/api/workspace/{b}/save", json=save)  # b's copy is out of date
+        assert r.status_code == 409
+        assert "shared.json: changed on disk since this tab opened or saved it" in r.json()["error"]
+        assert (directory / "shared.json").read_bytes() == saved_by_a
+        assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == []
+        r = client_b.post(f"/api/workspace/{b}/save", json={**save, "overwrite": True})
+        assert r.status_code == 200 and (directory / "shared.json").read_bytes() != saved_by_a
 
 
 def test_workspaces_are_isolated(studio):

@@ -145,3 +145,72 @@ def test_a_damaged_state_file_is_named_with_its_key(tmp_path, capsys, searched, 
     err = capsys.readouterr().err
     assert expected in err and str(path) in err and "Traceback" not in err
     assert path.read_bytes() == before
+
+
+def test_ctrl_c_mid_search_keeps_the_finished_rounds_and_resumes(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    save = search.save_state
+
+    def save_then_interrupt(run_dir, state):
+        save(run_dir, state)
+        if len(state.rounds) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(search, "save_state", save_then_interrupt)
+    assert _search(run, "--rounds", "3") == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        f"jaxlab: interrupted; {run / search.STATE_FILE} keeps rounds 1-2; run the same command "
+        "to resume"
+    )
+    assert "Traceback" not in err
+    assert sorted(p.name for p in run.iterdir()) == [search.STATE_FILE]  # no lock, no temp file
+    assert len(json.loads((run / search.STATE_FILE).read_text())["rounds"]) == 2
+    monkeypatch.setattr(search, "save_state", save)
+    assert _search(run, "--rounds", "3") == 0  # the same command resumes
+    assert json.loads((run / "summary.json").read_text())["rounds"] == 3
+
+
+def test_a_full_disk_names_the_file_and_what_was_kept(tmp_path, capsys, monkeypatch, searched):
+    """The disk fills up as the resumed search rewrites ``state.json``: the file is not left
+    half-written (nor a temporary file beside it), and the message says what was kept."""
+    import errno
+
+    from jaxlab.core import atomic
+
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    before = _files(run)
+
+    def write_half(self, text, **kw):
+        with open(self, "w") as f:
+            f.write(text[:10])
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(atomic.Path, "write_text", write_half)
+    assert _search(run) == 1
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert lines[-2] == f"error: no space left on the device writing {run / search.STATE_FILE}"
+    assert "Traceback" not in err
+    assert lines[-1] == (
+        f"hint: free some space and run the same command again; {run / search.STATE_FILE} keeps "
+        "rounds 1-2; run the same command to resume"
+    )
+    assert _files(run) == before
+
+
+def test_a_stale_lock_of_a_dead_search_is_taken_over(tmp_path, capsys, searched):
+    import socket
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    holder = {"pid": int(dead.stdout), "host": socket.gethostname(), "started": 0.0}
+    (run / run_lock.LOCK_NAME).write_text(json.dumps(holder))  # killed: its flock is gone
+    assert _search(run, "--seed", "0") == 0
+    assert not (run / run_lock.LOCK_NAME).exists()

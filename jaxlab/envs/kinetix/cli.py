@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.core import json_files
+from jaxlab.core import atomic, json_files
 
 ROLE = ("default", "green", "blue", "red")
 
@@ -167,7 +167,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "terminated": term,
         "truncated": trunc,
     }
-    with open(out, "wb") as f:
+    with atomic.replacing(out) as tmp, open(tmp, "wb") as f:
         np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
     first = np.flatnonzero(np.asarray(term))
     print(
@@ -249,7 +249,7 @@ def _search_library(args: argparse.Namespace) -> None:
             sols[name] = [[list(a), n] for a, n in found]
     if args.save:
         ordered = {n: sols[n] for n in lib.names() if n in sols}
-        path.write_text(json.dumps(ordered, indent=1) + "\n")
+        atomic.write_text(path, json.dumps(ordered, indent=1) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

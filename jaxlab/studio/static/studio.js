@@ -30,7 +30,7 @@ async function api(kind, body) {
   let data;
   try { data = await r.json(); } catch (e) { data = { error: `HTTP ${r.status}` }; }
   if (data.scene) setScene(data.scene);
-  if (!r.ok) { say(data.error, true); return { ok: false, error: data.error }; }
+  if (!r.ok) { say(data.error, true); return { ok: false, error: data.error, conflict: !!data.conflict }; }
   say(kind === "save" ? `saved ${data.saved}` : "");
   return { ok: true, ...data };
 }
@@ -41,7 +41,14 @@ studio.redo = () => api("redo");
 studio.random = (size, seed) => api("random", { size, seed: seed || Math.floor(Math.random() * 1e6) });
 studio.open = (name) => api("open", { name });
 studio.openText = (text, source) => api("open", { text, source });
-studio.save = async (name) => { const r = await api("save", { name }); refreshFiles(); return r; };
+studio.save = async (name) => {
+  let r = await api("save", { name });
+  if (!r.ok && r.conflict && window.confirm(`${r.error}\n\nReplace ${name}?`)) {
+    r = await api("save", { name, overwrite: true });
+  }
+  refreshFiles();
+  return r;
+};
 
 function setScene(scene) {
   studio.scene = scene;
