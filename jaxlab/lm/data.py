@@ -289,20 +289,29 @@ def validation_dataset(
 
 
 def split_windows(
-    cfg: ByteLMDataConfig, documents: Sequence[str] | None = None
+    cfg: ByteLMDataConfig,
+    documents: Sequence[str] | None = None,
+    *,
+    vocab_size: int | None = None,
 ) -> tuple[Windows, Windows]:
     """Train and validation windows ``[num, cfg.seq_len + 1]`` of a corpus.
 
     Args:
         cfg: the data configuration.
         documents: the corpus (default :func:`load_corpus`; ignored when ``cfg.source`` is set).
+        vocab_size: the model's vocabulary; a token file holding an id outside ``[0,
+            vocab_size)`` is refused (one pass over the file).
 
     Returns:
         ``(train_windows, val_windows)``: arrays, or :class:`TokenWindows` of ``cfg.source``.
     """
     if cfg.source is not None:
         return split_token_windows(
-            cfg.source, seq_len=cfg.seq_len, val_fraction=cfg.val_fraction, dtype=cfg.source_dtype
+            cfg.source,
+            seq_len=cfg.seq_len,
+            val_fraction=cfg.val_fraction,
+            dtype=cfg.source_dtype,
+            vocab_size=vocab_size,
         )
     docs = load_corpus() if documents is None else documents
     train, val = token_streams(
@@ -318,6 +327,7 @@ def train_iterator(
     num_epochs: int | None = None,
     shard_index: int = 0,
     shard_count: int = 1,
+    vocab_size: int | None = None,
 ) -> grain.DatasetIterator:
     """Checkpointable iterator of shuffled training batches.
 
@@ -327,12 +337,13 @@ def train_iterator(
         num_epochs: passes over the data (``None``: forever).
         shard_index: this host's shard.
         shard_count: number of hosts.
+        vocab_size: the model's vocabulary, checked against a token file's ids (once, here).
 
     Returns:
         A grain ``DatasetIterator`` yielding ``{"tokens": int32 [B, seq_len + 1]}``; save and
         restore its position with ``get_state()`` / ``set_state(state)``.
     """
-    train, _ = split_windows(cfg, documents)
+    train, _ = split_windows(cfg, documents, vocab_size=vocab_size)
     ds = train_dataset(
         train,
         batch_size=cfg.batch_size,

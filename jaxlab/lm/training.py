@@ -26,6 +26,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.core.run import batch_spec
 from jaxlab.lm.data import ByteLMDataConfig, load_corpus, unigram_entropy
+from jaxlab.lm.hub import init_from
 from jaxlab.lm.model import Decoder, next_token_loss
 
 #: the LM optimiser: AdamW (β2 = 0.95), a linear warm-up over 50 steps then cosine decay to
@@ -46,14 +47,25 @@ TRACED: tuple[str, ...] = optim.traced_keys()
 
 
 def check_lm_config(cfg: Any) -> None:
-    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): a window
-    fits the model's context, and evaluation reads at least one batch."""
+    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches`` and, where
+    the recipe has one, ``init_from``): ``init_from=hf:DIR`` sets the model's architecture
+    (:func:`jaxlab.lm.hub.init_from.check`), a window fits the model's context, and evaluation
+    reads at least one batch."""
+    if hasattr(cfg, "init_from"):
+        init_from.check(cfg)
     if cfg.data.seq_len > cfg.model.max_len:
         raise ConfigError(
             "data.seq_len", cfg.data.seq_len, f"at most model.max_len={cfg.model.max_len}"
         )
     if cfg.val_batches < 1:
         raise ConfigError("val_batches", cfg.val_batches, "an integer >= 1")
+
+
+def finetune(cfg: Any, state: Any) -> Any:
+    """The LM recipes' fine-tune hook: with ``cfg.init_from=hf:DIR`` the fresh ``state`` takes the
+    directory's parameters and a fresh optimiser (:func:`jaxlab.lm.hub.init_from.finetune`)."""
+    opt = optim.make(cfg.optim, cfg.loop.total_steps)
+    return init_from.finetune(cfg, state, opt.init)
 
 
 @flax.struct.dataclass

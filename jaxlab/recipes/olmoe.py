@@ -98,7 +98,9 @@ def build(cfg: OlmoeConfig, mesh: jax.sharding.Mesh) -> Parts:
         ),
         train_step=olmoe_lib.in_mesh(step, mesh) if ep else step,
         abstract_batch=batch,
-        data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
+        data=lambda: train_iterator(
+            cfg.data, shard_index=host, shard_count=hosts, vocab_size=cfg.model.vocab_size
+        ),
         evaluate=evaluation.evaluate,
         finalize=evaluation.finalize,
         units_per_step=(cfg.data.batch_size * cfg.data.seq_len, "tok"),

@@ -105,7 +105,9 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
         init=training.make_init(model, cfg.optim, total, cfg.data.seq_len),
         train_step=training.make_train_step(model, cfg.optim, total),
         abstract_batch=batch,
-        data=lambda: train_iterator(cfg.data, shard_index=host, shard_count=hosts),
+        data=lambda: train_iterator(
+            cfg.data, shard_index=host, shard_count=hosts, vocab_size=cfg.model.vocab_size
+        ),
         evaluate=evaluate,
         units_per_step=(tokens_per_step, "tok"),
     )
