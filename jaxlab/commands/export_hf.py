@@ -1,5 +1,6 @@
-"""``jaxlab export-hf RUN_DIR OUT``: a trained dense decoder run as a Hugging Face Llama
-directory (``jaxlab.lm.hub.save_hf``) that ``transformers`` loads."""
+"""``jaxlab export-hf RUN_DIR OUT``: a trained decoder LM run as a Hugging Face Llama (dense) or
+OLMoE (QK-norm, MoE in every layer) directory (``jaxlab.lm.hub.save_hf``) that ``transformers``
+loads."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ _DIR_HINT = "a model directory holds config.json, model.safetensors and tokenize
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxlab export-hf",
-        description="Write the newest checkpoint of a dense decoder LM run (lm-tiny, ...) as a "
-        "Hugging Face Llama directory (config.json, model.safetensors, tokenizer.json) that "
-        "transformers' LlamaForCausalLM loads.",
+        description="Write the newest checkpoint of a decoder LM run (lm-tiny, olmoe, ...) as a "
+        "Hugging Face Llama or OLMoE directory (config.json, model.safetensors, tokenizer.json) "
+        "that transformers' LlamaForCausalLM or OlmoeForCausalLM loads.",
     )
     p.add_argument("run_dir", help="the run directory")
     p.add_argument("out", help="the output directory (new or empty)")
@@ -72,7 +73,9 @@ def main(argv: list[str]) -> int:
     try:
         hf_config_from_decoder(model)  # refuses what the Llama format cannot hold, before reading
     except HubError as e:
-        raise UserError(f"{args.run_dir}: {e}", "export-hf writes dense decoders") from None
+        raise UserError(
+            f"{args.run_dir}: {e}", "export-hf writes Llama and OLMoE layouts"
+        ) from None
     tokenizer_file, token_ids = _tokenizer_for(cfg, args.tokenizer)
     run = open_run(args.run_dir, recipe=recipe, step=args.step)
     save_hf(

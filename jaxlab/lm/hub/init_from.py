@@ -42,9 +42,15 @@ def hf_directory(init_from: str) -> Path | None:
 
 def model_from_hf(directory: Path, model: DecoderConfig) -> DecoderConfig:
     """``model`` with the architecture of ``directory/config.json``; ``model.max_len``,
-    ``dtype``, ``param_dtype`` and ``quant`` are kept. ``model`` unchanged when the directory has no
-    ``config.json`` (a reopened run whose source moved; a fresh start is refused by
-    :func:`finetune`)."""
+    ``dtype``, ``param_dtype`` and ``quant`` are kept, and for an MoE how it is computed and
+    trained (``model.moe``'s dispatch, capacity, grouped matmul, expert parallelism, z-loss
+    weight). ``model`` unchanged when the directory has no ``config.json`` (a reopened run whose
+    source moved; a fresh start is refused by :func:`finetune`).
+
+    Raises:
+        ConfigError: naming ``init_from``, for an unreadable config or an MoE where the recipe's
+            model is dense (or the reverse).
+    """
     file = directory / "config.json"
     if not file.is_file():
         return model
@@ -56,7 +62,15 @@ def model_from_hf(directory: Path, model: DecoderConfig) -> DecoderConfig:
         )  # fmt: skip
     except (json.JSONDecodeError, HubError) as e:
         raise ConfigError("init_from", f"{PREFIX}{directory}", f"a readable model ({e})") from None
-    return dataclasses.replace(hf, quant=model.quant)
+    if (hf.moe is None) != (model.moe is None):
+        kind = "a dense model" if model.moe is None else "an MoE model"
+        raise ConfigError("init_from", f"{PREFIX}{directory}", f"{kind}, as the recipe's")
+    moe = hf.moe
+    if moe is not None:
+        keep = ("dispatch", "capacity_factor", "grouped_matmul", "tile_size", "expert_parallel")
+        keep += ("z_loss_weight", "init_std")
+        moe = dataclasses.replace(moe, **{k: getattr(model.moe, k) for k in keep})
+    return dataclasses.replace(hf, quant=model.quant, moe=moe)
 
 
 def check(cfg: Any) -> None:
@@ -69,8 +83,6 @@ def check(cfg: Any) -> None:
     directory = hf_directory(cfg.init_from)
     if directory is None:
         return
-    if cfg.model.moe is not None:
-        raise ConfigError("init_from", cfg.init_from, "a dense model (model.moe is set)")
     if cfg.data.source is None:
         raise ConfigError(
             "data.source",
