@@ -52,6 +52,16 @@ def test_the_model_section_comes_from_config_json(tokens):
     assert m.max_len == 32  # the preset's context is kept
 
 
+def test_an_olmoe_directory_sets_the_olmoe_recipe_model(tokens):
+    olmoe = FIXTURE.parent / "tiny_olmoe"
+    cfg = get("olmoe").config("tiny", [f"init_from=hf:{olmoe}", f"data.source={tokens}"])
+    assert cfg.model.qk_norm and cfg.model.n_kv_heads == 2
+    assert (cfg.model.moe.num_experts, cfg.model.moe.top_k, cfg.model.moe.expert_ff) == (4, 2, 16)
+    assert cfg.model.moe.tile_size == 64  # how the MoE is computed stays the recipe's
+    with pytest.raises(ConfigError, match="a dense model, as the recipe's"):
+        _config(f"init_from=hf:{olmoe}", f"data.source={tokens}")
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [
