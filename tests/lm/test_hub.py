@@ -19,8 +19,9 @@ from jaxlab.lm.hub import HubError, load_hf, load_tokenizer, save_hf
 from jaxlab.lm.model import Decoder, DecoderConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# GQA + untied head; tied + Llama 3.1 RoPE scaling; OLMoE (QK-norm, 4 experts top-2, GQA)
-NAMES = ["tiny_llama", "tiny_llama_tied", "tiny_olmoe"]
+# GQA + untied head; tied + Llama 3.1 RoPE scaling; OLMoE (QK-norm, 4 experts top-2, GQA);
+# OLMo-2 (QK-norm, post-norm blocks, GQA)
+NAMES = ["tiny_llama", "tiny_llama_tied", "tiny_olmoe", "tiny_olmo2"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -37,12 +38,14 @@ def test_config_reads_the_llama_features():
     )
 
 
-def test_config_reads_the_olmoe_features():
+def test_config_reads_the_olmo_features():
     cfg = load_hf(FIXTURES / "tiny_olmoe").cfg
     assert cfg.qk_norm and cfg.n_kv_heads == 2 and cfg.moe_layers is None
     moe = cfg.moe
     assert (moe.num_experts, moe.top_k, moe.expert_ff, moe.normalize_topk) == (4, 2, 16, False)
     assert moe.dispatch == "dropless"  # every routed token computed, as transformers does
+    olmo2 = load_hf(FIXTURES / "tiny_olmo2").cfg
+    assert olmo2.norm_position == "post" and olmo2.qk_norm and olmo2.moe is None
 
 
 def test_logits_equal_transformers(loaded):

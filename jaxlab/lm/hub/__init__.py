@@ -5,7 +5,8 @@ set with ``model.safetensors.index.json``) and ``tokenizer.json``, read into and
 Supported architectures: Llama (``LlamaForCausalLM``: RMSNorm, RoPE with ``rope_theta`` and the
 ``llama3`` scaling, SwiGLU, grouped-query attention, tied or untied embeddings) and OLMoE
 (``OlmoeForCausalLM``: the same with QK-norm and a softmax top-k MoE of SwiGLU experts in every
-layer). Anything else is refused by name (:class:`HubError`).
+layer) and OLMo-2 (``Olmo2ForCausalLM``: QK-norm and post-norm blocks). Anything else is refused
+by name (:class:`HubError`).
 """
 
 from jaxlab.lm.hub.checkpoint import HFModel, load_hf, load_params, save_hf

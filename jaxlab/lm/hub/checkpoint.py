@@ -1,4 +1,4 @@
-"""Llama and OLMoE safetensors checkpoints <-> :class:`jaxlab.lm.model.Decoder` parameter trees.
+"""Llama, OLMoE and OLMo-2 safetensors checkpoints <-> :class:`jaxlab.lm.model.Decoder` parameter trees.
 
 Hugging Face ``nn.Linear`` weights are ``[out, in]``; jaxlab kernels are ``[in, ...out]`` with the
 heads split out (``wq: [embed, heads, head_dim]``, ``wo: [heads, head_dim, embed]``). Both use the
@@ -113,20 +113,27 @@ def _qk_norm_rows(cfg: DecoderConfig, pre: str, blk: str) -> list[_Tensor]:
 
 
 def tensor_specs(cfg: DecoderConfig) -> list[_Tensor]:
-    """Every tensor of a Llama (or, with ``cfg.moe`` and ``cfg.qk_norm``, OLMoE) checkpoint for
-    ``cfg``, in the order ``transformers`` saves them."""
+    """Every tensor of a Llama (or, with ``cfg.moe`` and ``cfg.qk_norm``, OLMoE; with post-norm
+    and ``cfg.qk_norm``, OLMo-2) checkpoint for ``cfg``."""
     d, v, hd = cfg.d_model, cfg.vocab_size, cfg.head_dim
     h, kv = cfg.n_heads, cfg.kv_heads
     specs = [_Tensor("model.embed_tokens.weight", (v, d), ("embed", "embedding"), _same, _same)]
     for i in range(cfg.n_layers):
         pre, blk = f"model.layers.{i}.", f"blocks_{i}"
+        # pre-norm: input_layernorm before attention, post_attention_layernorm before the FFN;
+        # OLMo-2's post-norm: post_attention_ and post_feedforward_layernorm on their outputs
+        attn_norm, ffn_norm = (
+            ("post_attention_layernorm", "post_feedforward_layernorm")
+            if cfg.norm_position == "post"
+            else ("input_layernorm", "post_attention_layernorm")
+        )
         rows = [
-            ("input_layernorm.weight", (d,), ("attn_norm", "scale"), (_same, _same)),
+            (f"{attn_norm}.weight", (d,), ("attn_norm", "scale"), (_same, _same)),
             ("self_attn.q_proj.weight", (h * hd, d), ("attn", "wq"), _linear((h, hd))),
             ("self_attn.k_proj.weight", (kv * hd, d), ("attn", "wk"), _linear((kv, hd))),
             ("self_attn.v_proj.weight", (kv * hd, d), ("attn", "wv"), _linear((kv, hd))),
             ("self_attn.o_proj.weight", (d, h * hd), ("attn", "wo"), _output((h, hd))),
-            ("post_attention_layernorm.weight", (d,), ("ffn_norm", "scale"), (_same, _same)),
+            (f"{ffn_norm}.weight", (d,), ("ffn_norm", "scale"), (_same, _same)),
         ]
         specs += [_Tensor(pre + n, s, (blk, *p), *maps) for n, s, p, maps in rows]
         specs += _qk_norm_rows(cfg, pre, blk) + _ffn_rows(cfg, pre, blk)
@@ -289,7 +296,8 @@ def load_hf(
     param_dtype: str = "float32",
     mesh: Mesh | None = None,
 ) -> HFModel:
-    """Loads a Hugging Face Llama or OLMoE model directory (``config.json`` + safetensors).
+    """Loads a Hugging Face Llama, OLMoE or OLMo-2 model directory (``config.json`` +
+    safetensors).
 
     Args:
         directory: the model directory.
@@ -328,7 +336,8 @@ def save_hf(
     **token_ids: int | None,
 ) -> Path:
     """Writes a ``Decoder(cfg)`` parameter tree as a model directory ``transformers`` loads
-    (Llama; OLMoE for QK-norm with an MoE FFN in every layer).
+    (Llama; OLMoE for QK-norm with an MoE FFN in every layer; OLMo-2 for QK-norm with post-norm
+    blocks).
 
     Args:
         directory: the output directory (created).

@@ -1,5 +1,5 @@
-"""Hugging Face ``config.json`` <-> :class:`jaxlab.lm.model.DecoderConfig` (Llama in and out;
-OLMoE in).
+"""Hugging Face ``config.json`` <-> :class:`jaxlab.lm.model.DecoderConfig` (Llama, OLMoE and
+OLMo-2).
 
 Every field that changes the model's math is checked: a value jaxlab does not implement (a bias,
 another activation, another RoPE scaling type, sliding windows, ...) is refused by name instead of
@@ -19,7 +19,7 @@ from jaxlab.nn.rope import Llama3RopeScaling
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
 """The dense ``architectures`` entry :func:`hf_config_from_decoder` writes (OLMoE for an MoE)."""
 
-READABLE = {"llama": "LlamaForCausalLM", "olmoe": "OlmoeForCausalLM"}
+READABLE = {"llama": "LlamaForCausalLM", "olmoe": "OlmoeForCausalLM", "olmo2": "Olmo2ForCausalLM"}
 """``model_type -> architecture`` that :func:`decoder_config_from_hf` reads."""
 
 # fields whose only accepted value is the one jaxlab implements (absent means the HF default)
@@ -101,7 +101,7 @@ def decoder_config_from_hf(
     dtype: str = "float32",
     param_dtype: str = "float32",
 ) -> DecoderConfig:
-    """Reads a Llama or OLMoE ``config.json`` (as a dict) into a :class:`DecoderConfig`.
+    """Reads a Llama, OLMoE or OLMo-2 ``config.json`` (as a dict) into a :class:`DecoderConfig`.
 
     Args:
         config: the parsed ``config.json``.
@@ -113,7 +113,7 @@ def decoder_config_from_hf(
     Returns:
         The decoder configuration (``n_kv_heads``, ``rope_base``, ``rope_scaling``,
         ``tie_embeddings`` and ``norm_eps`` as the checkpoint says; for OLMoE also QK-norm and
-        an MoE FFN in every layer).
+        an MoE FFN in every layer, for OLMo-2 QK-norm and post-norm blocks).
 
     Raises:
         HubError: naming the file and the field, for an unsupported architecture or value.
@@ -151,7 +151,8 @@ def decoder_config_from_hf(
             norm_eps=float(_field(config, "rms_norm_eps", path, float)),
             n_kv_heads=None if n_kv == n_heads else n_kv,
             rope_scaling=scaling,
-            qk_norm=kind == "olmoe",
+            qk_norm=kind in ("olmoe", "olmo2"),
+            norm_position="post" if kind == "olmo2" else "pre",
             moe=moe,
             dtype=dtype,
             param_dtype=param_dtype,
@@ -163,8 +164,8 @@ def decoder_config_from_hf(
 def hf_config_from_decoder(
     cfg: DecoderConfig, *, torch_dtype: str = "float32", **token_ids: int | None
 ) -> dict[str, Any]:
-    """The ``config.json`` of a jaxlab decoder: Llama for a dense one, OLMoE for QK-norm with an
-    MoE FFN in every layer.
+    """The ``config.json`` of a jaxlab decoder: Llama for a dense pre-norm one, OLMoE for QK-norm
+    with an MoE FFN in every layer, OLMo-2 for QK-norm with post-norm blocks.
 
     Args:
         cfg: the decoder configuration (no fake quantisation).
@@ -172,24 +173,25 @@ def hf_config_from_decoder(
         **token_ids: ``bos_token_id``, ``eos_token_id``, ``pad_token_id`` to record.
 
     Returns:
-        A dict for ``json.dump`` that ``transformers``' ``LlamaForCausalLM`` or
-        ``OlmoeForCausalLM`` loads.
+        A dict for ``json.dump`` that ``transformers``' ``LlamaForCausalLM``,
+        ``OlmoeForCausalLM`` or ``Olmo2ForCausalLM`` loads.
 
     Raises:
         HubError: if ``cfg`` uses a feature neither format can hold.
     """
-    olmoe = cfg.moe is not None
+    olmoe, olmo2 = cfg.moe is not None, cfg.norm_position == "post"
     for name, bad, why in (
-        ("qk_norm", cfg.qk_norm != olmoe, "QK-norm and an MoE FFN together (OLMoE) or neither"),
+        ("qk_norm", cfg.qk_norm != (olmoe or olmo2), "QK-norm exactly with an MoE (OLMoE) or post-norm (OLMo-2)"),
+        ("moe", olmoe and olmo2, "an MoE with pre-norm blocks only (OLMoE)"),
         ("moe_layers", cfg.moe_layers is not None, "an MoE FFN in every layer (OLMoE)"),
         ("quant", cfg.quant != QuantConfig(), "no fake quantisation"),
         ("rope_scaling", olmoe and cfg.rope_scaling is not None, "no RoPE scaling in OLMoE"),
-        ("head_dim", olmoe and cfg.n_heads * cfg.head_dim != cfg.d_model, "n_heads·head_dim = d_model in OLMoE"),
+        ("head_dim", (olmoe or olmo2) and cfg.n_heads * cfg.head_dim != cfg.d_model, "n_heads·head_dim = d_model with QK-norm"),
     ):  # fmt: skip
         if bad:
             raise HubError(
-                f"DecoderConfig.{name}={getattr(cfg, name)!r}: the Llama and OLMoE formats hold "
-                f"{why}"
+                f"DecoderConfig.{name}={getattr(cfg, name)!r}: the Llama, OLMoE and OLMo-2 "
+                f"formats hold {why}"
             )
     config: dict[str, Any] = {
         "architectures": list(SUPPORTED_ARCHITECTURES),
@@ -222,6 +224,10 @@ def hf_config_from_decoder(
             "high_freq_factor": s.high_freq_factor,
             "original_max_position_embeddings": s.original_max_position_embeddings,
         }
+    if olmo2:
+        for name in ("head_dim", "mlp_bias", "pretraining_tp"):
+            del config[name]
+        config.update(architectures=[READABLE["olmo2"]], model_type="olmo2")
     if olmoe:
         for name in ("head_dim", "mlp_bias", "pretraining_tp", "rope_scaling"):
             del config[name]
