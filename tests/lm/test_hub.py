@@ -2,6 +2,7 @@
 ``fixtures/make_hf_fixture.py``; greedy generation is checked through ``jaxlab generate --hf-dir``
 in ``tests/recipes/test_generate.py``), bitwise save/load round trips, the tokenizer, bad input."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,8 +16,10 @@ from jax.sharding import PartitionSpec
 from safetensors.numpy import load_file, save_file
 
 from jaxlab.core.sharding import MeshConfig, make_mesh
-from jaxlab.lm.hub import HubError, load_hf, load_tokenizer, save_hf
+from jaxlab.lm.hub import HubError, hf_config_from_decoder, load_hf, load_tokenizer, save_hf
 from jaxlab.lm.model import Decoder, DecoderConfig
+from jaxlab.lm.moe import MoEConfig
+from jaxlab.nn.quantization import QuantConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # GQA + untied head; tied + Llama 3.1 RoPE scaling; OLMoE (QK-norm, 4 experts top-2, GQA);
@@ -188,3 +191,24 @@ def test_loading_onto_a_mesh_shards_by_the_logical_rules(name):
     assert wq.addressable_shards[0].data.shape == (8, 2, 8)
     logits = jax.jit(Decoder(model.cfg).apply)(model.params, jnp.asarray(ref["tokens"][None]))
     np.testing.assert_allclose(np.asarray(logits), ref["logits"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "changes, written",
+    [
+        ({}, "llama"),
+        ({"qk_norm": True, "norm_position": "post"}, "olmo2"),
+        ({"qk_norm": True, "moe": MoEConfig(num_experts=4, top_k=2, expert_ff=8)}, "olmoe"),
+        ({"moe": MoEConfig(num_experts=4, top_k=2, expert_ff=8)}, "qk_norm"),
+        ({"qk_norm": True}, "qk_norm"),
+        ({"quant": QuantConfig(w_bits=4)}, "quant"),
+    ],
+    ids=["llama", "olmo2", "olmoe", "moe-without-qk-norm", "pre-norm-qk-norm", "quant"],
+)
+def test_the_written_format_follows_the_model_or_is_refused_by_field(changes, written):
+    cfg = dataclasses.replace(DecoderConfig(d_model=32, n_heads=4, head_dim=8), **changes)
+    if written in ("llama", "olmo2", "olmoe"):
+        assert hf_config_from_decoder(cfg)["model_type"] == written
+    else:
+        with pytest.raises(HubError, match=rf"DecoderConfig\.{written}="):
+            hf_config_from_decoder(cfg)
