@@ -52,6 +52,12 @@ def test_the_model_section_comes_from_config_json(tokens):
     assert m.max_len == 32  # the preset's context is kept
 
 
+def test_precision_keeps_its_fake_quantisation_on_a_loaded_model(tokens):
+    over = [f"init_from=hf:{FIXTURE}", f"data.source={tokens}", "model.quant.w_bits=4"]
+    cfg = get("precision").config(None, over)
+    assert cfg.model.quant.w_bits == 4 and cfg.model.n_kv_heads == 2 and cfg.model.max_len == 64
+
+
 def test_an_olmoe_directory_sets_the_olmoe_recipe_model(tokens):
     olmoe = FIXTURE.parent / "tiny_olmoe"
     cfg = get("olmoe").config("tiny", [f"init_from=hf:{olmoe}", f"data.source={tokens}"])
