@@ -25,6 +25,14 @@ from pathlib import Path
 #: family's own parser, which reads everything after the name (``--help`` included).
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "causal": ("jaxlab.causal.cli:main", "causal discovery under selection bias (CDIS) from a CSV"),
+    "data": (
+        "jaxlab.commands.data:main",
+        "corpus files: `data prepare IN OUT --tokenizer DIR` tokenizes text for data.source",
+    ),
+    "export-hf": (
+        "jaxlab.commands.export_hf:main",
+        "write a decoder LM run as a Hugging Face Llama directory",
+    ),
     "generate": ("jaxlab.commands.generate:main", "sample text from a trained decoder LM run"),
     "levels": (
         "jaxlab.envs.kinetix.cli:main",
@@ -363,7 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(fn=cmd_train)
 
-    s = sub.add_parser("eval", help="evaluate the latest checkpoint of a run")
+    s = sub.add_parser(
+        "eval",
+        help="evaluate the latest checkpoint of a run (`eval --hf-dir DIR [--data FILE]`: "
+        "perplexity of a Hugging Face model directory)",
+    )
     s.add_argument("recipe")
     s.add_argument("--run-dir", required=True)
     s.set_defaults(fn=cmd_eval, extra=[])  # recipe-specific options are passed through
@@ -417,6 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A family's own parser reads all that follows its name, so `--help` reaches it.
         target = EXTRA_COMMANDS[argv[0]][0]
         args = argparse.Namespace(command=argv[0], fn=_extra(target), extra=argv[1:])
+        return _dispatch(args)
+    if argv[:1] == ["eval"] and any(a.split("=", 1)[0] == "--hf-dir" for a in argv[1:]):
+        # `jaxlab eval --hf-dir DIR`: a Hugging Face model directory, no recipe or run.
+        target = "jaxlab.commands.eval_hf:main"
+        args = argparse.Namespace(command="eval", fn=_extra(target), extra=argv[1:])
         return _dispatch(args)
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command == "eval":

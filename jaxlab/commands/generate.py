@@ -258,7 +258,10 @@ def _from_hf_dir(args) -> int:
             sys.stdout.write(f"{p}{t}\n")
         return 0
     if args.method == "smc":
-        raise UserError("--method smc runs on byte-level runs only (--run-dir)")
+        raise UserError(
+            "--method smc runs on byte-level runs only (--run-dir): its grammar and regex "
+            "potentials read the text byte by byte, not in the directory's tokens"
+        )
     if not args.draft_hf_dir:
         raise UserError(f"--method {args.method} needs --draft-hf-dir (the drafter's directory)")
     draft_model, draft_params, _ = _load_hf(args.draft_hf_dir)

@@ -71,6 +71,8 @@ class DecoderConfig:
         n_kv_heads: key/value heads of grouped-query attention, dividing ``n_heads`` (Llama 2/3;
             ``None``: ``n_heads``, plain multi-head attention as OLMoE).
         rope_scaling: Llama 3.1's RoPE frequency scaling (``None``: plain RoPE).
+        norm_position: ``"pre"`` (RMSNorm before each sublayer) or ``"post"`` (OLMo-2: RMSNorm on
+            each sublayer's output before the residual add).
         quant: forward-only fake quantisation for quantisation-aware training ("Scaling Laws for
             Precision"; :class:`jaxlab.nn.quantization.QuantConfig`): bits of weights,
             activations and KV cache and the targeted layer groups. Default: off (exact).
@@ -96,6 +98,7 @@ class DecoderConfig:
     quant: QuantConfig = QuantConfig()
     n_kv_heads: int | None = None
     rope_scaling: Llama3RopeScaling | None = None
+    norm_position: Literal["pre", "post"] = "pre"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff", "max_len"):
@@ -111,6 +114,10 @@ class DecoderConfig:
                 raise ValueError(
                     f"DecoderConfig.{name}={getattr(self, name)!r}: expected one of {_DTYPES}"
                 )
+        if self.norm_position not in ("pre", "post"):
+            raise ValueError(
+                f"DecoderConfig.norm_position={self.norm_position!r}: expected 'pre' or 'post'"
+            )
         if self.init not in ("trunc_normal", "lecun_normal"):
             raise ValueError(
                 f"DecoderConfig.init={self.init!r}: expected 'trunc_normal' or 'lecun_normal'"
@@ -301,6 +308,7 @@ class Decoder(nn.Module):
                 quant=cfg.quant,
                 n_kv_heads=cfg.n_kv_heads,
                 rope_inverse_frequencies=cfg.rope_frequencies,
+                norm_position=cfg.norm_position,
             )
             for i in range(cfg.n_layers)
         ]

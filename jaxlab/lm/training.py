@@ -26,6 +26,7 @@ from jaxlab.core.config import ConfigError
 from jaxlab.core.optim import OptimConfig
 from jaxlab.core.run import batch_spec
 from jaxlab.lm.data import ByteLMDataConfig, load_corpus, unigram_entropy
+from jaxlab.lm.hub import init_from
 from jaxlab.lm.model import Decoder, next_token_loss
 from jaxlab.lm.tokenizer import VOCAB_SIZE
 
@@ -47,11 +48,14 @@ TRACED: tuple[str, ...] = optim.traced_keys()
 
 
 def check_lm_config(cfg: Any) -> None:
-    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches``): the
-    byte tokenizer's ids fit the model's vocabulary (trained on the shipped corpus; a
-    ``data.source`` token file's ids are checked when the data is opened, before the first step,
-    :func:`jaxlab.lm.data.split_windows`), a window fits the model's context, and evaluation
-    reads at least one batch."""
+    """The checks every LM recipe config shares (``model``, ``data``, ``val_batches`` and, where
+    the recipe has one, ``init_from``): ``init_from=hf:DIR`` sets the model's architecture
+    (:func:`jaxlab.lm.hub.init_from.check`); the byte tokenizer's ids fit the model's vocabulary
+    (trained on the shipped corpus; a ``data.source`` token file's ids are checked when the data
+    is opened, before the first step, :func:`jaxlab.lm.data.split_windows`), a window fits the
+    model's context, and evaluation reads at least one batch."""
+    if hasattr(cfg, "init_from"):
+        init_from.check(cfg)
     if cfg.data.source is None and cfg.model.vocab_size < VOCAB_SIZE:
         raise ConfigError(
             "model.vocab_size",
@@ -65,6 +69,13 @@ def check_lm_config(cfg: Any) -> None:
         )
     if cfg.val_batches < 1:
         raise ConfigError("val_batches", cfg.val_batches, "an integer >= 1")
+
+
+def finetune(cfg: Any, state: Any) -> Any:
+    """The LM recipes' fine-tune hook: with ``cfg.init_from=hf:DIR`` the fresh ``state`` takes the
+    directory's parameters and a fresh optimiser (:func:`jaxlab.lm.hub.init_from.finetune`)."""
+    opt = optim.make(cfg.optim, cfg.loop.total_steps)
+    return init_from.finetune(cfg, state, opt.init)
 
 
 @flax.struct.dataclass

@@ -1,6 +1,7 @@
-"""Pre-norm transformer block with an injectable feed-forward network."""
+"""Pre-norm (or OLMo-2's post-norm) transformer block with an injectable feed-forward network."""
 
 from collections.abc import Callable
+from typing import Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -26,6 +27,12 @@ class TransformerBlock(nn.Module):
         ``h = x + Attn(RMSNorm(x))``
         ``y = h + FFN(RMSNorm(h))``
 
+    or, with ``norm_position="post"``, OLMo-2's reordered norms (the sublayer outputs are
+    normalised before they join the residual stream):
+
+        ``h = x + RMSNorm(Attn(x))``
+        ``y = h + RMSNorm(FFN(h))``
+
     The FFN defaults to :class:`jaxlab.nn.mlp.SwiGLU` of width ``d_ff``; pass ``ffn_factory`` to
     use any other module with the same call signature (a mixture of experts).
 
@@ -46,6 +53,8 @@ class TransformerBlock(nn.Module):
         n_kv_heads: key/value heads of grouped-query attention (``None``: ``n_heads``).
         rope_inverse_frequencies: RoPE inverse frequencies replacing the default ones (see
             :class:`jaxlab.nn.attention.MultiHeadAttention`).
+        norm_position: ``"pre"`` (default) or ``"post"`` (OLMo-2); the norms keep their names
+            ``attn_norm`` and ``ffn_norm`` either way.
     """
 
     n_heads: int
@@ -62,6 +71,7 @@ class TransformerBlock(nn.Module):
     quant: QuantConfig | None = None
     n_kv_heads: int | None = None
     rope_inverse_frequencies: tuple[float, ...] | None = None
+    norm_position: Literal["pre", "post"] = "pre"
 
     def setup(self) -> None:
         """Creates ``attn_norm``, ``attn``, ``ffn_norm`` and ``ffn``."""
@@ -104,7 +114,7 @@ class TransformerBlock(nn.Module):
         positions: Int[Array, "batch seq"] | None = None,
         cache: KVCache | None = None,
     ) -> tuple[Float[Array, "batch seq embed"], KVCache | None]:
-        """Applies attention and the FFN with pre-norm residuals.
+        """Applies attention and the FFN with pre-norm (or post-norm) residuals.
 
         Args:
             x: residual stream ``[batch, seq, embed]``.
@@ -115,6 +125,13 @@ class TransformerBlock(nn.Module):
         Returns:
             ``(y, new_cache)``; ``new_cache`` is None when ``cache`` is None.
         """
+        if self.norm_position == "post":
+            attn_out, new_cache = self.attn(
+                x, padding_mask=padding_mask, positions=positions, cache=cache
+            )
+            h = x + self.attn_norm(attn_out).astype(x.dtype)
+            y = h + self.ffn_norm(self.ffn(h)).astype(h.dtype)
+            return nn.with_logical_constraint(y, ("batch", "seq", "embed")), new_cache
         attn_out, new_cache = self.attn(
             self.attn_norm(x), padding_mask=padding_mask, positions=positions, cache=cache
         )

@@ -3,7 +3,8 @@
 The end-to-end test of the core: grain data (shuffle, pack, batch, checkpointed position), AdamW
 with warmup + cosine decay and gradient clipping (optax), parameters annotated with logical axes
 and placed on the mesh of ``cfg.mesh`` (data parallel and FSDP), validation loss compared with the
-corpus' unigram entropy.
+corpus' unigram entropy. ``init_from=hf:DIR`` fine-tunes a Hugging Face Llama directory on a
+token file of its tokenizer (``data.source``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class LmTinyConfig:
     optim: OptimConfig = training.OPTIM
     mesh: MeshConfig = MeshConfig()
     val_batches: int = 16
+    init_from: str = ""
     loop: LoopConfig = LoopConfig(
         total_steps=600, steps_per_call=10, log_every=50, eval_every=200, checkpoint_every=200
     )
@@ -74,5 +76,6 @@ RECIPE = register(
         build=build,
         description="dense byte-level decoder LM on the shipped corpus (the core's end-to-end test)",
         traced=training.TRACED,
+        finetune=training.finetune,
     )
 )

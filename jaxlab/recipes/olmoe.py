@@ -47,6 +47,8 @@ class OlmoeConfig:
       analysis_early_step: the step whose checkpoint is kept under ``run_dir/early`` for the
         router-saturation analysis.
       analysis_batches: validation batches used by ``jaxlab eval olmoe --analysis routing``.
+      init_from: ``hf:DIR`` fine-tunes a Hugging Face OLMoE directory (its architecture replaces
+        the model's; :mod:`jaxlab.lm.hub.init_from`) on ``data.source``.
     """
 
     seed: int = 0
@@ -60,6 +62,7 @@ class OlmoeConfig:
     val_batches: int = 16
     analysis_early_step: int = 100
     analysis_batches: int = 8
+    init_from: str = ""
     loop: LoopConfig = LoopConfig(
         total_steps=600, steps_per_call=10, log_every=50, eval_every=100, checkpoint_every=200
     )
@@ -147,5 +150,6 @@ RECIPE = register(
         eval_main=eval_main,
         hooks=lambda cfg, run_dir: (early_checkpoint_hook(cfg, run_dir),),
         traced=training.TRACED + olmoe_lib.TRACED,
+        finetune=training.finetune,
     )
 )

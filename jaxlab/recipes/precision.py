@@ -47,6 +47,7 @@ class PrecisionConfig:
     ptq: PTQConfig = PTQConfig()
     mesh: MeshConfig = MeshConfig()
     val_batches: int = 8
+    init_from: str = ""
     loop: LoopConfig = LoopConfig(
         total_steps=400, steps_per_call=20, log_every=100, eval_every=200, checkpoint_every=200
     )
@@ -120,6 +121,7 @@ RECIPE = register(
         build=build,
         description="LM trained at given weight/activation/KV precision, then PTQ (RTN, GPTQ)",
         traced=training.TRACED,
+        finetune=training.finetune,
     )
 )
 

@@ -2,6 +2,7 @@
 ``fixtures/make_hf_fixture.py``; greedy generation is checked through ``jaxlab generate --hf-dir``
 in ``tests/recipes/test_generate.py``), bitwise save/load round trips, the tokenizer, bad input."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,11 +16,15 @@ from jax.sharding import PartitionSpec
 from safetensors.numpy import load_file, save_file
 
 from jaxlab.core.sharding import MeshConfig, make_mesh
-from jaxlab.lm.hub import HubError, load_hf, load_tokenizer, save_hf
+from jaxlab.lm.hub import HubError, hf_config_from_decoder, load_hf, load_tokenizer, save_hf
 from jaxlab.lm.model import Decoder, DecoderConfig
+from jaxlab.lm.moe import MoEConfig
+from jaxlab.nn.quantization import QuantConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
-NAMES = ["tiny_llama", "tiny_llama_tied"]  # GQA + untied head; tied + Llama 3.1 RoPE scaling
+# GQA + untied head; tied + Llama 3.1 RoPE scaling; OLMoE (QK-norm, 4 experts top-2, GQA);
+# OLMo-2 (QK-norm, post-norm blocks, GQA)
+NAMES = ["tiny_llama", "tiny_llama_tied", "tiny_olmoe", "tiny_olmo2"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -28,7 +33,7 @@ def loaded(request):
 
 
 def test_config_reads_the_llama_features():
-    gqa, tied = (load_hf(FIXTURES / n).cfg for n in NAMES)
+    gqa, tied = (load_hf(FIXTURES / n).cfg for n in NAMES[:2])
     assert (gqa.n_heads, gqa.n_kv_heads, gqa.head_dim, gqa.tie_embeddings) == (4, 2, 8, False)
     assert gqa.rope_scaling is None and tied.tie_embeddings
     assert (
@@ -36,10 +41,20 @@ def test_config_reads_the_llama_features():
     )
 
 
+def test_config_reads_the_olmo_features():
+    cfg = load_hf(FIXTURES / "tiny_olmoe").cfg
+    assert cfg.qk_norm and cfg.n_kv_heads == 2 and cfg.moe_layers is None
+    moe = cfg.moe
+    assert (moe.num_experts, moe.top_k, moe.expert_ff, moe.normalize_topk) == (4, 2, 16, False)
+    assert moe.dispatch == "dropless"  # every routed token computed, as transformers does
+    olmo2 = load_hf(FIXTURES / "tiny_olmo2").cfg
+    assert olmo2.norm_position == "post" and olmo2.qk_norm and olmo2.moe is None
+
+
 def test_logits_equal_transformers(loaded):
     model, ref = loaded
     logits = jax.jit(Decoder(model.cfg).apply)(model.params, jnp.asarray(ref["tokens"][None]))
-    np.testing.assert_allclose(np.asarray(logits), ref["logits"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(logits), ref["logits"], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("max_shard_bytes", [None, 40_000], ids=["single", "sharded"])
@@ -109,6 +124,13 @@ def test_missing_tensor_is_named(tmp_path):
         load_hf(d)
 
 
+def test_missing_expert_is_named(tmp_path):
+    d = _copy(tmp_path, "tiny_olmoe")
+    _rewrite(d, lambda t: t.pop("model.layers.1.mlp.experts.3.down_proj.weight"))
+    with pytest.raises(HubError, match=r"missing tensor.*layers\.1\.mlp\.experts\.3\.down_proj"):
+        load_hf(d)
+
+
 def test_wrong_shape_is_named(tmp_path):
     d = _copy(tmp_path)
     _rewrite(d, lambda t: t.update({"model.norm.weight": np.ones(31, np.float32)}))
@@ -135,17 +157,19 @@ def test_truncated_file_is_named(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "edit, field",
+    "name, edit, field",
     [
-        ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
-        ({"attention_bias": True}, "attention_bias"),
-        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_type='yarn'"),
-        ({"num_key_value_heads": 3}, "n_kv_heads"),
+        ("tiny_llama", {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, "GPT2LMHead"),
+        ("tiny_llama", {"attention_bias": True}, "attention_bias"),
+        ("tiny_llama", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "'yarn'"),
+        ("tiny_llama", {"num_key_value_heads": 3}, "n_kv_heads"),
+        ("tiny_olmoe", {"clip_qkv": 8.0}, "clip_qkv"),
+        ("tiny_olmoe", {"num_experts_per_tok": 5}, "top_k"),
     ],
-    ids=["architecture", "bias", "rope-type", "kv-heads"],
+    ids=["architecture", "bias", "rope-type", "kv-heads", "olmoe-clip-qkv", "olmoe-top-k"],
 )
-def test_unsupported_config_is_refused_by_name(tmp_path, edit, field):
-    d = _copy(tmp_path)
+def test_unsupported_config_is_refused_by_name(tmp_path, name, edit, field):
+    d = _copy(tmp_path, name)
     config = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**config, **edit}))
     with pytest.raises(HubError, match=rf"config\.json.*{field}"):
@@ -157,12 +181,34 @@ def test_tokenizer_larger_than_the_model_is_refused():
         load_tokenizer(FIXTURES / "tiny_llama", model_vocab_size=16)
 
 
-def test_loading_onto_a_mesh_shards_by_the_logical_rules():
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_olmoe"])
+def test_loading_onto_a_mesh_shards_by_the_logical_rules(name):
     mesh = make_mesh(MeshConfig(data=1, fsdp=4, tensor=2))
-    ref = np.load(FIXTURES / "tiny_llama" / "reference.npz")
-    model = load_hf(FIXTURES / "tiny_llama", mesh=mesh)
+    ref = np.load(FIXTURES / name / "reference.npz")
+    model = load_hf(FIXTURES / name, mesh=mesh)
     wq = model.params["params"]["blocks_0"]["attn"]["wq"]  # [embed, heads, kv]: fsdp, tensor
     assert wq.sharding.spec == PartitionSpec("fsdp", "tensor", None)
     assert wq.addressable_shards[0].data.shape == (8, 2, 8)
     logits = jax.jit(Decoder(model.cfg).apply)(model.params, jnp.asarray(ref["tokens"][None]))
-    np.testing.assert_allclose(np.asarray(logits), ref["logits"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(logits), ref["logits"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "changes, written",
+    [
+        ({}, "llama"),
+        ({"qk_norm": True, "norm_position": "post"}, "olmo2"),
+        ({"qk_norm": True, "moe": MoEConfig(num_experts=4, top_k=2, expert_ff=8)}, "olmoe"),
+        ({"moe": MoEConfig(num_experts=4, top_k=2, expert_ff=8)}, "qk_norm"),
+        ({"qk_norm": True}, "qk_norm"),
+        ({"quant": QuantConfig(w_bits=4)}, "quant"),
+    ],
+    ids=["llama", "olmo2", "olmoe", "moe-without-qk-norm", "pre-norm-qk-norm", "quant"],
+)
+def test_the_written_format_follows_the_model_or_is_refused_by_field(changes, written):
+    cfg = dataclasses.replace(DecoderConfig(d_model=32, n_heads=4, head_dim=8), **changes)
+    if written in ("llama", "olmo2", "olmoe"):
+        assert hf_config_from_decoder(cfg)["model_type"] == written
+    else:
+        with pytest.raises(HubError, match=rf"DecoderConfig\.{written}="):
+            hf_config_from_decoder(cfg)

@@ -111,12 +111,13 @@ def test_train_refuses_a_tpu_config_of_another_recipe(tmp_path, capsys):
 HF_FIXTURES = Path(__file__).parents[1] / "lm" / "fixtures"
 
 
-def test_generate_from_a_hugging_face_directory_equals_transformers_greedy(capsys):
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_olmoe"])
+def test_generate_from_a_hugging_face_directory_equals_transformers_greedy(capsys, name):
     """`jaxlab generate --hf-dir` at temperature 0 continues the fixture's prompt with the tokens
     of `transformers`' greedy `generate`, decoded by the directory's own tokenizer."""
     from jaxlab.lm.hub import load_tokenizer
 
-    directory = HF_FIXTURES / "tiny_llama"
+    directory = HF_FIXTURES / name
     ref = np.load(directory / "reference.npz")
     tok = load_tokenizer(directory)
     prompt = tok.decode(ref["tokens"])

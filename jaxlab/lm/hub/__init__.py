@@ -2,9 +2,11 @@
 set with ``model.safetensors.index.json``) and ``tokenizer.json``, read into and written from
 :class:`jaxlab.lm.model.Decoder` parameters with the ``safetensors`` numpy API (no torch).
 
-Supported architecture: Llama (``LlamaForCausalLM``: RMSNorm, RoPE with ``rope_theta`` and the
-``llama3`` scaling, SwiGLU, grouped-query attention, tied or untied embeddings). Anything else is
-refused by name (:class:`HubError`).
+Supported architectures: Llama (``LlamaForCausalLM``: RMSNorm, RoPE with ``rope_theta`` and the
+``llama3`` scaling, SwiGLU, grouped-query attention, tied or untied embeddings) and OLMoE
+(``OlmoeForCausalLM``: the same with QK-norm and a softmax top-k MoE of SwiGLU experts in every
+layer) and OLMo-2 (``Olmo2ForCausalLM``: QK-norm and post-norm blocks). Anything else is refused
+by name (:class:`HubError`).
 """
 
 from jaxlab.lm.hub.checkpoint import HFModel, load_hf, load_params, save_hf

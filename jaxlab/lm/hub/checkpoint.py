@@ -1,8 +1,9 @@
-"""Llama safetensors checkpoints <-> :class:`jaxlab.lm.model.Decoder` parameter trees.
+"""Llama, OLMoE and OLMo-2 safetensors checkpoints <-> :class:`jaxlab.lm.model.Decoder` parameter trees.
 
 Hugging Face ``nn.Linear`` weights are ``[out, in]``; jaxlab kernels are ``[in, ...out]`` with the
 heads split out (``wq: [embed, heads, head_dim]``, ``wo: [heads, head_dim, embed]``). Both use the
-rotate-half RoPE layout, so no permutation of the query/key rows is needed. Tensors are read one
+rotate-half RoPE layout, so no permutation of the query/key rows is needed. OLMoE's experts are
+stored one tensor per expert and stacked into jaxlab's ``[experts, ...]`` kernels. Tensors are read one
 at a time from each shard with ``safetensors.safe_open`` (numpy), so only the converted tree is
 held in memory. With a mesh, each tensor is placed on it by the logical-axis rules as soon as it
 is read (``jax.make_array_from_callback``, so a host only materialises its own shards on device
@@ -36,13 +37,18 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some older checkpoints s
 
 @dataclasses.dataclass(frozen=True)
 class _Tensor:
-    """One checkpoint tensor: its HF name and shape, its jaxlab path and the layout maps."""
+    """One checkpoint tensor: its HF name and shape, its jaxlab path and the layout maps.
+
+    ``index`` is set for a tensor that fills one slice ``[index]`` of a stacked jaxlab tensor
+    of leading size ``stack`` (an MoE expert's weight within ``[experts, ...]``)."""
 
     hf_name: str
     hf_shape: tuple[int, ...]
     path: tuple[str, ...]
     to_jax: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    index: int | None = None
+    stack: int = 0
 
 
 def _same(w: np.ndarray) -> np.ndarray:
@@ -65,25 +71,72 @@ def _output(in_shape: tuple[int, ...]) -> tuple[Callable, Callable]:
     )
 
 
-def tensor_specs(cfg: DecoderConfig) -> list[_Tensor]:
-    """Every tensor of a Llama checkpoint for ``cfg``, in the order ``transformers`` saves them."""
-    d, f, v, hd = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
-    h, kv = cfg.n_heads, cfg.kv_heads
-    specs = [_Tensor("model.embed_tokens.weight", (v, d), ("embed", "embedding"), _same, _same)]
-    for i in range(cfg.n_layers):
-        pre, blk = f"model.layers.{i}.", f"blocks_{i}"
+def _ffn_rows(cfg: DecoderConfig, pre: str, blk: str) -> list[_Tensor]:
+    """The FFN tensors of one layer: Llama's SwiGLU ``mlp.*``, or OLMoE's router ``mlp.gate``
+    and per-expert ``mlp.experts.{e}.*`` stacked into ``w1``/``w3``/``w2: [experts, ...]``."""
+    d, f = cfg.d_model, cfg.d_ff
+    if cfg.moe is None:
         rows = [
-            ("input_layernorm.weight", (d,), ("attn_norm", "scale"), (_same, _same)),
-            ("self_attn.q_proj.weight", (h * hd, d), ("attn", "wq"), _linear((h, hd))),
-            ("self_attn.k_proj.weight", (kv * hd, d), ("attn", "wk"), _linear((kv, hd))),
-            ("self_attn.v_proj.weight", (kv * hd, d), ("attn", "wv"), _linear((kv, hd))),
-            ("self_attn.o_proj.weight", (d, h * hd), ("attn", "wo"), _output((h, hd))),
-            ("post_attention_layernorm.weight", (d,), ("ffn_norm", "scale"), (_same, _same)),
             ("mlp.gate_proj.weight", (f, d), ("ffn", "wi_gate"), _linear((f,))),
             ("mlp.up_proj.weight", (f, d), ("ffn", "wi_up"), _linear((f,))),
             ("mlp.down_proj.weight", (d, f), ("ffn", "wo"), _linear((d,))),
         ]
+        return [_Tensor(pre + n, s, (blk, *p), *maps) for n, s, p, maps in rows]
+    e, ff = cfg.moe.num_experts, cfg.moe.expert_ff
+    out = [_Tensor(pre + "mlp.gate.weight", (e, d), (blk, "ffn", "router"), *_linear((e,)))]
+    for i in range(e):
+        rows = [
+            ("gate_proj", (ff, d), "w1", _linear((ff,))),
+            ("up_proj", (ff, d), "w3", _linear((ff,))),
+            ("down_proj", (d, ff), "w2", _linear((d,))),
+        ]
+        out += [
+            _Tensor(f"{pre}mlp.experts.{i}.{n}.weight", s, (blk, "ffn", w), *maps, i, e)
+            for n, s, w, maps in rows
+        ]
+    return out
+
+
+def _qk_norm_rows(cfg: DecoderConfig, pre: str, blk: str) -> list[_Tensor]:
+    """OLMoE's ``q_norm``/``k_norm`` over the flattened heads ``[heads · head_dim]``; jaxlab's
+    scales are ``[heads, head_dim]`` (the same RMSNorm over both axes)."""
+    if not cfg.qk_norm:
+        return []
+    h, kv, hd = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+    flat = lambda w: np.ascontiguousarray(w.reshape(-1))
+    return [
+        _Tensor(pre + "self_attn.q_norm.weight", (h * hd,), (blk, "attn", "q_norm", "scale"),
+                lambda w: w.reshape(h, hd), flat),
+        _Tensor(pre + "self_attn.k_norm.weight", (kv * hd,), (blk, "attn", "k_norm", "scale"),
+                lambda w: w.reshape(kv, hd), flat),
+    ]  # fmt: skip
+
+
+def tensor_specs(cfg: DecoderConfig) -> list[_Tensor]:
+    """Every tensor of a Llama (or, with ``cfg.moe`` and ``cfg.qk_norm``, OLMoE; with post-norm
+    and ``cfg.qk_norm``, OLMo-2) checkpoint for ``cfg``."""
+    d, v, hd = cfg.d_model, cfg.vocab_size, cfg.head_dim
+    h, kv = cfg.n_heads, cfg.kv_heads
+    specs = [_Tensor("model.embed_tokens.weight", (v, d), ("embed", "embedding"), _same, _same)]
+    for i in range(cfg.n_layers):
+        pre, blk = f"model.layers.{i}.", f"blocks_{i}"
+        # pre-norm: input_layernorm before attention, post_attention_layernorm before the FFN;
+        # OLMo-2's post-norm: post_attention_ and post_feedforward_layernorm on their outputs
+        attn_norm, ffn_norm = (
+            ("post_attention_layernorm", "post_feedforward_layernorm")
+            if cfg.norm_position == "post"
+            else ("input_layernorm", "post_attention_layernorm")
+        )
+        rows = [
+            (f"{attn_norm}.weight", (d,), ("attn_norm", "scale"), (_same, _same)),
+            ("self_attn.q_proj.weight", (h * hd, d), ("attn", "wq"), _linear((h, hd))),
+            ("self_attn.k_proj.weight", (kv * hd, d), ("attn", "wk"), _linear((kv, hd))),
+            ("self_attn.v_proj.weight", (kv * hd, d), ("attn", "wv"), _linear((kv, hd))),
+            ("self_attn.o_proj.weight", (d, h * hd), ("attn", "wo"), _output((h, hd))),
+            (f"{ffn_norm}.weight", (d,), ("ffn_norm", "scale"), (_same, _same)),
+        ]
         specs += [_Tensor(pre + n, s, (blk, *p), *maps) for n, s, p, maps in rows]
+        specs += _qk_norm_rows(cfg, pre, blk) + _ffn_rows(cfg, pre, blk)
     specs.append(_Tensor("model.norm.weight", (d,), ("final_norm", "scale"), _same, _same))
     if not cfg.tie_embeddings:
         specs.append(_Tensor("lm_head.weight", (v, d), ("head", "kernel"), *_linear((v,))))
@@ -206,19 +259,32 @@ def load_params(
     out_dtype = np.dtype(dtype or cfg.param_dtype)
     shardings = None if mesh is None else param_shardings(cfg, mesh, rules)["params"]
     tree: dict[str, Any] = {}
-    for spec, value in _read(files, specs):
+    stacks: dict[tuple[str, ...], list] = {}  # path -> [buffer, slices still to fill]
+
+    def place(path: tuple[str, ...], host: np.ndarray) -> None:
         node, where = tree, shardings
-        for key in spec.path[:-1]:
+        for key in path[:-1]:
             node = node.setdefault(key, {})
             where = None if where is None else where[key]
-        host = spec.to_jax(value).astype(out_dtype)
         if where is None:
-            node[spec.path[-1]] = jnp.asarray(host)
+            node[path[-1]] = jnp.asarray(host)
         else:
-            sharding = where[spec.path[-1]]
-            node[spec.path[-1]] = jax.make_array_from_callback(
-                host.shape, sharding, lambda index, host=host: host[index]
+            node[path[-1]] = jax.make_array_from_callback(
+                host.shape, where[path[-1]], lambda index, host=host: host[index]
             )
+
+    for spec, value in _read(files, specs):
+        host = spec.to_jax(value).astype(out_dtype)
+        if spec.index is None:
+            place(spec.path, host)
+            continue
+        if spec.path not in stacks:
+            stacks[spec.path] = [np.empty((spec.stack, *host.shape), out_dtype), spec.stack]
+        entry = stacks[spec.path]
+        entry[0][spec.index] = host
+        entry[1] -= 1
+        if entry[1] == 0:  # every expert read: place the stacked tensor, free the buffer
+            place(spec.path, stacks.pop(spec.path)[0])
     return {"params": tree}
 
 
@@ -230,7 +296,8 @@ def load_hf(
     param_dtype: str = "float32",
     mesh: Mesh | None = None,
 ) -> HFModel:
-    """Loads a Hugging Face Llama model directory (``config.json`` + safetensors).
+    """Loads a Hugging Face Llama, OLMoE or OLMo-2 model directory (``config.json`` +
+    safetensors).
 
     Args:
         directory: the model directory.
@@ -268,7 +335,9 @@ def save_hf(
     tokenizer_file: str | Path | None = None,
     **token_ids: int | None,
 ) -> Path:
-    """Writes a ``Decoder(cfg)`` parameter tree as a Llama model directory ``transformers`` loads.
+    """Writes a ``Decoder(cfg)`` parameter tree as a model directory ``transformers`` loads
+    (Llama; OLMoE for QK-norm with an MoE FFN in every layer; OLMo-2 for QK-norm with post-norm
+    blocks).
 
     Args:
         directory: the output directory (created).
@@ -292,7 +361,8 @@ def save_hf(
             if key not in node:
                 raise HubError(f"params: {'/'.join(spec.path)} missing for {spec.hf_name!r}")
             node = node[key]
-        tensors[spec.hf_name] = spec.to_hf(np.asarray(node))
+        value = np.asarray(node) if spec.index is None else np.asarray(node[spec.index])
+        tensors[spec.hf_name] = spec.to_hf(value)
     directory.mkdir(parents=True, exist_ok=True)
     shards = _shards(tensors, max_shard_bytes)
     metadata = {"format": "pt"}
