@@ -49,9 +49,14 @@ class Experience:
 
 @dataclasses.dataclass(frozen=True)
 class Proposal:
+    """A new workflow and the modification that made it; ``usage``: the optimizer's cost
+    (``calls``, ``prompt_tokens``, ``generated_tokens``; empty for edits drawn without a
+    model)."""
+
     workflow: Workflow
     modification: str
     kind: str
+    usage: dict = dataclasses.field(default_factory=dict)
 
 
 @runtime_checkable
@@ -65,7 +70,12 @@ class Optimizer(Protocol):
         experience: Sequence[Experience],
         failures: Mapping[str, Any],
         is_duplicate: Callable[[Workflow], bool],
-    ) -> Proposal | None: ...
+    ) -> Proposal | None:
+        """One modification of ``parent``; ``None`` when it has none left. An optimizer may
+        also return a ``lm_optimizer.Rejection`` (counted by the search, which asks again), and
+        with ``wants_history = True`` it is also passed ``scores`` ({round: score}) and
+        ``parent_round``."""
+        ...
 
 
 def edits(workflow: Workflow) -> list[Proposal]:
