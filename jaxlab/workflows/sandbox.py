@@ -3,8 +3,8 @@ Python process.
 
 AFlow's Test operator runs generated code against the problem's tests. Here that code never
 runs in the searching process. :meth:`Sandbox.run` starts ``python -I`` (isolated: no user site,
-no ``PYTHON*`` variables) with an empty environment, in an empty temporary directory, in a new
-session, with
+no ``PYTHON*`` variables) with an empty environment, in an empty temporary directory, as the leader
+of its own process group, with
 
 * a wall-clock limit (the process group is killed) and a CPU-time limit (``RLIMIT_CPU``);
 * a memory limit (``RLIMIT_AS``), no file writes (``RLIMIT_FSIZE = 0``), no core dumps;
