@@ -63,19 +63,21 @@ def open_decoder_run(recipe_name: str, run_dir: str | Path) -> tuple[Decoder, ob
     return Decoder(run.cfg.model), run.state.params
 
 
-def model_generator(
+def batch_generator(
     model: Decoder,
     params,
     tokenizer=None,
     *,
     max_new_tokens: int = 256,
     temperature: float = 1.0,
+    batch_bucket: int = 8,
 ):
-    """The optimizer's generator ``(prompt, seed) -> (text, usage)`` on a decoder.
+    """``(prompts, seed) -> (texts, usage)`` on a decoder: one batched sampling call.
 
-    One jitted sampler at a fixed prompt width (compiled once for the whole search): a prompt
-    longer than ``max_len - max_new_tokens - 1`` tokens keeps its end (the template ends with
-    the output instructions). ``usage`` counts the prompt tokens read and the tokens generated.
+    Prompts are cut to a fixed width (``max_len - max_new_tokens - 1`` tokens; a longer prompt
+    keeps its end, where the templates put the output instructions) and the batch is padded to
+    a multiple of ``batch_bucket``, so a search compiles a handful of programs. ``usage``
+    counts the prompt tokens read and the tokens generated.
     """
     tok = ByteTokenizer() if tokenizer is None else tokenizer
     max_new = min(max_new_tokens, model.cfg.max_len // 2)
@@ -96,15 +98,35 @@ def model_generator(
         )
     )
 
+    def generate_batch(prompts: list[str], seed: int) -> tuple[list[str], dict]:
+        ids = [tok.encode(p, add_bos=tok.bos_id >= 0, add_eos=False)[-width:] for p in prompts]
+        rows = -(-len(ids) // batch_bucket) * batch_bucket
+        batch = np.full((rows, width), tok.pad_id, np.int32)
+        lengths = np.ones(rows, np.int32)
+        for r, row in enumerate(ids):
+            batch[r, : len(row)] = row
+            lengths[r] = len(row)
+        out = run(jax.random.key(seed), params, jnp.asarray(batch), jnp.asarray(lengths))
+        texts, generated = [], 0
+        for r, row in enumerate(ids):
+            end = min(int(out.lengths[r]), len(row) + max_new)
+            new = np.asarray(out.tokens[r, len(row) : end])
+            generated += int(new.size)
+            texts.append(tok.decode(new, stop_at_eos=True))
+        prompt_tokens = sum(len(r) for r in ids)
+        return texts, {"prompt_tokens": prompt_tokens, "generated_tokens": generated}
+
+    return generate_batch
+
+
+def model_generator(model: Decoder, params, tokenizer=None, *, max_new_tokens: int = 256):
+    """The optimizer's generator ``(prompt, seed) -> (text, usage)``: :func:`batch_generator`
+    on one prompt."""
+    batch = batch_generator(model, params, tokenizer, max_new_tokens=max_new_tokens, batch_bucket=1)
+
     def generate_reply(prompt: str, seed: int) -> tuple[str, dict]:
-        ids = tok.encode(prompt, add_bos=tok.bos_id >= 0, add_eos=False)[-width:]
-        row = np.full((1, width), tok.pad_id, np.int32)
-        row[0, : len(ids)] = ids
-        out = run(jax.random.key(seed), params, jnp.asarray(row), jnp.asarray([len(ids)]))
-        end = min(int(out.lengths[0]), len(ids) + max_new)
-        new = np.asarray(out.tokens[0, len(ids) : end])
-        text = tok.decode(new, stop_at_eos=True)
-        return text, {"prompt_tokens": len(ids), "generated_tokens": int(new.size)}
+        texts, usage = batch([prompt], seed)
+        return texts[0], usage
 
     return generate_reply
 

@@ -3,18 +3,15 @@
 Each format reads a JSON-lines file of its benchmark's published layout and scores a
 prediction (a model's text) against one item:
 
-==========  ==========================================  =============================================
-format      fields read                                 score
-==========  ==========================================  =============================================
-gsm8k       question, answer (ends ``#### N``)          the last number of the prediction equals N
-math        problem, solution (a ``\\boxed{}``)         the last ``\\boxed{}`` of each, normalised,
-                                                        are equal (or equal numbers)
-humaneval   task_id, prompt, entry_point, test          pass@1: the program passes ``check`` in the
-                                                        sandbox (:mod:`jaxlab.workflows.sandbox`)
-mbpp        task_id, text, test_list                    pass@1: the program passes every assert of
-                                                        ``test_list`` in the sandbox
-hotpotqa    question, answer                            token F1 after SQuAD normalisation
-==========  ==========================================  =============================================
+* ``gsm8k``: ``question``, ``answer`` (ends ``#### N``); right when the prediction's last number
+  equals N.
+* ``math``: ``problem``, ``solution`` (holds ``\\boxed{}``); right when the last ``\\boxed{}``
+  of each, normalised, are equal (or equal numbers).
+* ``humaneval``: ``task_id``, ``prompt``, ``entry_point``, ``test``; pass@1: the program passes
+  ``check(entry_point)`` in the sandbox (:mod:`jaxlab.workflows.sandbox`).
+* ``mbpp``: ``task_id``, ``text``, ``test_list``; pass@1: the program passes every assert of
+  ``test_list`` in the sandbox.
+* ``hotpotqa``: ``question``, ``answer``; token F1 after SQuAD normalisation.
 
 A missing or mistyped field raises :class:`~jaxlab.workflows.tasks.TaskFileError` naming the
 file, the line and the field. Each format has a tiny sample this package ships

@@ -268,10 +268,24 @@ def failure_log(answers: Answers, problems: Problems, rng: np.random.Generator) 
     }
 
 
+def scored_failure_log(answers, problems, scored, executor, rng) -> dict:
+    """:func:`failure_log` for an executor with an official per-item ``score`` (text tasks):
+    failed means a score below 1; the examples come from ``executor.failure``."""
+    valid = np.asarray(answers.valid)
+    failed = np.flatnonzero(np.asarray(scored) < 1.0)
+    picks = rng.choice(failed, size=min(NUM_FAILURE_EXAMPLES, failed.size), replace=False)
+    return {
+        "out_of_format": int(np.sum(~valid)),
+        "wrong_value": int(np.sum(valid & (np.asarray(scored) < 1.0))),
+        "examples": [executor.failure(answers, problems, int(j)) for j in sorted(picks)],
+    }
+
+
 def evaluate(
     key: PRNGKeyArray, workflow: Workflow, executor: Executor, problems: Problems, runs: int
 ) -> Evaluation:
-    """Mean accuracy over ``runs`` executions with independent keys (AFlow's evaluation), the
+    """Mean accuracy over ``runs`` executions with independent keys (AFlow's evaluation; an
+    executor with a ``score(answers, problems) -> [P]`` method scores instead, e.g. F1), the
     failure log of the first run, the mean cost per problem (generated tokens: what the
     executor's ``stats["tokens"]`` counted, else its ``tokens_per_call`` per call) and the wall
     time."""
@@ -284,10 +298,16 @@ def evaluate(
     start = time.perf_counter()
     for i, k in enumerate(keys):
         answers = run_workflow(k, workflow, executor, problems, cost=tally)
-        scores.append(accuracy(answers, problems))
+        scored = executor.score(answers, problems) if hasattr(executor, "score") else None
+        scores.append(accuracy(answers, problems) if scored is None else float(np.mean(scored)))
         if i == 0:
             seed = np.asarray(jax.random.key_data(k)).ravel().tolist()
-            failures = failure_log(answers, problems, np.random.default_rng(seed))
+            rng = np.random.default_rng(seed)
+            failures = (
+                failure_log(answers, problems, rng)
+                if scored is None
+                else scored_failure_log(answers, problems, scored, executor, rng)
+            )
     per = runs * len(problems)
     cost = {
         "calls": tally["calls"] / per,

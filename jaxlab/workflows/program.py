@@ -289,7 +289,8 @@ def _check_block(steps: tuple[Step, ...], where: str, *, top: bool, reviewed: bo
         _check_args(name, step)
         if top and (i == 0) != (step.op in SOLVER_OPS):
             raise WorkflowError(
-                f"step {name} ({step.op}): the first step, and only it, must be a solver {SOLVER_OPS}"
+                f"step {name} ({step.op}): the first step, and only it, must be a solver "
+                f"{SOLVER_OPS}"
             )
         if step.op == "revise" and (i == 0 or steps[i - 1].op != "review"):
             raise WorkflowError(f"step {name} (revise): must directly follow a review step")

@@ -7,7 +7,8 @@ no ``PYTHON*`` variables) with an empty environment, in an empty temporary direc
 of its own process group, with
 
 * a wall-clock limit (the process group is killed) and a CPU-time limit (``RLIMIT_CPU``);
-* a memory limit (``RLIMIT_AS``), no file writes (``RLIMIT_FSIZE = 0``), no core dumps;
+* a memory limit (``RLIMIT_AS``), no file writes (``RLIMIT_FSIZE = 0``), no core dumps (the
+  runner sets these on itself before it reads the candidate);
 * a new network namespace (``unshare -n``) where the machine allows one, and in any case
 * an audit hook (:pep:`578`), installed before the candidate's code is compiled, that refuses
   opening files, sockets, ``fork``/``exec``/``spawn``/``system``/``subprocess``, ``os``
@@ -54,6 +55,9 @@ PRELOADED = (
 _RUNNER = r"""
 import json, sys
 _job = json.loads(sys.stdin.read())
+import resource
+for _name, _value in _job["limits"].items():
+    resource.setrlimit(getattr(resource, _name), (_value, _value))
 import {preload}
 _blocked = []
 _PREFIXES = ("open", "socket.", "subprocess.", "os.", "shutil.", "ctypes.", "sys._getframe",
@@ -144,20 +148,20 @@ class Sandbox:
         base = ("isolated-python", "empty-env", "rlimits", "audit-hook")
         return base + (("netns",) if self._prefix else ())
 
-    def _limits(self) -> None:
-        import resource
-
-        cpu = int(self.timeout_s) + 1
-        mem = self.memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    def _limits(self) -> dict[str, int]:
+        """The resource limits the runner sets on itself before it reads the candidate (set
+        there, not in a ``preexec_fn``: forking a multithreaded JAX process runs no Python)."""
+        return {
+            "RLIMIT_CPU": int(self.timeout_s) + 1,
+            "RLIMIT_AS": self.memory_mb * 2**20,
+            "RLIMIT_FSIZE": 0,
+            "RLIMIT_CORE": 0,
+        }
 
     def run(self, code: str, tests: str) -> SandboxResult:
         """Runs ``code`` then ``tests`` (assert statements) in a fresh limited process."""
         nonce = secrets.token_hex(16)
-        job = json.dumps({"code": code, "tests": tests, "nonce": nonce})
+        job = json.dumps({"code": code, "tests": tests, "nonce": nonce, "limits": self._limits()})
         runner = _RUNNER.format(preload=", ".join(PRELOADED))
         argv = [*self._prefix, self.python, "-I", "-S", "-c", runner]
         with tempfile.TemporaryDirectory(prefix="jaxlab-sandbox-") as cwd:
@@ -170,7 +174,6 @@ class Sandbox:
                     cwd=cwd,
                     env={},
                     start_new_session=True,
-                    preexec_fn=self._limits,
                 )
             except (OSError, subprocess.SubprocessError) as e:
                 return SandboxResult(False, "crashed", f"cannot start: {e}")

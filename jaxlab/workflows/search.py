@@ -374,6 +374,8 @@ def run_search(
     """
     state = _open_state(initial, problems, config, run_dir, describe)
     state.stopped = None
+    # the replies of a round that ended the search are asked again (same seeds) on a rerun
+    state.rejected = [r for r in state.rejected if not r.get("after_last_round")]
     seen = {Workflow.from_json(r["workflow"]).key() for r in state.rounds}
 
     def record(round_, workflow, evaluation, parent, proposal, probs, usages=(), rejected=()):
