@@ -131,16 +131,18 @@ def model_generator(model: Decoder, params, tokenizer=None, *, max_new_tokens: i
     return generate_reply
 
 
-def load_generator(*, hf_dir=None, run_dir=None, recipe="lm-tiny", max_new_tokens=256):
-    """The optimizer's generator from a Hugging Face directory (its own tokenizer) or a trained
-    decoder run (byte tokenizer)."""
+def load_generator(*, hf_dir=None, run_dir=None, recipe="lm-tiny", max_new_tokens=256, batch=False):
+    """A generator on a Hugging Face directory (its own tokenizer) or a trained decoder run
+    (byte tokenizer): the optimizer's ``(prompt, seed)``, or with ``batch`` the text
+    executor's ``(prompts, seed)``."""
     if hf_dir is not None:
         from jaxlab.commands.generate import _load_hf
 
         model, params, tok = _load_hf(hf_dir)
-        return model_generator(model, params, tok, max_new_tokens=max_new_tokens)
-    model, params = open_decoder_run(recipe, run_dir)
-    return model_generator(model, params, max_new_tokens=max_new_tokens)
+    else:
+        (model, params), tok = open_decoder_run(recipe, run_dir), None
+    make = batch_generator if batch else model_generator
+    return make(model, params, tok, max_new_tokens=max_new_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,7 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="action", required=True)
     s = sub.add_parser("search", help="run or resume a search")
     s.add_argument("--task", default="arithmetic", help="'arithmetic' or a JSON-lines task file")
-    s.add_argument("--executor", choices=("standin", "lm"), default="standin")
+    s.add_argument("--executor", choices=("standin", "lm", "text"), default="standin")
+    s.add_argument(
+        "--format",
+        default=None,
+        choices=("gsm8k", "math", "humaneval", "mbpp", "hotpotqa"),
+        help="a benchmark layout: --task FILE (default: the shipped sample), --executor text",
+    )
+    s.add_argument("--executor-hf-dir", default=None, help="text executor: Hugging Face model")
+    s.add_argument("--executor-max-new-tokens", type=int, default=128)
     s.add_argument("--rounds", type=int, default=20)
     s.add_argument("--run-dir", required=True)
     s.add_argument("--seed", type=int, default=0)
@@ -193,11 +201,90 @@ def _optimizer(args, load_generator):
     return opt, desc
 
 
+def _text_executor(args, load_generator):
+    """The task of ``--format``/``--task``, its 1:4 split and the text executor on
+    ``--executor-hf-dir`` or ``--lm-run-dir`` (code formats get a sandbox)."""
+    from jaxlab.core.errors import UserError
+    from jaxlab.workflows import formats
+    from jaxlab.workflows.sandbox import Sandbox, SandboxUnavailable
+    from jaxlab.workflows.text_executor import CODE_FORMATS, TextExecutor
+
+    if args.format is None or args.executor != "text":
+        raise UserError(
+            f"--format {args.format} with --executor {args.executor}: a benchmark format runs "
+            "on the text executor",
+            "pass --format FMT --executor text --executor-hf-dir DIR",
+        )
+    if (args.executor_hf_dir is None) == (args.lm_run_dir is None):
+        raise UserError("--executor text needs exactly one of --executor-hf-dir and --lm-run-dir")
+    if load_generator is None:
+        raise UserError("--executor text: no model loader (run it as `jaxlab workflows ...`)")
+    path = formats.sample_path(args.format) if args.task == "arithmetic" else Path(args.task)
+    task = formats.load_task(args.format, path)
+    try:
+        sandbox = Sandbox() if args.format in CODE_FORMATS else None
+    except SandboxUnavailable as e:
+        raise UserError(str(e)) from None
+    generate = load_generator(
+        hf_dir=args.executor_hf_dir,
+        run_dir=args.lm_run_dir,
+        recipe=args.lm_recipe,
+        max_new_tokens=args.executor_max_new_tokens,
+        batch=True,
+    )
+    executor = TextExecutor(generate, task, sandbox)
+    val_idx, test_idx = formats.split_indices(len(task), args.seed)
+    desc = {
+        "task": f"{args.format}:{path.resolve()}",
+        "executor": "text",
+        "executor_model": str(Path(args.executor_hf_dir or args.lm_run_dir).resolve()),
+        "executor_max_new_tokens": args.executor_max_new_tokens,
+    }
+    return executor, executor.problems(val_idx), executor.problems(test_idx), desc
+
+
+def _text_search(args, run_dir: Path, load_generator) -> int:
+    """``search --format FMT --executor text``: the search on a benchmark task file."""
+    from jaxlab.core.errors import UserError
+
+    try:
+        executor, val, test, desc = _text_executor(args, load_generator)
+        optimizer, opt_desc = _optimizer(args, load_generator)
+        config = search.SearchConfig(
+            max_rounds=args.rounds,
+            validation_runs=args.validation_runs,
+            seed=args.seed,
+            check_convergence=not args.no_convergence,
+            max_expansion_tries=args.expansion_tries,
+        )
+        print(f"{'round':>5} {'score':>6} {'parent':>6}  edit")
+        state = search.run_search(
+            program.initial_workflow(),
+            executor,
+            val,
+            optimizer,
+            config,
+            run_dir=run_dir,
+            describe={**desc, **opt_desc, "experience": not args.no_experience},
+            on_round=_print_round,
+        )
+    except (program.WorkflowError, tasks.TaskFileError, search.SearchStateError) as e:
+        raise UserError(str(e), f"the search state in {run_dir} is unchanged") from None
+    return _finish(args, run_dir, state, executor, val, test)
+
+
+def _print_round(rec, _state) -> None:
+    parent = "-" if rec["parent"] is None else str(rec["parent"])
+    print(f"{rec['round']:>5} {rec['score']:>6.3f} {parent:>6}  {rec['modification']}")
+    sys.stdout.flush()
+
+
 def _search_locked(args, run_dir: Path, load_lm, load_generator=None) -> int:
-    from jaxlab.core import json_files
     from jaxlab.core.errors import UserError
 
     _check_new_or_search_dir(run_dir)
+    if args.format is not None or args.executor == "text":
+        return _text_search(args, run_dir, load_generator)
     try:
         if args.task == "arithmetic":
             problems = tasks.make_problems(args.seed, args.num_problems, max_terms=args.max_terms)
@@ -215,12 +302,6 @@ def _search_locked(args, run_dir: Path, load_lm, load_generator=None) -> int:
         )
         optimizer, opt_desc = _optimizer(args, load_generator)
         print(f"{'round':>5} {'score':>6} {'parent':>6}  edit")
-
-        def show(rec, _state):
-            parent = "-" if rec["parent"] is None else str(rec["parent"])
-            print(f"{rec['round']:>5} {rec['score']:>6.3f} {parent:>6}  {rec['modification']}")
-            sys.stdout.flush()
-
         state = search.run_search(
             program.initial_workflow(),
             executor,
@@ -234,7 +315,7 @@ def _search_locked(args, run_dir: Path, load_lm, load_generator=None) -> int:
                 **opt_desc,
                 "experience": not args.no_experience,
             },
-            on_round=show,
+            on_round=_print_round,
         )
     except (
         program.WorkflowError,
@@ -243,6 +324,13 @@ def _search_locked(args, run_dir: Path, load_lm, load_generator=None) -> int:
         search.SearchStateError,
     ) as e:
         raise UserError(str(e), f"the search state in {run_dir} is unchanged") from None
+    return _finish(args, run_dir, state, executor, val, test)
+
+
+def _finish(args, run_dir: Path, state, executor, val, test) -> int:
+    """Evaluates the best workflow on the test part; writes the code, plot and summary."""
+    from jaxlab.core import json_files
+
     best = state.best()
     workflow = program.Workflow.from_json(best["workflow"])
     test_eval = interpreter.evaluate(

@@ -69,3 +69,25 @@ def test_a_hugging_face_model_as_optimizer_runs_and_its_replies_are_counted(tmp_
     usage = summary["optimizer_usage"]
     assert usage["calls"] == sum(summary["rejections"].values()) + summary["rounds"] - 1
     assert usage["prompt_tokens"] > 0 and 0 < usage["generated_tokens"] <= 8 * usage["calls"]
+
+
+def test_a_format_file_with_a_missing_field_is_named_by_line_before_any_model_loads(
+    tmp_path, capsys
+):
+    path = tmp_path / "gsm.jsonl"
+    path.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?"}\n')
+    base = ["workflows", "search", "--format", "gsm8k", "--task", str(path)]
+    args = [
+        *base,
+        "--executor",
+        "text",
+        "--executor-hf-dir",
+        str(HF),
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]
+    assert cli.main(args) == 2
+    assert "gsm.jsonl:2: missing field 'answer'" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "state.json").exists()
+    assert cli.main([*base, "--run-dir", str(tmp_path / "s")]) == 2
+    assert "a benchmark format runs on the text executor" in capsys.readouterr().err
