@@ -27,7 +27,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from jaxlab.workflows.program import MAX_ENSEMBLE, MAX_TEST_LOOPS, PROMPTS, Step, Workflow
+from jaxlab.workflows.program import (
+    MAX_ENSEMBLE,
+    MAX_TEST_LOOPS,
+    PROMPTS,
+    Step,
+    Workflow,
+    WorkflowError,
+    validate,
+)
 
 MAX_STEPS = 7
 
@@ -88,19 +96,26 @@ def edits(workflow: Workflow) -> list[Proposal]:
 
     def add(kind: str, text: str, new_steps: Sequence[Step]) -> None:
         new = Workflow(tuple(new_steps))
+        try:  # e.g. removing the review that an ``if not feedback`` reads
+            validate(new)
+        except WorkflowError:
+            return
         if len(new_steps) <= MAX_STEPS and new.key() not in seen:  # equal programs: one edit
             seen.add(new.key())
             out.append(Proposal(new, text, kind))
 
-    # solver: swap generate <-> programmer, ensemble size
-    solver = head.arg("solver") if head.op == "sc_ensemble" else head.op
-    other = "programmer" if solver == "generate" else "generate"
-    swapped = (
-        head.replace(solver=other)
-        if head.op == "sc_ensemble"
-        else Step.make(other, prompt=head.arg("prompt"))
-    )
-    add("solver", f"replace {solver} with {other}", [swapped, *rest])
+    # solver: swap generate <-> programmer, ensemble size (heads of the other operators, which
+    # only a language-model optimizer writes, keep their solver: no edit of the grammar makes
+    # or unmakes them)
+    if head.op in ("generate", "programmer", "sc_ensemble"):
+        solver = head.arg("solver") if head.op == "sc_ensemble" else head.op
+        other = "programmer" if solver == "generate" else "generate"
+        swapped = (
+            head.replace(solver=other)
+            if head.op == "sc_ensemble"
+            else Step.make(other, prompt=head.arg("prompt"))
+        )
+        add("solver", f"replace {solver} with {other}", [swapped, *rest])
     if head.op == "sc_ensemble":
         n = head.arg("n")
         for m in (n - 2, n + 2):
@@ -111,7 +126,7 @@ def edits(workflow: Workflow) -> list[Proposal]:
             f"remove sc_ensemble of {n}",
             [Step.make(solver, prompt=head.arg("prompt")), *rest],
         )
-    else:
+    elif head.op in ("generate", "programmer"):
         add(
             "ensemble",
             f"wrap {solver} in sc_ensemble of 3",

@@ -8,6 +8,8 @@ table, so the plurality vote counts equal texts. Extraction follows the format: 
 (GSM8K), the last ``\\boxed{}`` (MATH), the code (HumanEval, MBPP: a fenced block if there is
 one), the first line (HotpotQA).
 
+* ``programmer`` evaluates the first line of its reply with the whitelisting interpreter of
+  :mod:`jaxlab.workflows.programmer` (never ``eval``).
 * ``review`` asks for ``yes``/``no``; ``revise`` rewrites rejected answers with the old answer
   in the prompt; ``format`` asks rejected-format answers again for only the final answer.
 * ``md_ensemble``'s ``choose`` lists the candidates as letters and reads the letter back (the
@@ -35,6 +37,7 @@ import numpy as np
 from jaxlab.workflows.formats import TaskSet, last_boxed, last_number
 from jaxlab.workflows.interpreter import Answers
 from jaxlab.workflows.program import PROMPTS
+from jaxlab.workflows.programmer import ProgrammerError, safe_eval
 from jaxlab.workflows.sandbox import SandboxUnavailable
 from jaxlab.workflows.tasks import Problems
 
@@ -121,7 +124,21 @@ class TextExecutor:
         prompts = [
             self._prompt(head, prompt, q, instruction) for _ in range(n) for q in problems.questions
         ]
-        return self._answers(self._call(key, prompts), (n, len(problems)))
+        texts = self._call(key, prompts)
+        if solver == "programmer":
+            texts = [self._program(t) for t in texts]
+        return self._answers(texts, (n, len(problems)))
+
+    @staticmethod
+    def _program(text: str) -> str:
+        """The programmer's reply: its first line as an arithmetic expression, evaluated by the
+        whitelisting interpreter (:func:`~jaxlab.workflows.programmer.safe_eval`); the reply
+        unchanged where it is not one."""
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        try:
+            return str(safe_eval(line))
+        except ProgrammerError:
+            return text
 
     def review(self, key, prompt, problems: Problems, answers: Answers, instruction: str = ""):
         value, valid = np.asarray(answers.value), np.asarray(answers.valid)

@@ -42,6 +42,13 @@ def test_programs_with_control_flow_print_and_parse_back():
         assert parse_workflow(p.workflow.to_code()) == p.workflow
 
 
+def test_grammar_edits_of_a_program_with_the_new_operators_stay_valid():
+    proposals = optimizer.edits(RICH)
+    assert proposals and all(validate(p.workflow) for p in proposals)
+    assert not any("remove review at step 1" in p.modification for p in proposals)
+    assert {p.workflow.steps[0].replace(prompt="plain") for p in proposals} == {RICH.steps[0]}
+
+
 _OK = 'def workflow(problem):\n    answer = generate(problem, prompt="plain")\n'
 
 

@@ -104,3 +104,19 @@ def test_without_a_sandbox_the_test_operator_is_refused_by_name():
         interpreter.run_workflow(
             jax.random.key(0), parse_workflow(REVISE_AND_TEST), executor, executor.problems()
         )
+
+
+def test_the_programmer_reply_is_evaluated_by_the_whitelisting_interpreter(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    task = formats.load_task("gsm8k", formats.sample_path("gsm8k"))
+    replies = ["12+3*4\nso 24", "__import__('os').system('touch PWNED')", "150-45-60"]
+
+    def generate(prompts, seed):
+        return [replies[j % 3] for j in range(len(prompts))]
+
+    executor = TextExecutor(generate, task)
+    problems = executor.problems([0, 1, 2])
+    out = executor.solve(jax.random.key(0), "programmer", "plain", problems, 1)
+    texts = [executor.text(v) for v in out.value[0]]
+    assert texts[0] == "24" and texts[2] == "45" and texts[1] == ""  # no number: no answer
+    assert not (tmp_path / "PWNED").exists()
