@@ -69,7 +69,9 @@ class TextExecutor:
         self.ids: dict[str, int] = {"": 0}
         self.stats = {"calls": 0, "prompts": 0, "tokens": 0}
 
-    def problems(self, indices: Sequence[int] | None = None) -> Problems:
+    def problems(self, indices: Sequence[int] | np.ndarray | None = None) -> Problems:
+        """The problem batch of the items ``indices`` (all by default); ``answers`` holds the
+        item indices."""
         idx = np.arange(len(self.task)) if indices is None else np.asarray(indices)
         return Problems(
             tuple(self.task.questions[i] for i in idx),

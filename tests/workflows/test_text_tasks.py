@@ -1,14 +1,10 @@
-"""Searches on the shipped sample of each benchmark format: a scripted executor model, a Hugging
-Face fixture model as optimizer, official scoring, the sandboxed Test operator, resume."""
-
-from pathlib import Path
+"""Searches on the shipped sample of each benchmark format with scripted executor and optimizer
+models: official scoring, the sandboxed Test operator, resume (the Hugging Face fixture model
+runs both roles through the command in ``test_workflows_show.py``)."""
 
 import jax
 import pytest
 
-from jaxlab.commands.workflows import model_generator
-from jaxlab.lm.hub import load_hf, load_tokenizer
-from jaxlab.lm.model import Decoder
 from jaxlab.workflows import formats, interpreter, search
 from jaxlab.workflows.lm_optimizer import LMOptimizer
 from jaxlab.workflows.parse import parse_workflow
@@ -16,14 +12,18 @@ from jaxlab.workflows.program import initial_workflow
 from jaxlab.workflows.sandbox import Sandbox, SandboxUnavailable
 from jaxlab.workflows.text_executor import TextExecutor
 
-HF = Path(__file__).parents[1] / "lm" / "fixtures" / "tiny_llama"
 
-
-@pytest.fixture(scope="module")
-def hf_optimizer():
-    loaded = load_hf(HF)
-    tok = load_tokenizer(HF, model_vocab_size=loaded.cfg.vocab_size)
-    return model_generator(Decoder(loaded.cfg), loaded.params, tok, max_new_tokens=8)
+def _optimizer(prompt, seed):
+    """A scripted optimizer: an ensemble with a review, or a reply without a program."""
+    if seed % 3 == 0:
+        return "Add more checks."
+    return (
+        "<modification>ensemble and review</modification>\n<graph>\ndef workflow(problem):\n"
+        '    answer = sc_ensemble([generate(problem, prompt="plain") for _ in range(3)])\n'
+        '    feedback = review(problem, answer, prompt="plain")\n'
+        '    answer = revise(problem, answer, feedback, prompt="plain")\n'
+        "    return answer\n</graph>"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +60,11 @@ def _oracle(task):
 
 
 @pytest.mark.parametrize("fmt", sorted(formats.FIELDS))
-def test_a_search_runs_end_to_end_on_each_format(fmt, hf_optimizer, sandbox, tmp_path):
+def test_a_search_runs_end_to_end_on_each_format(fmt, sandbox, tmp_path):
     task = formats.load_task(fmt, formats.sample_path(fmt))
     executor = TextExecutor(_oracle(task), task, sandbox)
     config = search.SearchConfig(seed=0, max_rounds=2, validation_runs=1, max_expansion_tries=2)
-    args = (initial_workflow(), executor, executor.problems(), LMOptimizer(hf_optimizer), config)
+    args = (initial_workflow(), executor, executor.problems(), LMOptimizer(_optimizer), config)
     state = search.run_search(*args, run_dir=tmp_path / "run")
     first = state.rounds[0]
     assert first["score"] == pytest.approx(0.6)  # items 0, 2, 4 of 5
@@ -73,7 +73,13 @@ def test_a_search_runs_end_to_end_on_each_format(fmt, hf_optimizer, sandbox, tmp
         task.reference(i) for i in range(len(task))
     }
     assert first["cost"]["calls"] == 1.0 and first["cost"]["generated_tokens"] > 0
-    assert sum(state.rejection_counts().values()) == state.optimizer_usage()["calls"] > 0
+    rejected = sum(state.rejection_counts().values())
+    assert rejected + len(state.rounds) - 1 == state.optimizer_usage()["calls"]
+    # the ensemble + review child: where the odd items' nonsense has no answer in the format
+    # (no number, no \boxed{}), the review rejects it and the revision is right
+    extractable = fmt in ("gsm8k", "math")
+    assert state.rounds[1]["score"] == pytest.approx(1.0 if extractable else 0.6)
+    assert state.rounds[1]["cost"]["calls"] == pytest.approx(3 + 1 + 0.4 * extractable)
     if fmt == "gsm8k":  # resume: the same record from the saved state
         again = search.run_search(*args, run_dir=tmp_path / "run")
         assert again.to_json() == state.to_json()

@@ -56,16 +56,19 @@ def test_bad_optimizer_and_standin_settings_are_refused_before_any_file(
     assert not (run / "state.json").exists()
 
 
-def test_a_hugging_face_model_as_optimizer_runs_and_its_replies_are_counted(tmp_path, capsys):
+def test_a_hugging_face_model_runs_the_operators_and_the_optimizer_on_a_format(tmp_path):
     run = tmp_path / "run"
     args = [
-        *("workflows", "search", "--standin-config", "hard", "--optimizer", "lm"),
-        *("--optimizer-hf-dir", str(HF), "--optimizer-max-new-tokens", "8"),
-        *("--rounds", "2", "--num-problems", "10", "--expansion-tries", "2"),
+        *("workflows", "search", "--format", "gsm8k", "--executor", "text"),
+        *("--executor-hf-dir", str(HF), "--executor-max-new-tokens", "8"),
+        *("--optimizer", "lm", "--optimizer-hf-dir", str(HF), "--optimizer-max-new-tokens", "8"),
+        *("--rounds", "2", "--expansion-tries", "1", "--validation-runs", "1"),
         *("--run-dir", str(run)),
     ]
     assert cli.main(args) == 0
     summary = json.loads((run / "summary.json").read_text())
+    assert (summary["val_size"], summary["test_size"]) == (1, 4)
+    assert summary["best_cost"]["generated_tokens"] > 0
     usage = summary["optimizer_usage"]
     assert usage["calls"] == sum(summary["rejections"].values()) + summary["rounds"] - 1
     assert usage["prompt_tokens"] > 0 and 0 < usage["generated_tokens"] <= 8 * usage["calls"]
