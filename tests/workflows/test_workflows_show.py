@@ -6,33 +6,53 @@ from pathlib import Path
 import pytest
 
 from jaxlab import cli
-from jaxlab.workflows import search, tasks
-from jaxlab.workflows.optimizer import EditOptimizer
+from jaxlab.workflows import search
+from jaxlab.workflows.parse import parse_workflow
 from jaxlab.workflows.program import initial_workflow
-from jaxlab.workflows.standin import StandInExecutor
 
 HF = Path(__file__).parents[1] / "lm" / "fixtures" / "tiny_llama"
 
 
+def _round(r, workflow, score, calls):
+    return {
+        "round": r,
+        "parent": None if r == 1 else 1,
+        "modification": "m",
+        "kind": "lm",
+        "workflow": workflow.to_json(),
+        "scores": [score, score],
+        "score": score,
+        "std": 0.0,
+        "failures": {},
+        "cost": {"calls": calls, "prompt_tokens": 10.0 * calls, "generated_tokens": 8.0 * calls},
+        "optimizer_cost": {"calls": 2, "prompt_tokens": 100, "generated_tokens": 20},
+    }
+
+
 def test_show_prints_the_best_workflow_with_scores_cost_and_front(tmp_path, capsys):
     run = tmp_path / "run"
-    val = tasks.make_problems(0, 40)
-    config = search.SearchConfig(seed=0, max_rounds=4, check_convergence=False)
-    state = search.run_search(
-        initial_workflow(), StandInExecutor(), val, EditOptimizer(), config, run_dir=run
+    ensemble = parse_workflow(
+        "def workflow(problem):\n"
+        '    answer = sc_ensemble([generate(problem, prompt="plain") for _ in range(5)])\n'
+        "    return answer\n"
     )
-    best = state.best()
+    rounds = [
+        _round(1, initial_workflow(), 0.6, 1.0),
+        _round(2, ensemble, 0.7, 5.0),
+        _round(3, ensemble, 0.65, 6.0),  # dominated: lower score, more calls than round 2
+    ]
+    state = search.SearchState({"x": 1}, rounds, stopped="round limit 3")
+    state.rejected = [{"round": 2, "reason": "syntax", "detail": "d", "parent": 1}]
+    state.timing = {str(r): {"evaluation_s": 0.5, "round_s": 1.0} for r in (1, 2, 3)}
+    search.save_state(run, state)
     assert cli.main(["workflows", "show", str(run)]) == 0
     out = capsys.readouterr().out
-    assert f"# best: round {best['round']} of 4" in out
-    assert f"# validation {best['score']:.4f}" in out
-    assert f"# cost per problem: {best['cost']['calls']:.2f} calls" in out
-    assert "\n" + state.workflow(best["round"]).to_code() in out
-    front = [
-        f"#   {r['round']}: {r['score']:.4f} @ {r['cost']['calls']:.2f}" for r in state.front()
-    ]
-    assert "# score/cost front (round: score @ calls per problem):\n" + "\n".join(front) in out
-    assert "# optimizer: 0 calls" in out and "# wall time:" in out
+    assert out.startswith("# best: round 2 of 3 (round limit 3)\n# validation 0.7000")
+    assert "# cost per problem: 5.00 calls, 50.0 prompt tokens, 40.0 generated tokens" in out
+    assert "\n" + ensemble.to_code() in out
+    assert "per problem):\n#   1: 0.6000 @ 1.00\n#   2: 0.7000 @ 5.00\n# optimizer" in out
+    assert "# optimizer: 6 calls, 300 prompt tokens, 60 generated tokens" in out
+    assert "rejected: {'syntax': 1}" in out and "# wall time: 3.00 s over 3 rounds" in out
 
 
 def test_show_without_a_search_is_a_clear_error(tmp_path, capsys):
