@@ -11,6 +11,11 @@ one JSON line per measurement.
   evaluations/s, prompts per model call, output tokens/s, particle decoding steps/s,
   ``model_share`` (wall time inside the jit-compiled decoding calls) and ``operator_share``
   (inside operator calls, i.e. also prompt building and output parsing on the host).
+* ``text``: a Hugging Face model (``--hf-dir``, default the tiny test fixture) as the text
+  executor on the GSM8K sample (repeated to ``--text-problems`` problems) and as the optimizer:
+  workflow evaluations/s and generated tokens/s with the prompts of an operator call batched
+  (``batched``) and sent one at a time (``one_at_a_time``), and the optimizer's replies/s and
+  tokens/s for ``--text-problems`` prompts batched and one at a time.
 * ``--train-lm DIR``: trains a small byte decoder on the executor's prompt formats
   (:func:`jaxlab.workflows.lm_executor.training_text` over word problems disjoint from the
   search's) with the ``lm-tiny`` recipe's pieces and the shared loop, saved as an ``lm-tiny``
@@ -215,6 +220,9 @@ def main():
     ap.add_argument("--lm-problems", type=int, default=60)
     ap.add_argument("--lm-rounds", type=int, default=10)
     ap.add_argument("--max-terms", type=int, default=2, help="LM task: numbers per problem")
+    ap.add_argument("--hf-dir", default=None, help="text part: a Hugging Face model directory")
+    ap.add_argument("--text-problems", type=int, default=16)
+    ap.add_argument("--text-max-new-tokens", type=int, default=16)
     args = ap.parse_args()
     val, test = tasks.split(tasks.make_problems(0, 1000), 0)
     seeds = 2 if args.quick else args.seeds
@@ -226,6 +234,94 @@ def main():
     if "lm" in parts:
         lm_val, _ = tasks.split(tasks.make_problems(0, 1000, max_terms=args.max_terms), 0)
         bench_lm(args, lm_val)
+    if "text" in parts:
+        bench_text(args, 0.5 if args.quick else args.seconds)
+
+
+def _timed_rate(fn, seconds):
+    """``fn()`` once untimed (compiles), then until ``seconds`` pass (at least twice):
+    ``(compile_s, seconds per call, calls/s)``."""
+    t = time.perf_counter()
+    fn()
+    compile_s = time.perf_counter() - t
+    n, t = 0, time.perf_counter()
+    while time.perf_counter() - t < seconds or n < 2:
+        fn()
+        n += 1
+    wall = time.perf_counter() - t
+    return compile_s, wall / n, n / wall
+
+
+def bench_text(args, seconds):
+    """The ``text`` part (module docstring)."""
+    from jaxlab.commands.workflows import batch_generator
+    from jaxlab.lm.hub import load_hf, load_tokenizer
+    from jaxlab.lm.model import Decoder
+    from jaxlab.workflows import formats
+    from jaxlab.workflows.text_executor import TextExecutor
+
+    hf = Path(args.hf_dir or Path(__file__).parents[1] / "tests/lm/fixtures/tiny_llama")
+    loaded = load_hf(hf)
+    tok = load_tokenizer(hf, model_vocab_size=loaded.cfg.vocab_size)
+    model, n = Decoder(loaded.cfg), args.text_problems
+    task = formats.load_task("gsm8k", formats.sample_path("gsm8k"))
+    items = [task.items[i % len(task)] for i in range(n)]
+    task = formats.TaskSet("gsm8k", tuple(items), tuple(it["question"] for it in items))
+    new = args.text_max_new_tokens
+    for mode, bucket in (("batched", 8), ("one_at_a_time", 1)):
+        gen = batch_generator(model, loaded.params, tok, max_new_tokens=new, batch_bucket=bucket)
+        if bucket == 1:
+            batched = gen
+
+            def gen(prompts, seed, batched=batched):
+                outs = [batched([p], seed + i) for i, p in enumerate(prompts)]
+                usage = {k: sum(o[1][k] for o in outs) for k in outs[0][1]}
+                return [o[0][0] for o in outs], usage
+
+        ex = TextExecutor(gen, task)
+        problems = ex.problems()
+        keys = iter(range(10**6))
+        before = dict(ex.stats)
+        compile_s, per, rate = _timed_rate(
+            lambda ex=ex, problems=problems, keys=keys: interpreter.evaluate(
+                jax.random.key(next(keys)), initial_workflow(), ex, problems, 1
+            ),
+            seconds,
+        )
+        tokens = ex.stats["tokens"] - before["tokens"]
+        evals = ex.stats["calls"] - before["calls"]
+        emit(
+            what="text_executor_eval",
+            mode=mode,
+            model=hf.name,
+            problems=n,
+            max_new_tokens=new,
+            compile_s=round(compile_s, 3),
+            time=round(per, 5),
+            rate=round(rate, 3),
+            unit="evaluations/s",
+            generated_tokens_per_s=round(tokens / evals * rate, 1),
+        )
+        prompts = [f"Improve this workflow {i}.\n<graph>" for i in range(n)]
+        seeds = iter(range(10**6))
+        out = {}
+
+        def ask(gen=gen, prompts=prompts, seeds=seeds, out=out):
+            out["usage"] = gen(prompts, next(seeds))[1]
+
+        compile_s, per, rate = _timed_rate(ask, seconds)
+        emit(
+            what="text_optimizer_replies",
+            mode=mode,
+            model=hf.name,
+            prompts=n,
+            max_new_tokens=new,
+            compile_s=round(compile_s, 3),
+            time=round(per, 5),
+            rate=round(rate * n, 3),
+            unit="replies/s",
+            generated_tokens_per_s=round(out["usage"]["generated_tokens"] * rate, 1),
+        )
 
 
 def bench_standin(val, seconds):

@@ -1,5 +1,6 @@
 """``jaxlab workflows ...``: the AFlow search command with a trained decoder run injected as the
-language-model executor's model.
+language-model executor's model, and a jaxlab run or a Hugging Face directory as the optimizer's
+model (:func:`model_generator`).
 
 A command, not part of the family: it joins ``lm`` (the decoder and its run) with ``workflows``
 (whose modules only see a ``decoding.CausalLM``). The search itself is
@@ -12,10 +13,16 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding.arithmetic import byte_token_strings
+from jaxlab.decoding.generate import generate
+from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig
-from jaxlab.lm.tokenizer import BOS_ID, EOS_ID
+from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, ByteTokenizer
 from jaxlab.workflows import cli as workflows_cli
 from jaxlab.workflows.lm_executor import TextLM
 
@@ -34,6 +41,11 @@ def byte_text_lm(model: Decoder, params) -> TextLM:
 
 def load_text_lm(recipe_name: str, run_dir: str | Path) -> TextLM:
     """Opens a trained decoder run (e.g. ``lm-tiny``) on one device as a :class:`TextLM`."""
+    return byte_text_lm(*open_decoder_run(recipe_name, run_dir))
+
+
+def open_decoder_run(recipe_name: str, run_dir: str | Path) -> tuple[Decoder, object]:
+    """``(model, params)`` of a trained decoder run, errors as ``UserError``."""
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.errors import UserError
     from jaxlab.core.run import open_run
@@ -48,7 +60,89 @@ def load_text_lm(recipe_name: str, run_dir: str | Path) -> TextLM:
     if not isinstance(getattr(r.config_cls(), "model", None), DecoderConfig):
         raise UserError(f"--lm-recipe {r.name}: not a decoder language model")
     run = open_run(run_dir, recipe=r)
-    return byte_text_lm(Decoder(run.cfg.model), run.state.params)
+    return Decoder(run.cfg.model), run.state.params
+
+
+def batch_generator(
+    model: Decoder,
+    params,
+    tokenizer=None,
+    *,
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    batch_bucket: int = 8,
+):
+    """``(prompts, seed) -> (texts, usage)`` on a decoder: one batched sampling call.
+
+    Prompts are cut to a fixed width (``max_len - max_new_tokens - 1`` tokens; a longer prompt
+    keeps its end, where the templates put the output instructions) and the batch is padded to
+    a multiple of ``batch_bucket``, so a search compiles a handful of programs. ``usage``
+    counts the prompt tokens read and the tokens generated.
+    """
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    max_new = min(max_new_tokens, model.cfg.max_len // 2)
+    width = model.cfg.max_len - max_new - 1
+    lm = decoder_lm(model)
+    stop = jnp.array([tok.eos_id if tok.eos_id >= 0 else -1])
+    run = jax.jit(
+        lambda k, p, pr, ln: generate(
+            k,
+            lm,
+            p,
+            pr,
+            ln,
+            max_len=width + max_new,
+            sampling_params=SamplingParams(temperature=temperature),
+            stop_tokens=stop,
+            pad_id=tok.pad_id,
+        )
+    )
+
+    def generate_batch(prompts: list[str], seed: int) -> tuple[list[str], dict]:
+        ids = [tok.encode(p, add_bos=tok.bos_id >= 0, add_eos=False)[-width:] for p in prompts]
+        rows = -(-len(ids) // batch_bucket) * batch_bucket
+        batch = np.full((rows, width), tok.pad_id, np.int32)
+        lengths = np.ones(rows, np.int32)
+        for r, row in enumerate(ids):
+            batch[r, : len(row)] = row
+            lengths[r] = len(row)
+        out = run(jax.random.key(seed), params, jnp.asarray(batch), jnp.asarray(lengths))
+        texts, generated = [], 0
+        for r, row in enumerate(ids):
+            end = min(int(out.lengths[r]), len(row) + max_new)
+            new = np.asarray(out.tokens[r, len(row) : end])
+            generated += int(new.size)
+            texts.append(tok.decode(new, stop_at_eos=True))
+        prompt_tokens = sum(len(r) for r in ids)
+        return texts, {"prompt_tokens": prompt_tokens, "generated_tokens": generated}
+
+    return generate_batch
+
+
+def model_generator(model: Decoder, params, tokenizer=None, *, max_new_tokens: int = 256):
+    """The optimizer's generator ``(prompt, seed) -> (text, usage)``: :func:`batch_generator`
+    on one prompt."""
+    batch = batch_generator(model, params, tokenizer, max_new_tokens=max_new_tokens, batch_bucket=1)
+
+    def generate_reply(prompt: str, seed: int) -> tuple[str, dict]:
+        texts, usage = batch([prompt], seed)
+        return texts[0], usage
+
+    return generate_reply
+
+
+def load_generator(*, hf_dir=None, run_dir=None, recipe="lm-tiny", max_new_tokens=256, batch=False):
+    """A generator on a Hugging Face directory (its own tokenizer) or a trained decoder run
+    (byte tokenizer): the optimizer's ``(prompt, seed)``, or with ``batch`` the text
+    executor's ``(prompts, seed)``."""
+    if hf_dir is not None:
+        from jaxlab.commands.generate import _load_hf
+
+        model, params, tok = _load_hf(hf_dir)
+    else:
+        (model, params), tok = open_decoder_run(recipe, run_dir), None
+    make = batch_generator if batch else model_generator
+    return make(model, params, tok, max_new_tokens=max_new_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,4 +152,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     """``jaxlab workflows search ...`` (see :mod:`jaxlab.workflows.cli`)."""
-    return workflows_cli.main(argv, load_lm=load_text_lm)
+    return workflows_cli.main(argv, load_lm=load_text_lm, load_generator=load_generator)

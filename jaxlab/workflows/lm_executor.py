@@ -271,35 +271,47 @@ class LMExecutor:
         except ProgrammerError:
             return None
 
-    def solve(self, key, solver, prompt, problems: Problems, n: int) -> Answers:
-        texts = [prompt_text(solver, prompt, q) for _ in range(n) for q in problems.questions]
+    def solve(self, key, solver, prompt, problems: Problems, n: int, instruction: str = ""):
+        """``answer_generate`` and ``custom`` are ``generate`` calls; an instruction is put
+        before the prompt."""
+        kind = "generate" if solver in ("answer_generate", "custom") else solver
+        head = f"{instruction}\n" if instruction else ""
+        texts = [head + prompt_text(kind, prompt, q) for _ in range(n) for q in problems.questions]
         if solver == "programmer":
             out = [self._program(t) for t in self.generate_texts(key, "expr", texts)]
-        elif solver == "generate":
+        elif kind == "generate":
             out = [self._int(t) for t in self.generate_texts(key, "answer", texts)]
         else:
             raise ValueError(f"solver={solver!r}: expected 'generate' or 'programmer'")
         return self._answers(out, (n, len(problems)))
 
-    def review(self, key, prompt, problems: Problems, answers: Answers):
+    def review(self, key, prompt, problems: Problems, answers: Answers, instruction: str = ""):
         value, valid = np.asarray(answers.value), np.asarray(answers.valid)
         idx = np.flatnonzero(valid)
         verdict = np.zeros(len(problems), bool)
         if idx.size:
+            head = f"{instruction}\n" if instruction else ""
             texts = [
-                prompt_text("review", prompt, problems.questions[i], int(value[i])) for i in idx
+                head + prompt_text("review", prompt, problems.questions[i], int(value[i]))
+                for i in idx
             ]
             verdict[idx] = [t == "yes" for t in self.generate_texts(key, "review", texts)]
         return jnp.asarray(verdict)
 
-    def revise(self, key, prompt, problems: Problems, answers: Answers, feedback) -> Answers:
+    def revise(
+        self, key, prompt, problems: Problems, answers: Answers, feedback, instruction: str = ""
+    ) -> Answers:
+        head = f"{instruction}\n" if instruction else ""
         value, valid = np.asarray(answers.value).copy(), np.asarray(answers.valid).copy()
         idx = np.flatnonzero(~np.asarray(feedback))
         if idx.size:
             texts = [
-                prompt_text("revise", prompt, problems.questions[i], int(value[i]))
-                if valid[i]
-                else prompt_text("generate", prompt, problems.questions[i])
+                head
+                + (
+                    prompt_text("revise", prompt, problems.questions[i], int(value[i]))
+                    if valid[i]
+                    else prompt_text("generate", prompt, problems.questions[i])
+                )
                 for i in idx
             ]
             for i, t in zip(idx, self.generate_texts(key, "answer", texts), strict=True):

@@ -27,7 +27,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from jaxlab.workflows.program import MAX_ENSEMBLE, MAX_TEST_LOOPS, PROMPTS, Step, Workflow
+from jaxlab.workflows.program import (
+    MAX_ENSEMBLE,
+    MAX_TEST_LOOPS,
+    PROMPTS,
+    Step,
+    Workflow,
+    WorkflowError,
+    validate,
+)
 
 MAX_STEPS = 7
 
@@ -49,9 +57,14 @@ class Experience:
 
 @dataclasses.dataclass(frozen=True)
 class Proposal:
+    """A new workflow and the modification that made it; ``usage``: the optimizer's cost
+    (``calls``, ``prompt_tokens``, ``generated_tokens``; empty for edits drawn without a
+    model)."""
+
     workflow: Workflow
     modification: str
     kind: str
+    usage: dict = dataclasses.field(default_factory=dict)
 
 
 @runtime_checkable
@@ -65,7 +78,12 @@ class Optimizer(Protocol):
         experience: Sequence[Experience],
         failures: Mapping[str, Any],
         is_duplicate: Callable[[Workflow], bool],
-    ) -> Proposal | None: ...
+    ) -> Proposal | None:
+        """One modification of ``parent``; ``None`` when it has none left. An optimizer may
+        also return a ``lm_optimizer.Rejection`` (counted by the search, which asks again), and
+        with ``wants_history = True`` it is also passed ``scores`` ({round: score}) and
+        ``parent_round``."""
+        ...
 
 
 def edits(workflow: Workflow) -> list[Proposal]:
@@ -78,19 +96,26 @@ def edits(workflow: Workflow) -> list[Proposal]:
 
     def add(kind: str, text: str, new_steps: Sequence[Step]) -> None:
         new = Workflow(tuple(new_steps))
+        try:  # e.g. removing the review that an ``if not feedback`` reads
+            validate(new)
+        except WorkflowError:
+            return
         if len(new_steps) <= MAX_STEPS and new.key() not in seen:  # equal programs: one edit
             seen.add(new.key())
             out.append(Proposal(new, text, kind))
 
-    # solver: swap generate <-> programmer, ensemble size
-    solver = head.arg("solver") if head.op == "sc_ensemble" else head.op
-    other = "programmer" if solver == "generate" else "generate"
-    swapped = (
-        head.replace(solver=other)
-        if head.op == "sc_ensemble"
-        else Step.make(other, prompt=head.arg("prompt"))
-    )
-    add("solver", f"replace {solver} with {other}", [swapped, *rest])
+    # solver: swap generate <-> programmer, ensemble size (heads of the other operators, which
+    # only a language-model optimizer writes, keep their solver: no edit of the grammar makes
+    # or unmakes them)
+    if head.op in ("generate", "programmer", "sc_ensemble"):
+        solver = head.arg("solver") if head.op == "sc_ensemble" else head.op
+        other = "programmer" if solver == "generate" else "generate"
+        swapped = (
+            head.replace(solver=other)
+            if head.op == "sc_ensemble"
+            else Step.make(other, prompt=head.arg("prompt"))
+        )
+        add("solver", f"replace {solver} with {other}", [swapped, *rest])
     if head.op == "sc_ensemble":
         n = head.arg("n")
         for m in (n - 2, n + 2):
@@ -101,7 +126,7 @@ def edits(workflow: Workflow) -> list[Proposal]:
             f"remove sc_ensemble of {n}",
             [Step.make(solver, prompt=head.arg("prompt")), *rest],
         )
-    else:
+    elif head.op in ("generate", "programmer"):
         add(
             "ensemble",
             f"wrap {solver} in sc_ensemble of 3",

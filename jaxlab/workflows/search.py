@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import numpy as np
 from jaxlab.core import atomic, json_files
 from jaxlab.workflows import selection
 from jaxlab.workflows.interpreter import Executor, evaluate
+from jaxlab.workflows.lm_optimizer import Rejection
 from jaxlab.workflows.optimizer import Experience, Optimizer
 from jaxlab.workflows.program import Workflow, WorkflowError, validate
 from jaxlab.workflows.tasks import Problems
@@ -97,6 +99,45 @@ class SearchState:
     rounds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     experience: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     stopped: str | None = None
+    rejected: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    timing: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def rejection_counts(self) -> dict[str, int]:
+        """Optimizer replies not used, by reason (``parse.REASONS`` and ``duplicate``)."""
+        counts: dict[str, int] = {}
+        for r in self.rejected:
+            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
+        return dict(sorted(counts.items()))
+
+    def optimizer_usage(self) -> dict[str, int]:
+        """The optimizer's calls and tokens over the whole search (used and rejected replies)."""
+        total = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+        for r in self.rounds:
+            for k, v in r.get("optimizer_cost", {}).items():
+                total[k] += v
+        for r in self.rejected:
+            if r.get("after_last_round"):
+                for k, v in r.get("usage", {}).items():
+                    total[k] += v
+        return total
+
+    def front(self) -> list[dict[str, Any]]:
+        """The rounds on the score/cost front: no other round scores at least as high with
+        fewer model calls per problem (or higher with as few), in order of cost."""
+
+        def calls(r):
+            return r.get("cost", {}).get("calls", 0.0)
+
+        out = [
+            r
+            for r in self.rounds
+            if not any(
+                (o["score"] >= r["score"] and calls(o) < calls(r))
+                or (o["score"] > r["score"] and calls(o) <= calls(r))
+                for o in self.rounds
+            )
+        ]
+        return sorted(out, key=lambda r: (calls(r), -r["score"], r["round"]))
 
     def scores(self) -> dict[int, float]:
         return {r["round"]: r["score"] for r in self.rounds}
@@ -108,12 +149,15 @@ class SearchState:
         return Workflow.from_json(self.rounds[round_ - 1]["workflow"])
 
     def to_json(self) -> dict[str, Any]:
+        """The reproducible record (equal for an interrupted and resumed search and an
+        uninterrupted one): everything but the measured wall times of ``timing``."""
         return {
             "version": STATE_VERSION,
             "settings": self.settings,
             "rounds": self.rounds,
             "experience": self.experience,
             "stopped": self.stopped,
+            "rejected": self.rejected,
         }
 
 
@@ -122,7 +166,10 @@ def save_state(run_dir: str | Path, state: SearchState) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     text = json_files.dumps(
-        state.to_json(), where=str(run_dir / STATE_FILE), indent=1, sort_keys=True
+        {**state.to_json(), "timing": state.timing},
+        where=str(run_dir / STATE_FILE),
+        indent=1,
+        sort_keys=True,
     )
     atomic.write_text(run_dir / STATE_FILE, text)
 
@@ -150,7 +197,10 @@ def load_state(run_dir: str | Path) -> SearchState | None:
         missing = [k for k in _ROUND_KEYS if not isinstance(r, dict) or k not in r]
         if missing:
             raise SearchStateError(f"{path}: rounds[{i}] lacks key {missing[0]!r}")
-    return SearchState(data["settings"], data["rounds"], data["experience"], data["stopped"])
+    extra = {k: data[k] for k in ("rejected", "timing") if isinstance(data.get(k), list | dict)}
+    return SearchState(
+        data["settings"], data["rounds"], data["experience"], data["stopped"], **extra
+    )
 
 
 #: The keys of ``state.json`` and their JSON types, and the keys every round record needs.
@@ -199,7 +249,7 @@ def _open_state(
     return state
 
 
-def _round_record(round_, workflow, evaluation, parent, proposal, probs) -> dict[str, Any]:
+def _round_record(round_, workflow, evaluation, parent, proposal, probs, usages) -> dict[str, Any]:
     """The JSON record of one evaluated round (round 1 has no parent and no proposal)."""
     return {
         "round": round_,
@@ -212,7 +262,17 @@ def _round_record(round_, workflow, evaluation, parent, proposal, probs) -> dict
         "std": float(np.std(evaluation.scores)),
         "failures": evaluation.failures,
         "selection": {str(k): v for k, v in (probs or {}).items()},
+        "cost": evaluation.cost,
+        "optimizer_cost": _sum_usage(usages),
     }
+
+
+def _sum_usage(usages) -> dict[str, int]:
+    total = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+    for u in usages:
+        for k in total:
+            total[k] += int(u.get(k, 0))
+    return total
 
 
 def _add_experience(state: SearchState, parent: int, rec: dict[str, Any]) -> None:
@@ -241,8 +301,11 @@ def _converged_round(state: SearchState, config: SearchConfig) -> int | None:
 
 
 def _expand(rng, state: SearchState, optimizer: Optimizer, config: SearchConfig, seen: set):
-    """Selects a parent and asks for a new modification, up to ``max_expansion_tries`` times."""
+    """Selects a parent and asks for a new modification, up to ``max_expansion_tries`` times;
+    also returns the rejected replies and every optimizer call's usage."""
     proposal, parent, probs = None, None, None
+    rejected, usages = [], []
+    history = getattr(optimizer, "wants_history", False)
     for _ in range(config.max_expansion_tries):
         parent, probs = selection.select_round(
             rng, state.scores(), sample=config.sample, alpha=config.alpha, lam=config.lam
@@ -251,6 +314,7 @@ def _expand(rng, state: SearchState, optimizer: Optimizer, config: SearchConfig,
             Experience(e["modification"], e["kind"], e["before"], e["after"])
             for e in state.experience.get(str(parent), [])
         ]
+        extra = {"scores": state.scores(), "parent_round": parent} if history else {}
         proposal = optimizer.propose(
             rng,
             state.workflow(parent),
@@ -258,10 +322,24 @@ def _expand(rng, state: SearchState, optimizer: Optimizer, config: SearchConfig,
             experience=experience,
             failures=state.rounds[parent - 1]["failures"],
             is_duplicate=lambda w: w.key() in seen,
+            **extra,
         )
+        if proposal is not None and getattr(proposal, "usage", None):
+            usages.append(proposal.usage)
+        if isinstance(proposal, Rejection):
+            rejected.append(
+                {
+                    "reason": proposal.reason,
+                    "detail": proposal.detail[:300],
+                    "parent": parent,
+                    "usage": _sum_usage([proposal.usage]),
+                }
+            )
+            proposal = None
+            continue
         if proposal is not None:
             break
-    return proposal, parent, probs
+    return proposal, parent, probs, rejected, usages
 
 
 def run_search(
@@ -293,10 +371,17 @@ def run_search(
     """
     state = _open_state(initial, problems, config, run_dir, describe)
     state.stopped = None
+    # the replies of a round that ended the search are asked again (same seeds) on a rerun
+    state.rejected = [r for r in state.rejected if not r.get("after_last_round")]
     seen = {Workflow.from_json(r["workflow"]).key() for r in state.rounds}
 
-    def record(round_, workflow, evaluation, parent, proposal, probs):
-        rec = _round_record(round_, workflow, evaluation, parent, proposal, probs)
+    def record(round_, workflow, evaluation, parent, proposal, probs, usages=(), rejected=()):
+        rec = _round_record(round_, workflow, evaluation, parent, proposal, probs, usages)
+        state.rejected.extend({"round": round_, **r} for r in rejected)
+        state.timing[str(round_)] = {
+            "evaluation_s": evaluation.seconds,
+            "round_s": time.perf_counter() - started,
+        }
         state.rounds.append(rec)
         seen.add(workflow.key())
         if parent is not None:
@@ -306,6 +391,7 @@ def run_search(
         if on_round is not None:
             on_round(rec, state)
 
+    started = time.perf_counter()
     if not state.rounds:
         validate(initial)
         _, key = _round_rng(config.seed, 1)
@@ -324,9 +410,13 @@ def run_search(
             state.stopped = f"converged at round {fired}"
             break
         round_ = len(state.rounds) + 1
+        started = time.perf_counter()
         rng, key = _round_rng(config.seed, round_)
-        proposal, parent, probs = _expand(rng, state, optimizer, config, seen)
+        proposal, parent, probs, rejected, usages = _expand(rng, state, optimizer, config, seen)
         if proposal is None:
+            state.rejected.extend(
+                {"round": round_, "after_last_round": True, **r} for r in rejected
+            )
             state.stopped = f"no new modification after {config.max_expansion_tries} draws"
             break
         try:
@@ -334,7 +424,7 @@ def run_search(
         except WorkflowError as e:
             raise WorkflowError(f"round {round_} ({proposal.modification}): {e}") from None
         evaluation = evaluate(key, child, executor, problems, config.validation_runs)
-        record(round_, child, evaluation, parent, proposal, probs)
+        record(round_, child, evaluation, parent, proposal, probs, usages, rejected)
     if state.stopped is None:
         state.stopped = f"round limit {config.max_rounds}"
     if run_dir is not None:
