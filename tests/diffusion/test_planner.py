@@ -243,15 +243,16 @@ def test_scene_weights_weigh_each_scene_s_errors(setup):
 
 
 def test_guidance_weight_zero_bit_equal_and_collision_guidance_lowers_the_energy(setup):
-    """Weight 0: the unguided program, bit-equal samples. Inside the window the guided noise
-    prediction moves the x_0-estimate down the collision energy: x0_g = x0 - (sigma^2 / alpha) w
-    std grad E (a gradient step), so E(x0_g) < E(x0); outside the window nothing changes. (The
+    """Weight 0: the unguided program, bit-equal samples. Inside the window the unbounded
+    (``guidance_max_shift`` 0) guided noise prediction moves the x_0-estimate down the collision
+    energy: x0_g = x0 - (sigma^2 / alpha) w std grad E (a gradient step), so E(x0_g) < E(x0); outside the window nothing changes. (The
     learned, closed-loop effect is measured in experiments/planner_modes/planner_study.py.)"""
     scene, params, sample, noise = setup
     plain = sample(noise, (), 10)
     np.testing.assert_array_equal(sample(noise, (("collision", 0.0),), 10), plain)
     sch = VPLinear()
-    guided_fn, pin = pl.planner_eps_fn(params, scene, CFG, guidance=(("collision", 0.05),))
+    free = dataclasses.replace(CFG, guidance_max_shift=0.0)
+    guided_fn, pin = pl.planner_eps_fn(params, scene, free, guidance=(("collision", 0.05),))
     plain_fn, _ = pl.planner_eps_fn(params, scene, CFG, guidance=())
     x = pin(noise, None)
 
