@@ -10,11 +10,18 @@ Run: ``python -m experiments.planner_guidance.guidance_physics --run-dir R --see
 trained run (``jaxlab train planner --preset cpu --run-dir R``), or without ``--run-dir`` to
 train a short ``cpu``-preset planner first (``--train-steps``, ``--train-scenes``) into
 ``--train-dir``.
+
+``--max-shifts 0,1,3`` runs every guided variant under each bound on a push's size
+(``PlannerConfig.guidance_max_shift``, metres; 0 unbounded), and ``--shift-scenes N`` adds the
+open-loop size of guidance: on N held-out expert scenes, the largest distance (m) between an ego
+plan point sampled with and without guidance from the same noise (median, 90th percentile, max
+over scenes).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,6 +30,7 @@ import numpy as np
 
 from jaxlab.core.loop import run as run_loop
 from jaxlab.core.run import open_run
+from jaxlab.diffusion import planner as pl
 from jaxlab.diffusion import planner_data
 from jaxlab.diffusion.planner_eval import planner_plan_fn
 from jaxlab.envs.driving import evaluation as de
@@ -68,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--variants", default=None, help="'collision:0.5;collision:0.5+drivable:60' (the run's)"
     )
+    ap.add_argument("--max-shifts", default=None, help="'0,1,3' (m; default: the config's)")
+    ap.add_argument("--shift-scenes", type=int, default=0)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--scenes", type=int, default=32)
     ap.add_argument("--steps", type=int, default=50)
@@ -85,13 +95,26 @@ def main(argv=None) -> int:
             v: tuple((n, float(w)) for n, w in (t.split(":") for t in v.split("+")))
             for v in args.variants.split(";")
         }
+    caps = [m.guidance_max_shift]
+    if args.max_shifts:
+        caps = [float(c) for c in args.max_shifts.split(",")]
+    models = {
+        f"{v} cap {c:g}" if len(caps) > 1 else v: (dataclasses.replace(m, guidance_max_shift=c), g)
+        for v, g in variants.items()
+        for c in caps
+    }
     env, params_w = planner_data.world(cfg)
     fns = {
         "expert": lambda p: de.expert_plan_fn(env, params_w),
         "unguided": lambda p: planner_plan_fn(m, p, guidance=()),
     }
-    for name, g in variants.items():
-        fns[name] = lambda p, g=g: planner_plan_fn(m, p, guidance=g)
+    for name, (mc, g) in models.items():
+        fns[name] = lambda p, mc=mc, g=g: planner_plan_fn(mc, p, guidance=g)
+    shifts = {}
+    if args.shift_scenes:
+        shifts = open_loop_shifts(cfg, params, models, args.shift_scenes)
+        for name, row in shifts.items():
+            print(json.dumps({"planner": name, **row}), flush=True)
     # one program per planner; the scenario set's key and the reference progress are arguments
     jitted = {
         name: jax.jit(
@@ -108,7 +131,7 @@ def main(argv=None) -> int:
         for name, f in fns.items()
     }
     rows = []
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in (int(s) for s in args.seeds.split(",") if s):
         key = jax.random.PRNGKey(seed)
         expert = jitted["expert"](key, None, params)
         ref = expert["progress_m"]
@@ -119,8 +142,50 @@ def main(argv=None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.md:
-        Path(args.md).write_text(table(rows, list(fns), m, args))
+        Path(args.md).write_text(table(rows, list(fns), m, args) + shift_table(shifts))
     return 0
+
+
+def open_loop_shifts(cfg, params, models, n_scenes: int) -> dict[str, dict[str, float]]:
+    """Per guided model: the largest ego plan point distance (m) between guided and unguided
+    samples from the same noise on held-out expert scenes; median, p90 and max over scenes."""
+    held = planner_data.expert_data(cfg, "valid")
+    n = min(n_scenes, held["future"].shape[0])
+    sc = {k: v[:n] for k, v in held.items() if k in pl.SCENE_KEYS}
+    key = jax.random.PRNGKey(0)
+    base = jax.jit(lambda p, s: pl.sample_trajectories(p, key, s, cfg.model, guidance=()))(
+        params, sc
+    )
+    out = {}
+    for name, (mc, g) in models.items():
+        got = jax.jit(lambda p, s, mc=mc, g=g: pl.sample_trajectories(p, key, s, mc, guidance=g))(
+            params, sc
+        )
+        d = np.asarray(np.linalg.norm(np.asarray(got - base)[:, 0, :, :2], axis=-1).max(-1))
+        out[name] = {
+            "shift_p50": float(np.median(d)),
+            "shift_p90": float(np.quantile(d, 0.9)),
+            "shift_max": float(d.max()),
+        }
+    return out
+
+
+def shift_table(shifts) -> str:
+    if not shifts:
+        return ""
+    lines = [
+        "",
+        "Open-loop size of guidance: largest ego plan point distance (m) guided vs unguided, "
+        "same noise, per held-out scene",
+        "",
+        "| planner | median | p90 | max |",
+        "|---|---|---|---|",
+    ]
+    for name, r in shifts.items():
+        lines.append(
+            f"| {name} | {r['shift_p50']:.3f} | {r['shift_p90']:.3f} | {r['shift_max']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def table(rows, planners, m, args) -> str:

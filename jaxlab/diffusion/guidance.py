@@ -15,6 +15,10 @@ inside the window). A static weight of 0 (a Python number) returns ``eps_fn`` it
 sampler runs the unguided program and its result is bit-equal to unguided sampling; a traced
 weight of 0 adds an exact zero, equal to unguided up to XLA's fusion choices in the different
 program (we measure at most 1 ulp).
+
+``limit_fn`` bounds a push: it receives the shift the push makes to the data prediction,
+Delta x0 = -(sigma_t / alpha_t) w sigma_t grad E, and returns the shift to apply (e.g. the same
+shift scaled down so that no point moves more than a set distance); the push follows from it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def windowed_guidance(
     *,
     weight: float | Float[Array, ""],
     t_window: tuple[float, float] = (0.005, 0.1),
+    limit_fn: Callable[[Float[Array, "batch ..."]], Float[Array, "batch ..."]] | None = None,
 ) -> EpsFn:
     """Wrap ``eps_fn`` with the energy gradient of the module docstring.
 
@@ -47,6 +52,8 @@ def windowed_guidance(
         schedule: the schedule of ``eps_fn``.
         weight: w (may be traced); 0 returns the unguided prediction exactly.
         t_window: (t_lo, t_hi), the open interval of t where guidance acts.
+        limit_fn: ``limit_fn(shift) -> shift`` on the data-prediction shift of a push
+            (module docstring), or None for an unbounded push.
 
     Returns:
         the guided ``eps_fn``.
@@ -71,7 +78,11 @@ def windowed_guidance(
 
         def push(x):
             sigma = expand_to(schedule.sigma(tb), x).astype(x.dtype)
-            return w * sigma * jax.grad(energy)(x)
+            delta = w * sigma * jax.grad(energy)(x)
+            if limit_fn is None:
+                return delta
+            ratio = sigma / expand_to(schedule.alpha(tb), x).astype(x.dtype)
+            return -limit_fn(-ratio * delta) / ratio
 
         on = jnp.any(active) & (w != 0)
         delta = jax.lax.cond(on, push, jnp.zeros_like, x)

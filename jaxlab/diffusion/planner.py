@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping
 
 import flax.linen as nn
@@ -105,6 +106,13 @@ class PlannerConfig:
             window that reaches below t_min adds one energy step to it,
             x_0 <- x_0 - (sigma_min^2 / alpha) w grad E, which matters for a denoiser that
             ignores x_t (it would undo the guided steps).
+        guidance_max_shift: the most, in metres, that one guided noise prediction may move any
+            ego plan point of the data prediction (a push that would move one further is scaled
+            down as a whole, its direction and smoothness along time kept; see
+            :func:`cap_ego_shift`); 0 leaves the push unbounded (the original's). At the default
+            1 m, collision weights up to 20 leave the closed-loop jump and backward-step rates
+            those of unguided plans; it also bounds the drivable push (which then no longer
+            keeps plans on the road better; ``experiments/planner_guidance``).
         norm_mean, norm_std: per-dimension normalisation of (x, y, cos, sin) (the original's
             ``normalization.json``; the defaults are :func:`fit_normalization` of expert logs of
             the driving world, 64 scenes x 30 steps, all scene types).
@@ -142,6 +150,7 @@ class PlannerConfig:
     temperature: float = 0.5
     guidance: tuple[tuple[str, float], ...] = ()
     guidance_window: tuple[float, float] = (0.005, 0.1)
+    guidance_max_shift: float = 1.0
     norm_mean: tuple[float, float, float, float] = (21.0, -0.65, 0.77, -0.06)
     norm_std: tuple[float, float, float, float] = (23.0, 12.9, 0.45, 0.45)
     obs_norm: bool = False
@@ -190,6 +199,10 @@ class PlannerConfig:
         if not 0.0 <= lo < hi <= 1.0:
             raise ConfigError(
                 "guidance_window", self.guidance_window, "(t_lo, t_hi), 0 <= t_lo < t_hi <= 1"
+            )
+        if not (math.isfinite(self.guidance_max_shift) and self.guidance_max_shift >= 0):
+            raise ConfigError(
+                "guidance_max_shift", self.guidance_max_shift, "a distance >= 0 (m; 0: no cap)"
             )
         if not (self.snr_weight_cap == 0 or self.snr_weight_cap > 1):
             raise ConfigError("snr_weight_cap", self.snr_weight_cap, "0 (off) or a float > 1")
@@ -473,6 +486,23 @@ def pin_current(current_n: Float[Array, "B A 4"]) -> Callable:
     return correct
 
 
+def cap_ego_shift(cfg: PlannerConfig) -> Callable | None:
+    """The guidance push's bound (``limit_fn`` of :func:`windowed_guidance`): a normalised
+    data-prediction shift (B, A, 1 + T, 4) whose largest ego point displacement, in metres, m_b
+    exceeds ``cfg.guidance_max_shift`` is scaled by max_shift / m_b per scene. None with no cap."""
+    cap = float(cfg.guidance_max_shift)
+    if cap == 0:
+        return None
+
+    def limit(shift):
+        std = jnp.asarray(cfg.norm_std[:2], shift.dtype).reshape(1, 1, 2)
+        d = jnp.sqrt(jnp.sum((shift[:, 0, :, :2] * std) ** 2, -1) + 1e-12)  # (B, 1 + T)
+        scale = jnp.minimum(1.0, cap / jnp.max(d, -1))
+        return shift * scale[:, None, None, None]
+
+    return limit
+
+
 def make_net(cfg: PlannerConfig) -> DiffusionPlannerNet:
     return DiffusionPlannerNet(cfg)
 
@@ -620,6 +650,7 @@ def planner_eps_fn(
             schedule,
             weight=1.0,
             t_window=cfg.guidance_window,
+            limit_fn=cap_ego_shift(cfg),
         )
     return eps_fn, pin
 

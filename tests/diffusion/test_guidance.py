@@ -51,6 +51,21 @@ def test_guidance_formula_inside_and_outside_the_window():
         windowed_guidance(EPS, energy, SCH, weight=1.0, t_window=(0.2, 0.1))
 
 
+def test_limit_fn_receives_and_sets_the_data_prediction_shift():
+    """``limit_fn`` sees the push's data-prediction shift -(sigma / alpha) w sigma grad E and
+    the push applied is the one its returned shift implies (here: halved)."""
+    g = windowed_guidance(EPS, energy, SCH, weight=0.7, t_window=(0.005, 0.1))
+    half = windowed_guidance(
+        EPS, energy, SCH, weight=0.7, t_window=(0.005, 0.1), limit_fn=lambda d: 0.5 * d
+    )
+    tb = jnp.full((64,), 0.05)
+    plain, free, got = (jax.jit(f)(X, tb) for f in (EPS, g, half))
+    x0 = [data_from_noise(e, X, tb, SCH) for e in (plain, free, got)]
+    want = -0.7 * SCH.sigma(0.05) ** 2 / SCH.alpha(0.05) * (x0[0] - TARGET[None])
+    np.testing.assert_allclose(x0[1] - x0[0], want, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(x0[2] - x0[0], 0.5 * want, rtol=1e-3, atol=1e-5)
+
+
 def test_weight_zero_is_bit_equal_and_guidance_lowers_the_energy():
     """Static weight 0: the unguided program, bit-equal; traced weight 0: equal to 1e-5."""
     plain = jax.jit(lambda x: sm.dpm_solver_pp(EPS, x, TS, schedule=SCH))(X)

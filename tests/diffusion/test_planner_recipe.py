@@ -113,6 +113,8 @@ def test_static_scene_weight_weighs_scenes_with_a_parked_car():
         ("model.guidance_window=[0.1]", "model.guidance_window"),
         ("model.guidance=[[drivable,1.0],[collision,-0.5]]", "model.guidance[1].weight"),
         ("model.guidance=[[collision,-1.0]]", "model.guidance[0].weight"),
+        ("model.guidance_max_shift=-1", "model.guidance_max_shift"),
+        ("model.guidance_max_shift=.nan", "model.guidance_max_shift"),
         ("optim.lr=0", "optim.lr"),
     ],
 )
