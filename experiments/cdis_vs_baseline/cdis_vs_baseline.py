@@ -2,18 +2,22 @@
 code on the same datasets.
 
 Data (the generator of ``benchmarks/bench_causal.py --only accuracy``): ER DAGs on 10 variables,
-expected degree 1.5, linear-Gaussian, 2 selection mechanisms on standardized parents, 2
-interventional datasets with one single-target soft intervention each; ``n`` rows per dataset.
-Fisher-z at alpha = 0.05, conditioning sets up to 3, no Possible-D-Sep refinement (the
-original's default). ``cdis`` uses the default union separating-set rule, ``cdis_first`` the
-first set found (the original keeps the first set of its order-dependent search). Scores
-against the true DAG: directed-edge precision, recall, F1, SHD.
+expected degree 1.5, 2 selection mechanisms on standardized parents, 2 interventional datasets
+with one single-target soft intervention each; ``n`` rows per dataset; linear-Gaussian with
+Fisher-z, or (``--nonlinearity sin --test rcit``) nonlinear with the random-feature kernel test.
+alpha = 0.05, conditioning sets up to 3, no Possible-D-Sep refinement (the original's default).
+``cdis`` uses the default union separating-set rule, ``cdis_first`` the first set found (the
+original keeps the first set of its order-dependent search). Scores against the true DAG:
+directed-edge precision, recall, F1, SHD.
 
 The original (github.com/MarkDana/CDIS) runs in a separate process through ``peer_cdis.py``
-from a checkout given by ``--peer-src`` (the jaxlab checkout never holds its code); without it
-the peer column is left out. ``python -m experiments.cdis_vs_baseline.cdis_vs_baseline
-[--seeds 30] [--seeds-large 10] [--peer-src DIR]`` (JSON lines on stdout, the table in
-``results/cdis_vs_baseline.md``).
+from a checkout given by ``--peer-src`` (the jaxlab checkout never holds its code), with the
+interpreter ``--peer-python`` (a venv with causal-learn; ``setup_cdis_peer.sh`` makes one);
+without ``--peer-src`` the peer column is left out.
+
+``python -m experiments.cdis_vs_baseline.cdis_vs_baseline [--seeds 30] [--seeds-large 30]
+[--sizes 1000,3000,10000] [--test fisherz|rcit] [--nonlinearity linear|sin] [--peer-src DIR
+--peer-python PY] [--out MD]`` (JSON lines on stdout, the table in ``--out``).
 """
 
 from __future__ import annotations
@@ -76,7 +80,9 @@ def marks_from_edges(edges: dict) -> np.ndarray:
     return m
 
 
-def run(sizes_seeds, peer_src: str | None, test: str, nonlinearity: str) -> list[dict]:
+def run(
+    sizes_seeds, peer_src: str | None, test: str, nonlinearity: str, peer_python: str
+) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, seeds in sizes_seeds:
@@ -103,7 +109,7 @@ def run(sizes_seeds, peer_src: str | None, test: str, nonlinearity: str) -> list
         if peer_src:
             subprocess.run(
                 [
-                    sys.executable,
+                    peer_python,
                     str(Path(__file__).parent / "peer_cdis.py"),
                     "--src",
                     peer_src,
@@ -179,6 +185,11 @@ def main():
     p.add_argument("--seeds", type=int, default=30, help="seeds at n = 1000 and 3000")
     p.add_argument("--seeds-large", type=int, default=10, help="seeds at n = 10000")
     p.add_argument("--peer-src", default=None, help="checkout of github.com/MarkDana/CDIS")
+    p.add_argument(
+        "--peer-python",
+        default=sys.executable,
+        help="the peer venv's python (numpy, networkx, causal-learn); default: this interpreter",
+    )
     p.add_argument("--test", default="fisherz", choices=("fisherz", "rcit"))
     p.add_argument("--nonlinearity", default="linear", choices=("linear", "tanh", "sin"))
     p.add_argument("--sizes", default="1000,3000,10000")
@@ -186,7 +197,7 @@ def main():
     a = p.parse_args()
     sizes = [int(v) for v in a.sizes.split(",")]
     plan = [(n, a.seeds_large if n >= 10000 else a.seeds) for n in sizes]
-    write_table(run(plan, a.peer_src, a.test, a.nonlinearity), Path(a.out))
+    write_table(run(plan, a.peer_src, a.test, a.nonlinearity, a.peer_python), Path(a.out))
 
 
 if __name__ == "__main__":
