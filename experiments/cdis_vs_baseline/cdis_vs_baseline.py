@@ -101,6 +101,7 @@ def run(
                 row = {"n": n, "seed": seed, "cdis": cd, "cdis_first": _scores(first.final, adj)}
                 row["baseline"] = bl
                 rows.append(row)
+                print(json.dumps(row), flush=True)  # jaxlab's side, as it goes
                 np.savez(
                     Path(tmp) / f"n{n}_s{seed:03d}.npz",
                     **{f"data{k}": x for k, x in enumerate(data)},
@@ -133,8 +134,8 @@ def run(
                     row["original_error"] = edges["error"]
                 else:
                     row["original"] = _scores(marks_from_edges(edges), adj)
-    for row in rows:
-        print(json.dumps(row), flush=True)
+                keep = ("n", "seed", "original", "original_error")
+                print(json.dumps({k: row[k] for k in keep if k in row}), flush=True)
     return rows
 
 
