@@ -172,6 +172,9 @@ def write_table(rows: list[dict], path: Path) -> None:
                 continue
             c = [_cmp(r["cdis"][k], r[other][k]) for r in rs]
             defined = sum(x != 2 for x in c)
+            if not defined:
+                cells.append("- (0)")
+                continue
             cells.append(
                 f"{c.count(1) / defined:.2f} / {c.count(0) / defined:.2f} / "
                 f"{c.count(-1) / defined:.2f} ({defined})"
@@ -194,8 +197,16 @@ def main():
     p.add_argument("--test", default="fisherz", choices=("fisherz", "rcit"))
     p.add_argument("--nonlinearity", default="linear", choices=("linear", "tanh", "sin"))
     p.add_argument("--sizes", default="1000,3000,10000")
+    p.add_argument("--from-jsonl", default=None, help="only write the table of a run's output")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "cdis_vs_baseline.md"))
     a = p.parse_args()
+    if a.from_jsonl:  # rows of one seed may come in two lines (jaxlab's, then the original's)
+        merged = {}
+        for line in Path(a.from_jsonl).read_text().splitlines():
+            r = json.loads(line)
+            merged.setdefault((r["n"], r["seed"]), {}).update(r)
+        write_table(list(merged.values()), Path(a.out))
+        return
     sizes = [int(v) for v in a.sizes.split(",")]
     plan = [(n, a.seeds_large if n >= 10000 else a.seeds) for n in sizes]
     write_table(run(plan, a.peer_src, a.test, a.nonlinearity, a.peer_python), Path(a.out))
