@@ -121,7 +121,7 @@ def cdis_core(
         p = t.pvalues(list(range(d)), [zeta] * d, [()] * d)
         changed.append({i for i in range(d) if p[i] <= alpha})
 
-    p0 = orient(sk0.adj, sk0.sepset, no_latents=True)
+    p0 = orient(sk0.adj, sk0.sepset, no_latents=True, ambiguous=sk0.ambiguous)
     observational = p0.copy()
     pks = [np.zeros((d + 1, d + 1), np.int8) for _ in sks]
     for rounds in range(1, max_rounds + 1):
@@ -132,7 +132,9 @@ def cdis_core(
             into = [(zeta, int(x)) for x in np.flatnonzero(sk.adj[zeta])]
             for x, y in [*directed, *into]:
                 _outer_set(bk, int(x), int(y), TAIL, ARROW)
-            pks[k] = orient(sk.adj, sk.sepset, background=bk, no_latents=True)
+            pks[k] = orient(
+                sk.adj, sk.sepset, background=bk, no_latents=True, ambiguous=sk.ambiguous
+            )
         new = p0.copy()
         for n1, n2 in zip(*np.nonzero(p0), strict=True):
             n1, n2 = int(n1), int(n2)

@@ -12,7 +12,8 @@ marks, the edges and the options). The directory is locked for the run
 overwritten without ``--overwrite``.
 
 The input is validated before anything runs or is written (:mod:`jaxlab.causal.input_checks`:
-per context, constant columns, row counts, discrete vs continuous columns), and a CI test that
+per context, constant columns, row counts, discrete vs continuous columns; 0/1 treatment columns
+named in ``--indicator-columns`` are allowed with a continuous test), and a CI test that
 returns a non-finite p-value stops the run; an error prints ``error: ...`` naming the column,
 context or option, writes nothing, and exits with status 2.
 """
@@ -177,6 +178,7 @@ def write_result(out: Path, res, names: list[str], lines: list[str], args, order
         "test": args.test,
         "alpha": args.alpha,
         "sepset_rule": args.sepset_rule,
+        "indicator_columns": [c.strip() for c in args.indicator_columns.split(",") if c.strip()],
     }
     json_files.write(out / RESULT, record)
 
@@ -199,7 +201,8 @@ def discover(args: argparse.Namespace) -> int:
     )
     check_capacity(names, args.max_vars)
     contexts = [f"{args.context_column}={v:g}" for v in order]
-    check_datasets(names, datasets, contexts, args.test)
+    indicators = tuple(c.strip() for c in args.indicator_columns.split(",") if c.strip())
+    check_datasets(names, datasets, contexts, args.test, indicators)
     out = output_dir(args, path)
     kept = f"{out} holds no {RESULT} from this run ({RESULT} is written last, whole)"
     with RunLock(out), keeping(kept):
@@ -246,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="separating sets for collider decisions: first | union | majority",
     )
     s.add_argument("--observational", type=float, default=None, help="observational context value")
+    s.add_argument(
+        "--indicator-columns",
+        default="",
+        help="comma-separated 0/1 treatment columns (variables) allowed with a continuous test",
+    )
     s.add_argument("--max-vars", type=int, default=MAX_VARIABLES)
     s.add_argument("--out", default=None, help="output directory (default <csv stem>_causal)")
     s.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")

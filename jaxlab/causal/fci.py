@@ -13,10 +13,11 @@ original CDIS code), and with ``no_latents`` an edge is never made bidirected.
 
 Separating sets (``sepset_rule``): ``"first"``, ``"union"`` (default) or ``"majority"``, see
 :func:`skeleton_search` and :func:`majority_sepsets`. The default is the rule whose PAGs agree
-most often with causal-learn's FCI on seeded linear-Gaussian data (``python -m
-benchmarks.bench_causal --only fci``, 20 seeds each; same PAG for first / union / majority:
-16 / 17 / 15 with d = 8, n = 2000; 13 / 14 / 12 with 2 of 10 variables latent, n = 2000;
-19 / 19 / 16 and 14 / 16 / 14 at n = 10000).
+most often with causal-learn's FCI on seeded linear-Gaussian data
+(``python -m experiments.fci_parity.fci_parity``, 30 seeds each; same PAG for first / union /
+majority: 22 / 24 / 21 with d = 8, n = 2000; 20 / 22 / 19 with 2 of 10 variables latent,
+n = 2000; 25 / 25 / 21 and 22 / 24 / 20 at n = 10000; each differing PAG is explained in
+``experiments/fci_parity/README.md``).
 
 Possible-D-Sep differs from causal-learn's (``getPossibleDsep``, after Tetrad). Here it is the
 textbook set (Spirtes, Glymour & Scheines 2000): the nodes reached from x by a path on which every
@@ -59,11 +60,15 @@ class Skeleton:
         sepsets: ``(i, j)`` with ``i < j`` -> the separating set found for a removed pair.
         dependencies: ``(i, j, S)`` with ``i < j`` for every test that found dependence (reused by
             later searches as known facts, as CDIS does).
+        ambiguous: triples ``(a, b, c)`` with ``a < c`` whose middle node is in exactly half of
+            the separating sets of ``a, c`` (the majority rule's ties): neither a collider nor a
+            non-collider, see :func:`orient`.
     """
 
     adj: np.ndarray
     sepsets: dict[Pair, frozenset] = field(default_factory=dict)
     dependencies: set[tuple[int, int, frozenset]] = field(default_factory=set)
+    ambiguous: frozenset = field(default_factory=frozenset)
 
     def sepset(self, i: int, j: int) -> frozenset | None:
         return self.sepsets.get((min(i, j), max(i, j)))
@@ -149,9 +154,11 @@ def majority_sepsets(
     """The majority rule (Colombo & Maathuis 2014, as conservative FCI re-tests triples): for
     every non-adjacent pair ``a, c`` with a common neighbour in the final skeleton, every subset
     of ``adj(a) \\ {c}`` and of ``adj(c) \\ {a}`` (up to ``max_cond``) is tested in one batch; the
-    pair's separating set becomes the nodes in at least half of the separating sets found, so a
-    middle node ``b`` is a collider only when most separating sets leave it out (a tie leaves
-    the triple unoriented). Pairs with no separating set among those keep their set."""
+    pair's separating set becomes the nodes in more than half of the separating sets found, so
+    a middle node ``b`` is a collider only when most separating sets leave it out. A node in
+    exactly half makes ``(a, b, c)`` ambiguous (``Skeleton.ambiguous``): :func:`orient` neither
+    orients it as a collider nor uses it as a non-collider (as pcalg's ``udag2pag`` treats its
+    ``unfVect``). Pairs with no separating set among those keep their set."""
     d = sk.adj.shape[0]
     limit = test.max_cond if max_cond is None else min(max_cond, test.max_cond)
     queries = []
@@ -178,10 +185,12 @@ def majority_sepsets(
         if ind:
             found.setdefault((a, c), []).append(sub)
     sepsets = dict(sk.sepsets)
-    for pair, sets in found.items():
-        members = frozenset().union(*sets)
-        sepsets[pair] = frozenset(v for v in members if 2 * sum(v in s for s in sets) >= len(sets))
-    return Skeleton(sk.adj, sepsets, sk.dependencies)
+    ambiguous = set(sk.ambiguous)
+    for (a, c), sets in found.items():
+        votes = {v: 2 * sum(v in s for s in sets) for v in frozenset().union(*sets)}
+        sepsets[(a, c)] = frozenset(v for v, k in votes.items() if k > len(sets))
+        ambiguous |= {(a, v, c) for v, k in votes.items() if k == len(sets)}
+    return Skeleton(sk.adj, sepsets, sk.dependencies, frozenset(ambiguous))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +222,22 @@ def _set(m: np.ndarray, i: int, j: int, at_i, at_j, no_latents: bool, no_selecti
     return changed
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the orientation rules read besides the marks: separating sets and ambiguous triples."""
+
+    sepset: object  # (i, j) -> frozenset | None
+    ambiguous: frozenset = frozenset()
+
+    def amb(self, a, b, c) -> bool:
+        """Whether the triple ``a, b, c`` (either direction) is ambiguous."""
+        return (min(a, c), b, max(a, c)) in self.ambiguous
+
+    def path_ok(self, path) -> bool:
+        """No ambiguous triple among the consecutive triples of ``path``."""
+        return not any(self.amb(*path[k : k + 3]) for k in range(len(path) - 2))
+
+
 def _pd_edge(m, u, v) -> bool:
     """``u *-* v`` is potentially directed from u to v (no arrowhead at u, no tail at v)."""
     return bool(m[u, v] != NONE and m[v, u] != ARROW and m[u, v] != TAIL)
@@ -222,10 +247,13 @@ def _circ_edge(m, u, v) -> bool:
     return bool(m[u, v] == CIRCLE and m[v, u] == CIRCLE)
 
 
-def _uncovered_path_exists(m, first: int, second: int, goal: int, edge_ok, budget=20000) -> bool:
+def _uncovered_path_exists(
+    m, first: int, second: int, goal: int, edge_ok, facts=None, budget=20000
+) -> bool:
     """Whether a simple uncovered path ``first, second, ..., goal`` exists whose every edge
-    satisfies ``edge_ok(u, v)`` (the first edge is assumed checked). Depth-first over simple
-    paths, with an expansion budget (exceeding it answers False, i.e. orients nothing)."""
+    satisfies ``edge_ok(u, v)`` (the first edge is assumed checked) and, given ``facts``, none
+    of whose triples is ambiguous. Depth-first over simple paths, with an expansion budget
+    (exceeding it answers False, i.e. orients nothing)."""
     if second == goal:
         return True
     stack = [(first, second, (first, second))]
@@ -238,6 +266,8 @@ def _uncovered_path_exists(m, first: int, second: int, goal: int, edge_ok, budge
         for nxt in np.flatnonzero(m[cur]):
             nxt = int(nxt)
             if nxt in path or m[prev, nxt] != NONE or not edge_ok(cur, nxt):
+                continue
+            if facts is not None and facts.amb(prev, cur, nxt):
                 continue
             if nxt == goal:
                 return True
@@ -283,30 +313,32 @@ def _impose_background(adj: np.ndarray, background: np.ndarray, s) -> None:
         )
 
 
-def _r0(adj: np.ndarray, s, sepset) -> None:
-    """R0: an unshielded triple ``a *-* b *-* c`` with ``b`` not in sepset(a, c) is a collider."""
+def _r0(adj: np.ndarray, s, facts: _Facts) -> None:
+    """R0: an unshielded triple ``a *-* b *-* c`` with ``b`` not in sepset(a, c) is a collider
+    (an ambiguous triple is not)."""
     for b in range(adj.shape[0]):
         nb = np.flatnonzero(adj[b])
         for a, c in combinations(nb, 2):
             if adj[a, c]:
                 continue
-            sep = sepset(int(a), int(c))
-            if sep is not None and b not in sep:
+            sep = facts.sepset(int(a), int(c))
+            if sep is not None and b not in sep and not facts.amb(int(a), b, int(c)):
                 s(int(a), b, None, ARROW)
                 s(int(c), b, None, ARROW)
 
 
-def _r1(m: np.ndarray, s, sepset) -> bool:
-    """R1: ``a *-> b o-* c`` with ``a, c`` not adjacent orients ``b --> c``."""
+def _r1(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R1: ``a *-> b o-* c`` with ``a, c`` not adjacent (the triple not ambiguous) orients
+    ``b --> c``."""
     ch = False
     for a, b in zip(*np.nonzero(m == ARROW), strict=True):
         for c in np.flatnonzero(m[:, b] == CIRCLE):
-            if c != a and m[a, c] == NONE:
+            if c != a and m[a, c] == NONE and not facts.amb(int(a), int(b), int(c)):
                 ch |= s(int(b), int(c), TAIL, ARROW)
     return ch
 
 
-def _r2(m: np.ndarray, s, sepset) -> bool:
+def _r2(m: np.ndarray, s, facts: _Facts) -> bool:
     """R2: ``a -> b *-> c`` or ``a *-> b -> c`` with ``a *-o c`` orients ``a *-> c``."""
     ch = False
     for a, c in zip(*np.nonzero(m == CIRCLE), strict=True):
@@ -317,8 +349,9 @@ def _r2(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r3(m: np.ndarray, s, sepset) -> bool:
-    """R3: ``a *-> b <-* c``, ``a *-o t o-* c``, ``a, c`` not adjacent, ``t *-o b``: ``t *-> b``."""
+def _r3(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R3: ``a *-> b <-* c``, ``a *-o t o-* c``, ``a, c`` not adjacent, ``t *-o b``: ``t *-> b``
+    (not when the triple ``a, t, c`` is ambiguous)."""
     ch = False
     for b in range(m.shape[0]):
         into = np.flatnonzero(m[:, b] == ARROW)
@@ -326,14 +359,15 @@ def _r3(m: np.ndarray, s, sepset) -> bool:
             if m[a, c] != NONE:
                 continue
             for t in np.flatnonzero((m[a] == CIRCLE) & (m[c] == CIRCLE) & (m[:, b] == CIRCLE)):
-                if t in (a, c):
+                if t in (a, c) or facts.amb(int(a), int(t), int(c)):
                     continue
                 ch |= s(int(t), b, None, ARROW)
     return ch
 
 
-def _r4(m: np.ndarray, s, sepset) -> bool:
-    """R4: a discriminating path for ``b`` to ``g`` orients ``b -> g`` or ``a <-> b <-> g``."""
+def _r4(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R4: a discriminating path for ``b`` to ``g`` orients ``b -> g`` or ``a <-> b <-> g`` (nothing
+    when ``theta, b, g`` is ambiguous)."""
     ch = False
     for g, b in zip(*np.nonzero(m == CIRCLE), strict=True):
         b, g = int(b), int(g)  # edge b o-* g (the mark at b, m[g, b], is a circle)
@@ -343,7 +377,9 @@ def _r4(m: np.ndarray, s, sepset) -> bool:
             theta = _discriminating_theta(m, int(a), b, g)
             if theta is None:
                 continue
-            sep = sepset(theta, g)
+            sep = facts.sepset(theta, g)
+            if facts.amb(theta, b, g):
+                break
             if sep is not None and b in sep:
                 ch |= s(b, g, TAIL, ARROW)
             else:
@@ -353,8 +389,9 @@ def _r4(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r5(m: np.ndarray, s, sepset) -> bool:
-    """R5: ``a o-o b`` closing an uncovered circle path makes every edge on it ``--``."""
+def _r5(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R5: ``a o-o b`` closing an uncovered circle path makes every edge on it ``--`` (only when no
+    triple on the closed circle is ambiguous)."""
     ch = False
     for a, b in combinations(range(m.shape[0]), 2):
         if not _circ_edge(m, a, b):
@@ -373,8 +410,8 @@ def _r5(m: np.ndarray, s, sepset) -> bool:
                     if nxt in path or not _circ_edge(m, cur, nxt) or m[prev, nxt] != NONE:
                         continue
                     if nxt == b:
-                        if cur != g and m[a, cur] == NONE:
-                            full = (*path, b)
+                        full = (*path, b)
+                        if cur != g and m[a, cur] == NONE and facts.path_ok((b, *full, a)):
                             ch |= s(a, b, TAIL, TAIL)
                             for u, v in zip(full[:-1], full[1:], strict=True):
                                 ch |= s(u, v, TAIL, TAIL)
@@ -387,7 +424,7 @@ def _r5(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r6(m: np.ndarray, s, sepset) -> bool:
+def _r6(m: np.ndarray, s, facts: _Facts) -> bool:
     """R6: ``a -- b o-* c`` orients ``b --* c``."""
     ch = False
     for a, b in zip(*np.nonzero((m == TAIL) & (m.T == TAIL)), strict=True):
@@ -397,18 +434,18 @@ def _r6(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r7(m: np.ndarray, s, sepset) -> bool:
-    """R7: ``a --o b o-* c`` with ``a, c`` not adjacent orients ``b --* c``."""
+def _r7(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R7: ``a --o b o-* c`` with ``a, c`` not adjacent (not ambiguous) orients ``b --* c``."""
     ch = False
     for a, b in zip(*np.nonzero((m.T == TAIL) & (m == CIRCLE)), strict=True):
         # a -o b: mark at a tail (m[b, a]), at b circle (m[a, b])
         for c in np.flatnonzero(m[:, b] == CIRCLE):
-            if c != a and m[a, c] == NONE:
+            if c != a and m[a, c] == NONE and not facts.amb(int(a), int(b), int(c)):
                 ch |= s(int(b), int(c), TAIL, None)
     return ch
 
 
-def _r8(m: np.ndarray, s, sepset) -> bool:
+def _r8(m: np.ndarray, s, facts: _Facts) -> bool:
     """R8: ``a -> b -> c`` or ``a --o b -> c`` with ``a o-> c`` orients ``a -> c``."""
     ch = False
     for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
@@ -419,8 +456,9 @@ def _r8(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r9(m: np.ndarray, s, sepset) -> bool:
-    """R9: ``a o-> c`` with an uncovered p.d. path ``a, b, ..., c`` (b, c not adjacent): ``a -> c``."""
+def _r9(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R9: ``a o-> c`` with an uncovered p.d. path ``a, b, ..., c`` (b, c not adjacent; no
+    ambiguous triple on it): ``a -> c``."""
     ch = False
     for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
         a, c = int(a), int(c)
@@ -428,14 +466,16 @@ def _r9(m: np.ndarray, s, sepset) -> bool:
             b = int(b)
             if b == c or m[b, c] != NONE or not _pd_edge(m, a, b):
                 continue
-            if _uncovered_path_exists(m, a, b, c, lambda u, v: _pd_edge(m, u, v)):
+            if _uncovered_path_exists(m, a, b, c, lambda u, v: _pd_edge(m, u, v), facts):
                 ch |= s(a, c, TAIL, None)
                 break
     return ch
 
 
-def _r10(m: np.ndarray, s, sepset) -> bool:
-    """R10: ``a o-> c``, ``b -> c <- t``, uncovered p.d. paths from ``a`` to b and t: ``a -> c``."""
+def _r10(m: np.ndarray, s, facts: _Facts) -> bool:
+    """R10: ``a o-> c``, ``b -> c <- t``, uncovered p.d. paths ``a, mu, ..., b`` and
+    ``a, om, ..., t`` (``mu, om`` not adjacent; ``mu, a, om`` and the paths' triples not
+    ambiguous): ``a -> c``."""
     ch = False
     for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
         a, c = int(a), int(c)
@@ -446,12 +486,12 @@ def _r10(m: np.ndarray, s, sepset) -> bool:
         done = False
         for bb, tt in combinations(parents, 2):
             for mu in firsts:
-                if not _uncovered_path_exists(m, a, mu, bb, lambda u, v: _pd_edge(m, u, v)):
+                if not _uncovered_path_exists(m, a, mu, bb, lambda u, v: _pd_edge(m, u, v), facts):
                     continue
                 for om in firsts:
-                    if om == mu or m[mu, om] != NONE:
+                    if om == mu or m[mu, om] != NONE or facts.amb(mu, a, om):
                         continue
-                    if _uncovered_path_exists(m, a, om, tt, lambda u, v: _pd_edge(m, u, v)):
+                    if _uncovered_path_exists(m, a, om, tt, lambda u, v: _pd_edge(m, u, v), facts):
                         ch |= s(a, c, TAIL, None)
                         done = True
                         break
@@ -462,7 +502,7 @@ def _r10(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r_no_latents(m: np.ndarray, s, sepset) -> bool:
+def _r_no_latents(m: np.ndarray, s, facts: _Facts) -> bool:
     """Causal sufficiency: ``a o-> c`` becomes ``a -> c``."""
     ch = False
     for a, c in zip(*np.nonzero((m == ARROW) & (m.T == CIRCLE)), strict=True):
@@ -470,7 +510,7 @@ def _r_no_latents(m: np.ndarray, s, sepset) -> bool:
     return ch
 
 
-def _r_no_selection(m: np.ndarray, s, sepset) -> bool:
+def _r_no_selection(m: np.ndarray, s, facts: _Facts) -> bool:
     """No selection: ``a o-- c`` becomes ``a <-- c``."""
     ch = False
     for a, c in zip(*np.nonzero((m == TAIL) & (m.T == CIRCLE)), strict=True):
@@ -489,12 +529,15 @@ def orient(
     no_latents: bool = False,
     no_selection: bool = False,
     rules: tuple[int, ...] = tuple(range(1, 11)),
+    ambiguous=frozenset(),
 ) -> np.ndarray:
     """Orient a skeleton into a PAG: background knowledge, R0, then R1-R10 to a fixpoint.
 
     Args:
         adj: (d, d) symmetric skeleton.
         sepset: callable ``(i, j) -> frozenset | None``.
+        ambiguous: triples ``(a, b, c)``, ``a < c`` (the majority rule's ties): never oriented
+            as colliders (R0) nor read as non-colliders (R1, R3, R4, R5, R7, R9, R10 skip them).
         background: optional (d, d) marks; every non-circle mark on an edge of ``adj`` is
             imposed first (``background[i, j]`` is the mark at j).
         no_latents / no_selection: causal sufficiency / no selection: ``o->`` becomes ``->`` /
@@ -513,7 +556,8 @@ def orient(
 
     if background is not None:
         _impose_background(adj, background, s)
-    _r0(adj, s, sepset)
+    facts = _Facts(sepset, frozenset(ambiguous))
+    _r0(adj, s, facts)
 
     active = [_RULES[r] for r in rules]
     if nl:
@@ -523,7 +567,7 @@ def orient(
     while True:
         changed = False
         for rule in active:
-            changed |= bool(rule(m, s, sepset))
+            changed |= bool(rule(m, s, facts))
         if not changed:
             return m
 
@@ -639,6 +683,11 @@ def fci(
     if sepset_rule == "majority":
         sk = majority_sepsets(sk, test, alpha=alpha, max_cond=max_cond)
     marks = orient(
-        sk.adj, sk.sepset, background=background, no_latents=no_latents, no_selection=no_selection
+        sk.adj,
+        sk.sepset,
+        background=background,
+        no_latents=no_latents,
+        no_selection=no_selection,
+        ambiguous=sk.ambiguous,
     )
     return FCIResult(marks, sk)

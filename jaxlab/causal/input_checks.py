@@ -7,7 +7,10 @@ anything runs: every refusal names the column and the context.
   ``n - |S| - 3 >= 1``; the rule here, ``n >= d + 5`` for ``d`` variables, also covers the pooled
   datasets' extra indicator) or, for the exact KCI, too many (O(n^3) per test);
 * a discrete column (integer values, at most ``DISCRETE_LEVELS`` of them) given to a continuous
-  test (Fisher-z, RCIT, KCI), and a non-discrete column given to chi-square or G^2;
+  test (Fisher-z, RCIT, KCI), and a non-discrete column given to chi-square or G^2. A column
+  named as an indicator (``--indicator-columns``: a 0/1 treatment or intervention indicator that
+  is a variable of the graph, as the pooled datasets' context indicator is for CDIS) is allowed
+  in a continuous test, and must hold only 0 and 1.
 * a value so large that the column's squares, summed over the context's rows, overflow float32
   (the tests run in float32: their correlations and kernels would be inf or NaN);
 * columns that are exactly linearly dependent within a context (a singular correlation matrix,
@@ -111,10 +114,26 @@ def check_rows(names: list[str], datasets: list[np.ndarray], contexts: list[str]
                 )
 
 
-def check_kind(names: list[str], datasets: list[np.ndarray], test: str) -> None:
-    """Discrete columns only for the discrete tests, and only discrete columns there."""
+def check_kind(
+    names: list[str], datasets: list[np.ndarray], test: str, indicators: tuple[str, ...] = ()
+) -> None:
+    """Discrete columns only for the discrete tests, and only discrete columns there; the
+    ``indicators`` (0/1 columns) are allowed in every test."""
     table = np.concatenate(datasets)
+    for name in indicators:
+        if name not in names:
+            raise CausalInputError(
+                f"--indicator-columns: '{name}' is not a variable column (variables: {names})"
+            )
+        values = np.unique(table[:, names.index(name)])
+        if not np.isin(values, (0.0, 1.0)).all():
+            raise CausalInputError(
+                f"--indicator-columns: column '{name}' holds {values[:5].tolist()}"
+                f"{' ...' if values.size > 5 else ''}; an indicator holds only 0 and 1"
+            )
     for j, name in enumerate(names):
+        if name in indicators:
+            continue
         discrete = is_discrete(table[:, j])
         levels = np.unique(table[:, j]).size
         if test in DISCRETE_TESTS and not discrete:
@@ -126,12 +145,17 @@ def check_kind(names: list[str], datasets: list[np.ndarray], test: str) -> None:
         if test not in DISCRETE_TESTS and discrete:
             raise CausalInputError(
                 f"column '{name}' is discrete ({levels} distinct integer values): --test {test} "
-                "assumes continuous variables; use --test chisq or --test gsq"
+                "assumes continuous variables; use --test chisq or --test gsq, or name a 0/1 "
+                "treatment column in --indicator-columns"
             )
 
 
 def check_datasets(
-    names: list[str], datasets: list[np.ndarray], contexts: list[str], test: str
+    names: list[str],
+    datasets: list[np.ndarray],
+    contexts: list[str],
+    test: str,
+    indicators: tuple[str, ...] = (),
 ) -> None:
     """All the checks of the module docstring (magnitudes first: the others square the values;
     constant columns before collinear ones and before their kind)."""
@@ -139,4 +163,4 @@ def check_datasets(
     check_rows(names, datasets, contexts, test)
     check_columns(names, datasets, contexts)
     check_collinear(names, datasets, contexts)
-    check_kind(names, datasets, test)
+    check_kind(names, datasets, test, indicators)

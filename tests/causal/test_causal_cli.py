@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from jaxlab.causal.input_checks import CausalInputError, check_kind
 from jaxlab.cli import main as jaxlab_main
 from jaxlab.core.run_lock import RunLock
 
@@ -82,6 +83,8 @@ def test_a_locked_output_directory_is_refused(selection_csv, capsys):
         ("near_constant_in_context", "column 'a' is near-constant in context k=1"),
         ("discrete_for_fisherz", "column 'b' is discrete (3 distinct integer values)"),
         ("continuous_for_chisq", "column 'a' is not discrete"),
+        ("indicator_not_binary", "--indicator-columns: column 'b' holds [0.0, 1.0, 2.0]"),
+        ("indicator_unknown", "--indicator-columns: 'k' is not a variable column"),
         ("unknown_test", "--test 'kcl': expected one of fisherz, rcit, kci, chisq, gsq"),
         ("overflow", "column 'b' holds 1e+200 in context k=1: its squares summed over the 20"),
         ("collinear", "columns 'a', 'c' are exactly linearly dependent in context k=0"),
@@ -122,6 +125,12 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, case, ex
             r[1] = i % 3
     elif case == "continuous_for_chisq":
         args += ["--test", "chisq"]
+    elif case == "indicator_not_binary":
+        for i, r in enumerate(rows):
+            r[1] = i % 3
+        args += ["--indicator-columns", "b"]
+    elif case == "indicator_unknown":
+        args += ["--indicator-columns", "k"]
     elif case == "unknown_test":
         args += ["--test", "kcl"]
     elif case == "overflow":
@@ -189,3 +198,18 @@ def test_non_finite_statistic_is_an_error_not_a_dependence(tmp_path, capsys, mon
     assert rc == 2
     assert "the fisherz test of 'a' and 'b' in k=0 gave a non-finite p-value" in err
     assert sorted(q.name for q in tmp_path.iterdir()) == ["s.csv"]
+
+
+def test_indicator_columns_pass_a_continuous_test_and_other_discrete_columns_do_not():
+    """A 0/1 treatment column named in ``--indicator-columns`` passes Fisher-z's kind check; a
+    3-level column beside it is still refused by name."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 3))
+    x[:, 1] = np.arange(40) % 2  # a 0/1 treatment indicator
+    names = ["a", "treated", "c"]
+    with pytest.raises(CausalInputError, match="column 'treated' is discrete"):
+        check_kind(names, [x[:20], x[20:]], "fisherz")
+    check_kind(names, [x[:20], x[20:]], "fisherz", indicators=("treated",))
+    x[:, 2] = np.arange(40) % 3
+    with pytest.raises(CausalInputError, match="column 'c' is discrete"):
+        check_kind(names, [x[:20], x[20:]], "fisherz", indicators=("treated",))
