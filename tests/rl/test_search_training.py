@@ -89,9 +89,75 @@ def test_spatial_maze_model_bc_width_matches():
         ("height", {"height": 2}),
         ("latent_weight", {"latent_weight": -1.0}),
         ("holdout_fraction", {"holdout_fraction": 0.0}),
+        ("eval_height", {"eval_height": 12}),  # larger than the map (the training size)
+        ("eval_width", {"map_width": 12, "eval_width": 16}),
+        ("height", {"height": 12, "map_height": 8}),
+        ("observation", {"observation": "depth"}),
+        ("min_size", {"layout": "perfect", "min_size": 9}),
     ],
 )
 def test_bad_learner_config_names_the_field(field, kwargs):
     with pytest.raises(ConfigError) as e:
         training.LearnerConfig(**kwargs)
     assert e.value.key == field
+
+
+LARGER = training.LearnerConfig(
+    height=6,
+    width=6,
+    map_height=12,
+    map_width=12,
+    eval_height=11,
+    eval_width=11,
+    num_demos=4,
+    demo_length=4,
+    num_expansions=2,
+    latent_dim=8,
+    hidden=8,
+    channels=4,
+    batch_size=4,
+    eval_episodes=3,
+    eval_max_steps=4,
+)
+
+
+def test_heldout_mazes_of_the_larger_size_fill_more_of_the_map():
+    both = jax.jit(lambda k: [training.heldout_mazes(k, LARGER, 8, e) for e in (False, True)])
+    small, large = jax.device_get(both(jax.random.key(1)))
+    for m in (small, large):
+        assert m.walls.shape == (8, 12, 12)
+    assert small.walls[:, 5:].all() and small.walls[:, :, 5:].all()
+    assert large.walls[:, 10:].all() and not large.walls[:, 5:10, 5:10].all()
+
+
+@pytest.mark.parametrize("method", ["dtsn", "bc"])
+def test_evaluation_at_both_sizes_traces(method):
+    """One network (the map's input shape) plays the training and the larger held-out size."""
+    cfg = dataclasses.replace(LARGER, method=method)
+    params = jax.eval_shape(lambda k: training.init(k, cfg).params, jax.random.key(0))
+    out = jax.eval_shape(lambda p: training.evaluate(jax.random.key(1), p, cfg), params)
+    assert set(out) == {
+        "success_rate",
+        "path_length_ratio",
+        "eval_size_success_rate",
+        "eval_size_path_length_ratio",
+    }
+
+
+@pytest.mark.parametrize("method", ["dtsn", "bc"])
+def test_procgen_mazes_with_pixels_train_both_methods(method):
+    """Procgen-style perfect mazes with pixel observations: a D-TSN / BC train step lowers."""
+    cfg = dataclasses.replace(
+        LARGER,
+        method=method,
+        layout="perfect",
+        min_size=5,
+        height=9,
+        width=9,
+        eval_height=11,
+        eval_width=11,
+        observation="pixels",
+        cell_pixels=2,
+    )
+    lowered = jax.jit(training.make_train(cfg, 1)).lower(jax.random.key(0))
+    assert "while" in lowered.as_text() or lowered is not None
