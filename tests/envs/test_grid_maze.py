@@ -1,5 +1,7 @@
 """grid-maze: the BFS oracle equals a NumPy BFS, generated layouts are solvable, oracle
-demonstrations follow shortest paths, observations, bad layouts name the field."""
+demonstrations follow shortest paths, observations, bad layouts name the field; Procgen-style
+perfect mazes are spanning trees of a drawn size in the map, a world larger than the map is
+refused naming the key."""
 
 from collections import deque
 
