@@ -213,6 +213,21 @@ register(
     },
     test_options={"height": 6, "width": 6, "max_steps": 4},
 )
+register(
+    "procgen-maze",
+    "jaxlab.envs.grid_maze:make_procgen_maze",
+    description="Procgen-style perfect mazes of per-layout size in a fixed map, pixels, BFS oracle",
+    options={
+        "height": "map rows, the largest layout (default 13)",
+        "width": "map columns, the largest layout (default 13)",
+        "min_size": "smallest layout side drawn, >= 5 (default 5)",
+        "observation_type": "'pixels' (default, uint8 RGB) or 'symbolic' (float32[H, W, 3])",
+        "cell_pixels": "pixels per cell of the pixel observation (default 4)",
+        "max_steps": "episode length limit (default 64)",
+        "auto_reset": "start a new episode when one ends (default True)",
+    },
+    test_options={"height": 9, "width": 9, "max_steps": 4},
+)
 
 
 _POINT_2D_OPTIONS = {

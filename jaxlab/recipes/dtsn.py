@@ -8,13 +8,18 @@ the D-TSN objective (``jaxlab.rl.search.dtsn.dtsn_loss``), or of the
 baselines' (``learner.method=bc`` behaviour cloning, ``learner.method=fixed`` breadth-first
 search). Evaluation plays greedy episodes on held-out layouts / instances and reports the
 success rate and the path-length ratio to the BFS optimum; ``finalize`` writes ``results.json``
-and, for mazes, ``episode.gif`` (one held-out episode with the search tree's expanded cells).
+and, for mazes, ``episode.gif`` (one held-out episode, at the held-out size, on the layout with the
+longest shortest path of 16, each step's search tree drawn). ``learner.eval_height`` /
+``learner.eval_width`` add an evaluation on held-out mazes of another size (e.g. 1.5-2x the
+training size) in the same static map (``learner.map_height`` / ``learner.map_width``);
+``learner.layout=perfect`` trains and evaluates on Procgen-style perfect mazes.
 
 Examples::
 
     jaxlab train dtsn --preset cpu                  # 8x8 mazes, 500 demonstrations, K = 10
     jaxlab train dtsn --preset game24-cpu
     jaxlab train dtsn --preset cpu learner.method=bc
+    jaxlab train dtsn --preset procgen-cpu          # Procgen-style mazes, pixels
 """
 
 from __future__ import annotations
@@ -75,16 +80,15 @@ def build(cfg: DtsnConfig, mesh: jax.sharding.Mesh) -> Parts:
         out = {"env": learner.env, "method": learner.method, "steps": int(state.step)}
         out.update(evaluate(state))
         if learner.env == "maze" and learner.method != "bc" and cfg.gif:
-            maze = jax.tree.map(
-                lambda x: x[0], training.heldout_mazes(jax.random.key(cfg.eval_seed), learner, 1)
-            )
+            candidates = training.heldout_mazes(jax.random.key(cfg.eval_seed), learner, 16, True)
             steps, solved = render.episode_gif(
                 Path(run_dir) / "episode.gif",
                 state.params,
-                maze,
+                render.longest_layout(candidates),
                 model=training.search_model(learner),
                 config=learner.search_config(),
                 max_steps=learner.eval_max_steps,
+                env=training.maze_env(learner)[0],
             )
             out["gif"] = {"steps": steps, "solved": bool(solved)}
         json_files.write(Path(run_dir) / "results.json", out)

@@ -1,5 +1,7 @@
 """grid-maze: the BFS oracle equals a NumPy BFS, generated layouts are solvable, oracle
-demonstrations follow shortest paths, observations, bad layouts name the field."""
+demonstrations follow shortest paths, observations, bad layouts name the field; Procgen-style
+perfect mazes are spanning trees of a drawn size in the map, a world larger than the map is
+refused naming the key."""
 
 from collections import deque
 
@@ -97,3 +99,45 @@ def test_bad_layouts_name_the_field():
     with pytest.raises(ConfigError) as e:
         make("grid-maze", wall_prob=1.0)
     assert e.value.key == "wall_prob"
+
+
+@jax.jit
+def _perfect_mazes(keys):
+    return jax.vmap(
+        lambda k: grid_maze.generate_perfect(k, 11, 11, min_size=5, map_height=13, map_width=13)
+    )(keys)
+
+
+def test_procgen_mazes_are_spanning_trees_of_a_drawn_size_in_the_map():
+    """Perfect mazes: every free cell reachable, free cells = 2 x lattice cells - 1 (a tree),
+    all inside the drawn layout in the top-left corner of the map, sizes vary."""
+    mazes = jax.device_get(_perfect_mazes(jax.random.split(jax.random.key(0), 8)))
+    sizes = set()
+    for i in range(8):
+        walls, start, goal = mazes.walls[i], mazes.start[i], mazes.goal[i]
+        assert walls.shape == (13, 13) and walls[11:].all() and walls[:, 11:].all()
+        rows = int((~walls).any(1).nonzero()[0].max()) + 2  # the layout's side, border included
+        cols = int((~walls).any(0).nonzero()[0].max()) + 2
+        sizes.add((rows, cols))
+        cells = ((rows - 1) // 2) * ((cols - 1) // 2)
+        assert (~walls).sum() == 2 * cells - 1
+        assert not walls[1:rows:2, 1:cols:2].any()
+        d = numpy_bfs(walls, goal)
+        assert (d[~walls] < grid_maze.UNREACHABLE).all() and tuple(start) != tuple(goal)
+    assert len(sizes) > 2, sizes
+
+
+@pytest.mark.parametrize(
+    "field,kwargs",
+    [
+        ("height", {"height": 12, "map_height": 8}),
+        ("width", {"width": 9, "map_width": 8}),
+        ("map_height", {"map_height": -1}),
+        ("min_size", {"layout": "perfect", "min_size": 3}),
+        ("layout", {"layout": "rooms"}),
+    ],
+)
+def test_a_world_too_large_for_the_map_names_the_key(field, kwargs):
+    with pytest.raises(ConfigError) as e:
+        grid_maze.make_grid_maze(**kwargs)
+    assert e.value.key == field, str(e.value)

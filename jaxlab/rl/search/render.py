@@ -3,7 +3,11 @@
 A learned model's tree holds latents, not cells; :func:`node_cells` maps each node to the cell its
 action path from the root reaches in the *true* maze (parents have smaller indices than children,
 so one ``lax.scan`` in index order suffices). :func:`episode_gif` plays one greedy episode and
-draws, per step, the maze with the expanded cells tinted orange (darker = expanded earlier).
+draws, per step, the maze with the searched tree: its expanded cells tinted orange (stronger =
+expanded earlier) and an edge from each node's parent cell to its cell, and a progress
+strip on the top border (so a step where the agent stays put is still a frame of its own).
+:func:`longest_layout` picks, among candidate layouts, the one with the longest shortest path,
+so the drawn episode has several steps.
 """
 
 from __future__ import annotations
@@ -35,12 +39,24 @@ def node_cells(
     return jax.lax.scan(body, cells0, jnp.arange(n_nodes))[0]
 
 
-def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: int):
-    """``(positions [S+1, 2], expanded cells [S, K, 2] with -1 for none, solved)`` of one greedy
-    episode (host loop: this is for drawing, not training)."""
+def longest_layout(mazes: grid_maze.Maze) -> grid_maze.Maze:
+    """The layout (of a batch, leaves ``[M, ...]``) whose start is farthest from its goal."""
+    d = jax.vmap(lambda m: grid_maze.distances(m.walls, m.goal)[m.start[0], m.start[1]])(mazes)
+    best = int(jnp.argmax(jnp.where(d < grid_maze.UNREACHABLE, d, -1)))
+    return jax.tree.map(lambda x: x[best], mazes)
+
+
+def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: int, env=None):
+    """``(positions [S+1, 2], expanded cells [S, K, 2], tree edges [S, N, 2, 2], solved)`` of one
+    greedy episode: the cells of the expanded nodes (-1 where nothing was expanded) and, for every
+    node of the tree, the edge from its parent's cell to its cell (-1 for the root and nodes never
+    created). The
+    observation is ``env``'s (default: symbolic, the layout's size). Host loop: this is for
+    drawing, not training."""
     walls, goal = maze.walls, maze.goal
     h, w = walls.shape
-    env = grid_maze.GridMaze(grid_maze.StaticMazeParams(height=h, width=w), auto_reset=False)
+    if env is None:
+        env = grid_maze.GridMaze(grid_maze.StaticMazeParams(height=h, width=w), auto_reset=False)
 
     @jax.jit
     def think(pos):
@@ -55,24 +71,33 @@ def episode_frames(params, maze: grid_maze.Maze, *, model, config, max_steps: in
         )
         cells = node_cells(out.tree, walls, pos)
         idx = out.tree.expanded_node
-        exp = jnp.where((idx >= 0)[:, None], cells[jnp.maximum(idx, 0)], -1)
-        return jnp.argmax(out.q), exp
+        safe = jnp.maximum(idx, 0)
+        exp = jnp.where((idx >= 0)[:, None], cells[safe], -1)
+        parent = out.tree.parent
+        edge = jnp.stack([cells[jnp.maximum(parent, 0)], cells], axis=1)
+        edge = jnp.where((out.tree.exists & (parent >= 0))[:, None, None], edge, -1)
+        return jnp.argmax(out.q), exp, edge
 
     pos = maze.start
-    positions, expanded, solved = [np.asarray(pos)], [], False
+    positions, expanded, edges, solved = [np.asarray(pos)], [], [], False
     for _ in range(max_steps):
-        a, exp = think(pos)
+        a, exp, edge = think(pos)
         expanded.append(np.asarray(exp))
+        edges.append(np.asarray(edge))
         pos = grid_maze.move(walls, pos, a)
         positions.append(np.asarray(pos))
         if bool(jnp.all(pos == goal)):
             solved = True
             break
-    return np.stack(positions), np.stack(expanded), solved
+    return np.stack(positions), np.stack(expanded), np.stack(edges), solved
 
 
-def draw(walls, pos, goal, expanded=None, cell: int = 24) -> np.ndarray:
-    """RGB uint8 image: the maze, expanded cells tinted (earlier = stronger), agent and goal."""
+def draw(
+    walls, pos, goal, expanded=None, cell: int = 24, edges=None, progress: float | None = None
+) -> np.ndarray:
+    """RGB uint8 image: the maze, expanded cells tinted (earlier = stronger), agent and goal; the
+    tree ``edges`` ``[E, 2, 2]`` (cell to cell, -1 rows skipped) as orange lines; ``progress`` in
+    ``[0, 1]`` as a strip along the top border."""
     img = np.asarray(
         grid_maze.render_rgb(jnp.asarray(walls), jnp.asarray(pos), jnp.asarray(goal), 1)
     )
@@ -84,20 +109,43 @@ def draw(walls, pos, goal, expanded=None, cell: int = 24) -> np.ndarray:
                 continue
             alpha = 0.75 - 0.5 * i / max(k - 1, 1)
             img[r, c] = (1 - alpha) * img[r, c] + alpha * np.array([255.0, 150.0, 30.0])
-    img = np.repeat(np.repeat(img, cell, 0), cell, 1)
-    return img.clip(0, 255).astype(np.uint8)
+    img = np.repeat(np.repeat(img, cell, 0), cell, 1).clip(0, 255).astype(np.uint8)
+    if edges is None and progress is None:
+        return img
+    from PIL import Image, ImageDraw
+
+    pic = Image.fromarray(img)
+    pen = ImageDraw.Draw(pic)
+    for (r0, c0), (r1, c1) in edges if edges is not None else ():
+        if r0 < 0 or (r0, c0) == (r1, c1):  # no node, or a move into a wall
+            continue
+        ends = [(c0 + 0.5) * cell, (r0 + 0.5) * cell, (c1 + 0.5) * cell, (r1 + 0.5) * cell]
+        pen.line(ends, fill=(200, 90, 0), width=max(cell // 8, 1))
+    if progress is not None:
+        pen.rectangle(
+            [0, 0, max(int(progress * img.shape[1]) - 1, 0), max(cell // 6, 1)],
+            fill=(250, 200, 60),
+        )
+    return np.asarray(pic)
 
 
-def episode_gif(path: str | Path, params, maze: grid_maze.Maze, *, model, config, max_steps: int):
-    """Writes the GIF of one greedy episode (PIL); returns ``(steps, solved)``."""
+def episode_gif(
+    path: str | Path, params, maze: grid_maze.Maze, *, model, config, max_steps: int, env=None
+):
+    """Writes the GIF of one greedy episode (PIL), a frame per step with its search tree and a
+    last frame; returns ``(steps, solved)``."""
     from PIL import Image
 
-    positions, expanded, solved = episode_frames(
-        params, maze, model=model, config=config, max_steps=max_steps
+    positions, expanded, edges, solved = episode_frames(
+        params, maze, model=model, config=config, max_steps=max_steps, env=env
     )
     walls, goal = np.asarray(maze.walls), np.asarray(maze.goal)
-    frames = [draw(walls, positions[i], goal, expanded[i]) for i in range(len(expanded))]
-    frames.append(draw(walls, positions[-1], goal))
+    n = len(expanded)
+    frames = [
+        draw(walls, positions[i], goal, expanded[i], edges=edges[i], progress=i / n)
+        for i in range(n)
+    ]
+    frames.append(draw(walls, positions[-1], goal, progress=1.0))
     images = [Image.fromarray(f) for f in frames]
     images[0].save(path, save_all=True, append_images=images[1:], duration=400, loop=0)
     return len(expanded), solved

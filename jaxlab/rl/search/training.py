@@ -57,8 +57,18 @@ class LearnerConfig:
     Attributes:
         env: ``"maze"`` or ``"game24"``.
         method: ``"dtsn"``, ``"fixed"`` (breadth-first search) or ``"bc"``.
-        height, width: maze grid size (with the border wall).
-        wall_prob: maze interior wall probability.
+        height, width: training maze grid size (with the border wall); for
+            ``layout="perfect"`` the largest one.
+        wall_prob: maze interior wall probability (``layout="random"``).
+        layout: ``"random"`` (independent walls) or ``"perfect"`` (Procgen-style perfect mazes
+            of per-layout size, ``grid_maze.generate_perfect``).
+        min_size: ``layout="perfect"``: the smallest side drawn (0: always the largest).
+        observation: ``"symbolic"`` (wall, agent, goal planes) or ``"pixels"`` (RGB,
+            ``cell_pixels`` per cell).
+        map_height, map_width: the static map every maze is embedded in (extra cells are walls;
+            0: the training size); the networks' input has its shape.
+        eval_height, eval_width: held-out maze size of the second evaluation (0: the training
+            size, no second evaluation), e.g. 1.5-2x the training size; at most the map size.
         num_demos: demonstration episodes (training layouts / instances).
         demo_length: steps per demonstration episode (longer ones are cut).
         num_expansions: ``K``.
@@ -82,6 +92,14 @@ class LearnerConfig:
     height: int = 8
     width: int = 8
     wall_prob: float = 0.3
+    layout: str = "random"  # "random" | "perfect"
+    min_size: int = 0
+    observation: str = "symbolic"  # "symbolic" | "pixels"
+    cell_pixels: int = 4
+    map_height: int = 0
+    map_width: int = 0
+    eval_height: int = 0
+    eval_width: int = 0
     num_demos: int = 500
     demo_length: int = 32
     num_expansions: int = 10
@@ -99,6 +117,8 @@ class LearnerConfig:
     holdout_fraction: float = 0.2
 
     def __post_init__(self):
+        if self.observation not in ("symbolic", "pixels"):
+            raise ConfigError("observation", self.observation, "'symbolic' or 'pixels'")
         if self.maze_model not in ("vector", "spatial"):
             raise ConfigError("maze_model", self.maze_model, "'vector' or 'spatial'")
         if self.env not in ("maze", "game24"):
@@ -117,7 +137,20 @@ class LearnerConfig:
         self.search_config()  # validates K, T, gamma
         self.loss_config()  # validates the consistency-loss weights
         if self.env == "maze":
-            maze_env(self)  # validates height, width, wall_prob and eval_max_steps
+            maze_env(self)  # validates height, width, wall_prob, the map and eval_max_steps
+            for name in ("eval_height", "eval_width"):
+                v = getattr(self, name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ConfigError(name, v, "0 (the training size) or an int >= 4")
+            eh, ew = self.eval_shape
+            mh, mw = self.map_height or self.height, self.map_width or self.width
+            grid_maze.check_map_size(eh, ew, mh, mw, prefix="eval_")
+            maze_env(self, eval_size=True)  # the held-out size's own checks (>= 4, min_size)
+
+    @property
+    def eval_shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the second held-out evaluation."""
+        return (self.eval_height or self.height, self.eval_width or self.width)
 
     @property
     def num_actions(self) -> int:
@@ -154,14 +187,22 @@ class LearnerState:
     hparams: dict[str, Array] = flax.struct.field(default_factory=dict)
 
 
-def maze_env(cfg: LearnerConfig):
-    """The grid-maze env (no auto-reset) and params of a config."""
+def maze_env(cfg: LearnerConfig, eval_size: bool = False):
+    """The grid-maze env (no auto-reset) and params of a config: training layouts, or with
+    ``eval_size`` those of the held-out size (the same map, so either plays any layout)."""
+    height, width = cfg.eval_shape if eval_size else (cfg.height, cfg.width)
     return grid_maze.make_grid_maze(
-        height=cfg.height,
-        width=cfg.width,
+        height=height,
+        width=width,
+        observation_type=cfg.observation,
+        cell_pixels=cfg.cell_pixels,
         wall_prob=cfg.wall_prob,
         max_steps=cfg.eval_max_steps,
         auto_reset=False,
+        layout=cfg.layout,
+        min_size=cfg.min_size,
+        map_height=cfg.map_height or cfg.height,
+        map_width=cfg.map_width or cfg.width,
     )
 
 
@@ -177,7 +218,8 @@ def _game24_pools(cfg: LearnerConfig):
 def networks(cfg: LearnerConfig):
     """``(module, example_obs)`` of the config's method (BC width matched to D-TSN's count)."""
     if cfg.env == "maze":
-        obs = np.zeros((cfg.height, cfg.width, 3), np.float32)  # numpy: cached outside traces
+        space = maze_env(cfg)[0].observation_space()
+        obs = np.zeros(space.shape, space.dtype)  # numpy: cached outside traces
         na = grid_maze.NUM_ACTIONS
         if cfg.maze_model == "spatial":
             wm = models.SpatialMazeWorldModel(na, cfg.hidden, cfg.channels)
@@ -327,10 +369,14 @@ def act(params, obs, cfg: LearnerConfig) -> Int[Array, ""]:
     return dtsn.greedy_action(params, obs, model=search_model(cfg), config=search_cfg)
 
 
-def heldout_mazes(key: PRNGKeyArray, cfg: LearnerConfig, num: int) -> grid_maze.Maze:
-    """``num`` layouts from keys folded away from the training ones (unseen layouts)."""
+def heldout_mazes(
+    key: PRNGKeyArray, cfg: LearnerConfig, num: int, eval_size: bool = False
+) -> grid_maze.Maze:
+    """``num`` layouts from keys folded away from the training ones (unseen layouts), of the
+    training size or (``eval_size``) of the held-out size, in the map."""
     keys = jax.random.split(jax.random.fold_in(key, 0x5EED), num)
-    return jax.vmap(lambda k: grid_maze.generate(k, cfg.height, cfg.width, cfg.wall_prob))(keys)
+    env, params = maze_env(cfg, eval_size)
+    return jax.vmap(lambda k: env.sample_maze(k, params))(keys)
 
 
 def maze_episodes(params, mazes: grid_maze.Maze, cfg: LearnerConfig):
@@ -374,13 +420,24 @@ def game24_episodes(params, instances: Int[Array, "P 4"], cfg: LearnerConfig):
 
 
 def evaluate(key: PRNGKeyArray, params, cfg: LearnerConfig) -> dict[str, Float[Array, ""]]:
-    """Held-out success rate (and maze path-length ratio to the BFS optimum on solved episodes)."""
+    """Held-out success rate (and maze path-length ratio to the BFS optimum on solved episodes);
+    mazes of a different held-out size (``eval_height``/``eval_width``) add
+    ``eval_size_success_rate`` and ``eval_size_path_length_ratio``."""
     if cfg.env == "maze":
-        solved, steps, optimal = maze_episodes(
-            params, heldout_mazes(key, cfg, cfg.eval_episodes), cfg
-        )
-        ratio = jnp.sum(jnp.where(solved, steps / optimal, 0.0)) / jnp.maximum(jnp.sum(solved), 1)
-        return {"success_rate": jnp.mean(solved), "path_length_ratio": ratio}
+        out = {}
+        sizes = [("", False)]
+        if cfg.eval_shape != (cfg.height, cfg.width):
+            sizes.append(("eval_size_", True))
+        for prefix, eval_size in sizes:
+            solved, steps, optimal = maze_episodes(
+                params, heldout_mazes(key, cfg, cfg.eval_episodes, eval_size), cfg
+            )
+            found = jnp.maximum(jnp.sum(solved), 1)
+            out[prefix + "success_rate"] = jnp.mean(solved)
+            out[prefix + "path_length_ratio"] = (
+                jnp.sum(jnp.where(solved, steps / optimal, 0.0)) / found
+            )
+        return out
     held = jnp.asarray(_game24_pools(cfg)[2])
     solved = game24_episodes(params, held, cfg)
     return {"success_rate": jnp.mean(solved), "path_length_ratio": jnp.float32(1.0)}
