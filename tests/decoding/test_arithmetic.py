@@ -177,7 +177,7 @@ def test_condition_and_critic_satisfy_the_autoregressive_factorisation(task):
             )
             return jnp.sum(ws) + pot.token_logw(state, jnp.int32(pot.vocab_size))
 
-        lhs = jax.vmap(pot.complete)(tokens, lengths) - pot.prefix(tokens[0], 0)
+        lhs = jax.jit(jax.vmap(pot.complete))(tokens, lengths) - pot.prefix(tokens[0], 0)
         rhs = jax.jit(jax.vmap(factorised))(tokens, lengths)
         np.testing.assert_allclose(np.asarray(rhs), np.asarray(lhs), atol=1e-5)
     # the condition's table-based next-token weights equal stepping every token

@@ -36,7 +36,7 @@ def test_moe_objective_weights_come_from_the_traced_values():
     )  # fmt: skip
     model = Decoder(cfg)
     tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 9), 0, cfg.vocab_size)
-    params = model.init(jax.random.PRNGKey(1), tokens[:, :-1])
+    params = jax.jit(model.init)(jax.random.PRNGKey(1), tokens[:, :-1])  # one program
     loss = jax.jit(lambda hp: olmoe_lib.moe_objective(model, params, tokens, hp))
     default, m = loss({})
     ce, lb, z = m["ce_loss"], m["moe/lb_loss"], m["moe/z_loss"]

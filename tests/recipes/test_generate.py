@@ -42,9 +42,17 @@ def _greedy_reference(model, params, prompt: str, n: int) -> str:
     tok = ByteTokenizer()
     ids = list(tok.encode(prompt, add_bos=True, add_eos=False))
     start = len(ids)
+
+    # one program: the ids padded to the model's context (causal, so the padding after position
+    # i leaves its logits as they are), the greedy token after position i
+    @jax.jit
+    def next_id(tokens, i):
+        return jnp.argmax(model.apply(params, tokens)[0, i])
+
     for _ in range(n):
-        logits = model.apply(params, jnp.asarray([ids], jnp.int32))
-        ids.append(int(jnp.argmax(logits[0, -1])))
+        padded = np.zeros((1, model.cfg.max_len), np.int32)
+        padded[0, : len(ids)] = ids
+        ids.append(int(next_id(padded, len(ids) - 1)))
     return tok.decode(np.asarray(ids[start:], np.int32), stop_at_eos=True)
 
 
