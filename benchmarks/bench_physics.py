@@ -51,8 +51,12 @@ LEVELS = REPO.parent / "shared" / "kinetix-levels"
 SCENES = {"s": "s/h2_one_wheel_car", "m": "m/h5_angry_birds", "l": "m/h5_angry_birds"}
 
 
-def load_scene(size: str):
-    """``(sim_state, sim_params, static_sim_params)`` of the benchmark scene for ``size``."""
+def load_scene(size: str, path: str | None = None):
+    """``(sim_state, sim_params, static_sim_params)`` of the benchmark scene for ``size`` (or of
+    the level file ``path``)."""
+    if path is not None:
+        level = load_level(path)
+        return level.state.sim, level.params.sim, level.static_params.sim
     path = LEVELS / f"{SCENES[size]}.json"
     target = StaticEnvParams.from_size(size) if size == "l" else None
     level = load_level(path, target) if target is not None else load_level(path)
@@ -64,12 +68,18 @@ def steps_per_call(n: int) -> int:
     return max(1, min(64, 8192 // n))
 
 
-def measure(size: str, n: int, seconds: float, solver: str, iterations: int | None = None) -> dict:
-    """Compile and time ``n`` copies of the ``size`` scene; one JSON record.
-
-    ``iterations`` overrides the solver's sequential-impulse iterations (the profile uses 1).
-    """
-    sim, params, sp = load_scene(size)
+def measure(
+    size: str,
+    n: int,
+    seconds: float,
+    solver: str,
+    iterations: int | None = None,
+    path: str | None = None,
+) -> dict:
+    """Compile and time ``n`` copies of the ``size`` scene (or the level file ``path``); one
+    JSON record. ``iterations`` overrides the solver's sequential-impulse iterations (the
+    profile uses 1)."""
+    sim, params, sp = load_scene(size, path)
     if iterations is not None:
         sp = dataclasses.replace(sp, num_solver_iterations=iterations)
     k = steps_per_call(n)
@@ -107,6 +117,33 @@ def measure(size: str, n: int, seconds: float, solver: str, iterations: int | No
         "compiler_options": compiler_options(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
+
+
+def measure_collision(size: str, n: int, seconds: float, path: str | None = None) -> float:
+    """Microseconds per scene of the contact manifolds alone (``collision.compute_manifolds``,
+    the narrow phase of every pair slot), ``n`` scenes, chained so nothing is hoisted."""
+    from jaxlab.physics.collision import compute_manifolds, pair_indices
+
+    sim, _, sp = load_scene(size, path)
+    pairs = pair_indices(sp)
+    k = steps_per_call(n)
+    states = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), sim)
+
+    def one(x):
+        warm = (x.acc_rr_manifolds, x.acc_cr_manifolds, x.acc_cc_manifolds)
+        return compute_manifolds(x.polygon, x.circle, warm, pairs)
+
+    def run(states):
+        def body(s, _):
+            out = jax.vmap(one)(s)
+            tie = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(out)) * 1e-30
+            return s.replace(polygon=s.polygon.replace(position=s.polygon.position + tie)), None
+
+        return jax.lax.scan(body, states, None, length=k)[0]
+
+    compiled = jit(run).lower(states).compile()
+    elapsed, calls, _ = steady_rate(compiled, states, (), seconds)
+    return 1e6 * elapsed / (n * k * calls)
 
 
 def measure_levels(paths: list, n: int, seconds: float, solver: str) -> list[dict]:
@@ -228,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--random-l", type=int, default=16, help="random L levels")
     parser.add_argument(
+        "--profile-level", default=None, help="--profile on this level file instead of the size's"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="where the time goes: the step with 1 vs the default solver iterations (no peer)",
@@ -242,21 +282,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         for size in sizes:
             for n in ns:
-                full = measure(size, n, args.seconds, args.solver)
-                one = measure(size, n, args.seconds, args.solver, iterations=1)
-                iters = load_scene(size)[2].num_solver_iterations
+                path = args.profile_level
+                full = measure(size, n, args.seconds, args.solver, path=path)
+                one = measure(size, n, args.seconds, args.solver, iterations=1, path=path)
+                t_coll = measure_collision(size, n, args.seconds, path)
+                iters = load_scene(size, path)[2].num_solver_iterations
                 t_full, t_one = 1e6 / full["rate"], 1e6 / one["rate"]
                 per_iter = (t_full - t_one) / (iters - 1)
                 rec = {
                     "what": "physics_step_profile",
                     "size": size.upper(),
                     "n": n,
+                    "scene": full["scene"] if path is None else level_name(Path(path)),
                     "us_per_step": round(t_full, 3),
                     "us_per_step_1_iteration": round(t_one, 3),
                     "us_per_solver_iteration": round(per_iter, 3),
+                    "us_collision": round(t_coll, 3),
                     "solver_share": round(iters * per_iter / t_full, 3),
-                    "rest_share": round(1 - iters * per_iter / t_full, 3),
-                    "note": "rest = collision detection, integration, warm-start bookkeeping",
+                    "collision_share": round(t_coll / t_full, 3),
+                    "rest_share": round(1 - (iters * per_iter + t_coll) / t_full, 3),
+                    "note": "solver = the sequential-impulse iterations (joints, then contact "
+                    "batches); collision = every pair slot's manifold; rest = gravity, motors, "
+                    "thrusters, contact rows, warm starting, integration",
                 }
                 emit(rec)
         return 0
