@@ -97,17 +97,24 @@ class Clock:
 
 
 def config(
-    size: str, net: str, envs: int, grad_chunks: int = 0, steps: int = 0
+    size: str,
+    net: str,
+    envs: int,
+    grad_chunks: int = 0,
+    steps: int = 0,
+    train_levels: str = "bench",
 ) -> kp.KinetixPPOConfig:
     """``grad_chunks`` 0: the recipe's default, 1 (whole-minibatch gradients; 1, 2 and 4 chunks
     of the transformer's gradient run within 3 % of each other, see ``PPOConfig.grad_chunks``).
     ``steps`` 0: 64 steps per rollout at N <= 256, else 8 (``--steps`` overrides, for smoke
-    runs); minibatches of 512 transitions (at least one minibatch)."""
+    runs); minibatches of 512 transitions (at least one minibatch). ``train_levels``: ``bench``
+    (the size's bench level) or ``random`` (the procedural generator at that size, as the
+    general agent trains)."""
     steps = steps or (64 if envs <= 256 else 8)
     chunks = grad_chunks or 1
     over = {
         "env.size": size,
-        "env.train_levels": LEVELS[size],
+        "env.train_levels": "random" if train_levels == "random" else LEVELS[size],
         "ppo.num_envs": envs,
         "ppo.num_steps": steps,
         "ppo.update_epochs": 8,
@@ -123,9 +130,15 @@ def config(
 
 
 def bench_train(
-    size: str, net: str, envs: int, updates: int, grad_chunks: int = 0, steps: int = 0
+    size: str,
+    net: str,
+    envs: int,
+    updates: int,
+    grad_chunks: int = 0,
+    steps: int = 0,
+    train_levels: str = "bench",
 ) -> dict:
-    cfg = config(size, net, envs, grad_chunks, steps)
+    cfg = config(size, net, envs, grad_chunks, steps, train_levels)
     with Clock() as build:
         agent = kp.agent(cfg)
         state = jit(functools.partial(ppo_lib.init, agent.ppo))(jax.random.PRNGKey(0))
@@ -150,6 +163,7 @@ def bench_train(
         minibatch=cfg.ppo.minibatch_size,
         grad_chunks=cfg.ppo.grad_chunks,
         updates=updates,
+        train_levels=train_levels,
         compile_s=round(comp.wall, 2),
         compile_cpu_s=round(comp.cpu, 2),
         init_s=round(build.wall, 2),
@@ -161,9 +175,11 @@ def bench_train(
     )
 
 
-def bench_profile(size: str, net: str, envs: int, reps: int = 2, steps: int = 0) -> None:
+def bench_profile(
+    size: str, net: str, envs: int, reps: int = 2, steps: int = 0, train_levels: str = "bench"
+) -> None:
     """Env-only rollout, rollout with the policy, and the update on a fixed rollout."""
-    cfg = config(size, net, envs, steps=steps)
+    cfg = config(size, net, envs, steps=steps, train_levels=train_levels)
     agent = kp.agent(cfg)
     ppo = agent.ppo
     state = jit(functools.partial(ppo_lib.init, ppo))(jax.random.PRNGKey(0))
@@ -439,6 +455,7 @@ def bench_peer_train(
     grad_chunks: int = 0,
     steps: int = 0,
     peer_python: Path = PEER_PYTHON,
+    train_levels: str = "bench",
 ) -> dict | None:
     """One ``--train`` cell for jaxlab, then the same cell for the original's PPO
     (``benchmarks/peers/bench_ppo_peer.py`` in the peer venv, a fresh process), and one line
@@ -454,9 +471,10 @@ def bench_peer_train(
             error=f"peer venv missing ({peer_python}); run benchmarks/peers/setup_kinetix_peer.sh",
         )
         return None
-    ours = bench_train(size, net, envs, updates, grad_chunks, steps)
+    ours = bench_train(size, net, envs, updates, grad_chunks, steps, train_levels)
     cmd = [str(peer_python), str(PEER_TRAIN), "--sizes", size, "--nets", net]
     cmd += ["--envs", str(envs), "--updates", str(updates), "--steps", str(steps)]
+    cmd += ["--train-levels", train_levels]
     # The original runs in harness.peer_env (XLA's defaults unless JAXLAB_PEER_XLA_FLAGS), whatever
     # XLA_FLAGS ours runs under; both are echoed in the line, with jaxlab's compile options.
     env = peer_env()
@@ -521,6 +539,12 @@ def main() -> None:
     ap.add_argument("--nets", default="mlp,transformer")
     ap.add_argument("--envs", default="256,2048")
     ap.add_argument("--updates", type=int, default=1)
+    ap.add_argument(
+        "--train-levels",
+        default="bench",
+        choices=("bench", "random"),
+        help="--train/--peer-train levels: the size's bench level, or the generator's (both sides)",
+    )
     ap.add_argument("--curve-updates", type=int, default=15)
     ap.add_argument(
         "--curve-level", default="s/h2_one_wheel_car", help="the --curve level (train and eval)"
@@ -543,7 +567,9 @@ def main() -> None:
         for net in nets:
             for n in envs:
                 if args.train:
-                    bench_train(size, net, n, args.updates, args.grad_chunks, args.steps)
+                    bench_train(
+                        size, net, n, args.updates, args.grad_chunks, args.steps, args.train_levels
+                    )
                 peer = None
                 if args.peer_train:
                     peer = bench_peer_train(
@@ -554,11 +580,12 @@ def main() -> None:
                         args.grad_chunks,
                         args.steps,
                         Path(args.peer_python),
+                        args.train_levels,
                     )
                 if args.floor:
                     bench_floor(size, net, n, args.grad_chunks, args.steps, peer)
                 if args.profile:
-                    bench_profile(size, net, n, steps=args.steps)
+                    bench_profile(size, net, n, steps=args.steps, train_levels=args.train_levels)
     if args.curve:
         bench_curve(args.curve_updates, args.attempts, args.curve_level)
 

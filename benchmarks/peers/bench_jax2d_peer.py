@@ -255,6 +255,123 @@ def bench_env(
 SCENES = {"S": "s/h2_one_wheel_car", "M": "m/h5_angry_birds", "L": "m/h5_angry_birds"}
 
 
+def _level_name(path: str) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return f"{'random' if stem.startswith('random_') else 'l'}/{stem}"
+
+
+def bench_engine_file(path: str, n: int, seconds: float) -> dict:
+    """``bench_engine`` on a level file (any size; one compile per static sizes and ``n``)."""
+    state, static_env_params, env_params = load_from_json_file(os.path.abspath(path))
+    k = max(1, min(64, 8192 // n))
+    key = (static_env_params, n, k)
+    actions = jnp.zeros((static_env_params.num_joints + static_env_params.num_thrusters,))
+    states = _batch(state, n)
+    compile_s = 0.0
+    if key not in _ENGINE_CACHE:
+        engine = PhysicsEngine(static_env_params)
+
+        def run(states, params, actions):
+            def body(s, _):
+                s, _ = jax.vmap(engine.step, in_axes=(0, None, None))(s, params, actions)
+                return s, None
+
+            return jax.lax.scan(body, states, None, length=k)[0]
+
+        t0 = time.perf_counter()
+        compiled = jax.jit(run).lower(states, env_params, actions).compile()
+        compile_s = time.perf_counter() - t0
+        _ENGINE_CACHE[key] = (compiled, compile_s)
+    compiled, first_compile_s = _ENGINE_CACHE[key]
+    rate, elapsed, calls = _steady_rate(compiled, states, (env_params, actions), n * k, seconds)
+    return {
+        "what": "jax2d_engine_step",
+        "impl": "jax2d",
+        "size": "L",
+        "n": n,
+        "scene": _level_name(path),
+        "compile_s": round(compile_s if compile_s else first_compile_s, 3),
+        "compile_shared": compile_s == 0.0,
+        "steps_per_call": k,
+        "calls": calls,
+        "time_s": round(elapsed, 3),
+        "rate": round(rate, 1),
+        "unit": "scene_steps/s",
+        **_common(),
+    }
+
+
+_ENV_CACHE: dict = {}
+
+
+def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> dict:
+    """``bench_env`` on a level file: the level is an argument of the compiled program (the
+    auto-reset state), so every level of one static size shares one compile."""
+    state, static_env_params, env_params = load_from_json_file(os.path.abspath(path))
+    k = max(1, min(32, 2048 // n))
+    key = (static_env_params, n, obs, action)
+
+    def make_env(level):
+        return make_kinetix_env(
+            ACTION_TYPES[action],
+            OBS_TYPES[obs],
+            lambda _key: level,
+            env_params,
+            static_env_params,
+            auto_reset=True,
+        )
+
+    def run(carry, level):
+        env = make_env(level)
+        space = env.action_space(env_params)
+
+        def body(c, _):
+            key, states, acc = c
+            key, k_act, k_step = jax.random.split(key, 3)
+            actions = jax.vmap(space.sample)(jax.random.split(k_act, n))
+            obs_, states, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(k_step, n), states, actions, env_params
+            )
+            leaves = [jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(obs_)]
+            acc = acc + jnp.sum(reward) + jnp.sum(done) + sum(leaves)
+            return (key, states, acc), None
+
+        return jax.lax.scan(body, carry, None, length=k)[0]
+
+    rng = jax.random.PRNGKey(0)
+    env = make_env(state)
+    _, states = jax.jit(
+        lambda r: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(r, n), env_params)
+    )(rng)
+    carry = (rng, states, jnp.zeros((), jnp.float32))
+    compile_s = 0.0
+    if key not in _ENV_CACHE:
+        t0 = time.perf_counter()
+        _ENV_CACHE[key] = (jax.jit(run).lower(carry, state).compile(), time.perf_counter() - t0)
+        compile_s = _ENV_CACHE[key][1]
+    compiled, first_compile_s = _ENV_CACHE[key]
+    rate, elapsed, calls = _steady_rate(compiled, carry, (state,), n * k, seconds)
+    return {
+        "what": "kinetix_env_step",
+        "impl": "kinetix-env",
+        "size": "L",
+        "n": n,
+        "scene": _level_name(path),
+        "obs": obs,
+        "action": action,
+        "auto_reset": True,
+        "frame_skip": static_env_params.frame_skip,
+        "compile_s": round(compile_s if compile_s else first_compile_s, 3),
+        "compile_shared": compile_s == 0.0,
+        "steps_per_call": k,
+        "calls": calls,
+        "time_s": round(elapsed, 3),
+        "rate": round(rate, 1),
+        "unit": "env_steps/s",
+        **_common(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="S,M,L")
@@ -280,11 +397,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-real-l", action="store_true", help="skip the engine on the wheel's l/h0_angrybirds"
     )
+    parser.add_argument(
+        "--level-list",
+        default=None,
+        help="a file of level paths, one per line: engine and env on each (replaces --sizes)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes.split(",")
 
     def emit(rec):
         print(json.dumps(rec), flush=True)
+
+    if args.level_list is not None:
+        with open(args.level_list) as f:
+            paths = [ln.strip() for ln in f if ln.strip()]
+        if not args.skip_engine:
+            for n in [int(x) for x in args.engine_n.split(",")]:
+                for path in paths:
+                    emit(bench_engine_file(path, n, args.seconds))
+        if not args.skip_env:
+            for obs in args.obs.split(","):
+                for n in [int(x) for x in args.env_n.split(",")]:
+                    for path in paths:
+                        emit(bench_env_file(path, n, obs, args.seconds, args.action))
+        return 0
 
     if not args.skip_engine:
         for size in sizes:

@@ -326,9 +326,10 @@ _SOLVERS = ("fast", "reference")
 # scene-major layout is faster (L sizes: 4 polygon-polygon and 3 circle-polygon batches).
 _LANES_MAX_BATCHES = 2
 
-# Rows per loop step of ``solve_contacts_active``: an L scene's batch rarely holds more active
-# manifolds than this.
-_ACTIVE_CHUNK = 4
+# Rows per loop step of ``solve_contacts_active``: a real L scene's batch mostly holds 0-2 active
+# manifolds (``python -m benchmarks.bench_physics --sizes l``); 2 was faster than 1 and 4 over 256
+# and 4096 scenes together.
+_ACTIVE_CHUNK = 2
 
 
 def _lanes_pays(sp: StaticSimParams) -> bool:
