@@ -311,19 +311,21 @@ def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> 
     k = max(1, min(32, 2048 // n))
     key = (static_env_params, n, obs, action)
 
-    def make_env(level):
-        return make_kinetix_env(
-            ACTION_TYPES[action],
-            OBS_TYPES[obs],
-            lambda _key: level,
-            env_params,
-            static_env_params,
-            auto_reset=True,
-        )
+    # The env (and its engine) is built outside ``jit``; its reset function returns the level
+    # the traced program is called with.
+    current = {"level": state}
+    env = make_kinetix_env(
+        ACTION_TYPES[action],
+        OBS_TYPES[obs],
+        lambda _key: current["level"],
+        env_params,
+        static_env_params,
+        auto_reset=True,
+    )
+    space = env.action_space(env_params)
 
     def run(carry, level):
-        env = make_env(level)
-        space = env.action_space(env_params)
+        current["level"] = level
 
         def body(c, _):
             key, states, acc = c
@@ -339,7 +341,7 @@ def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> 
         return jax.lax.scan(body, carry, None, length=k)[0]
 
     rng = jax.random.PRNGKey(0)
-    env = make_env(state)
+    current["level"] = state
     _, states = jax.jit(
         lambda r: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(r, n), env_params)
     )(rng)
