@@ -174,7 +174,8 @@ def step(
             matches it to float32 round-off; ``"fast"`` solves each contact batch over all its
             pair slots with non-members masked, with the scenes of a ``vmap`` on the minor axis
             (``solver_lanes``; sizes with at most two batches per pair type, else a
-            scene-major layout with batch gathers), and may differ by round-off (its trajectories stay
+            scene-major layout solving each batch over its active manifolds only,
+            ``contact.solve_contacts_active``), and may differ by round-off (its trajectories stay
             within the original's own one-extra-iteration sensitivity, see
             ``tests/physics/test_fidelity.py``).
 
@@ -322,8 +323,9 @@ def step(
 _SOLVERS = ("fast", "reference")
 
 # The lanes layout solves every batch of a pair type over all its pair slots (non-members
-# masked); with more batches than this per pair type, gathering each batch's rows in the
-# scene-major layout is faster (L sizes: 4 polygon-polygon and 3 circle-polygon batches).
+# masked); with more batches than this per pair type, solving each batch over its active
+# manifolds in the scene-major layout is faster (L sizes: 4 polygon-polygon and 3 circle-polygon
+# batches, of which a real L scene fills a handful of rows).
 _LANES_MAX_BATCHES = 2
 
 # Rows per loop step of ``solve_contacts_active``: a real L scene's batch mostly holds 0-2 active
@@ -435,8 +437,9 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
     Body state is packed as ``(x, y, v_x, v_y, w)`` [N, 5]; per-joint quantities that only
     depend on rotations and masses are computed and packed once per step. A pair type that fits
     in one solver batch is solved over its manifolds in natural order (static pair indices, no
-    permutation); with several batches the Jax2D batch gathers are kept. Sums of simultaneous
-    impulses on one body may round differently from the reference layout.
+    permutation); with several batches each batch is solved over its active manifolds only
+    (``contact.solve_contacts_active``). Sums of simultaneous impulses on one body may round
+    differently from the reference layout.
     """
     J = sp.num_joints
     bs = sp.solver_batch_size
