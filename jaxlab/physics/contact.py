@@ -329,12 +329,28 @@ def batch_membership(active: Bool[Array, " m"], batch_size: int) -> Bool[Array, 
     return (rank[None, :] % n_batches) == jnp.arange(n_batches)[:, None]
 
 
+def active_batches(active: Bool[Array, " m"], batch_size: int, chunk: int):
+    """The layout ``solve_contacts_active`` walks, fixed for a whole step (computed once, outside
+    the solver iterations): ``(order [nb, bs + chunk], first active q [nb], active count [nb],
+    padding flags [nb])``. Batch ``j``'s active manifolds are ``order[j, q_lo : q_lo + count]``."""
+    m = active.shape[0]
+    nb = math.ceil(m / batch_size)
+    order = batch_order(active, batch_size)
+    order = jnp.concatenate([order, jnp.full((nb, chunk), -1, jnp.int32)], axis=1)
+    first = m - jnp.sum(active.astype(jnp.int32))  # sorted position of the first active one
+    q_lo = jnp.maximum(0, (first - jnp.arange(nb) + nb - 1) // nb)
+    q_end = jnp.asarray([(m - i + nb - 1) // nb for i in range(nb)])
+    count = jnp.maximum(0, q_end - q_lo)
+    pad_batches = {p % nb for p in range(m, nb * batch_size)}
+    zero_last = jnp.asarray([i in pad_batches for i in range(nb)])
+    return order, q_lo, count, zero_last
+
+
 def solve_contacts_active(
     rows: ContactRows,
     acc: Float[Array, "m 2"],
     body: Float[Array, "n 5"],
-    active: Bool[Array, " m"],
-    batch_size: int,
+    batches,
     chunk: int,
 ):
     """One pass over the batches of one pair type, visiting only active manifolds (fast solver,
@@ -353,24 +369,14 @@ def solve_contacts_active(
         rows: fixed per-contact data in manifold order.
         acc: [m, 2] accumulated ``(normal, tangent)`` impulses.
         body: [N, 5] packed ``(x, y, v_x, v_y, w)``.
-        active: [m] the manifolds' active flags (Jax2D's sort key).
-        batch_size: solver batch size (static).
-        chunk: rows evaluated per loop step (static).
+        batches: ``active_batches(active, batch_size, chunk)`` of the manifolds' active flags
+            (Jax2D's sort key).
+        chunk: rows evaluated per loop step (static, as given to ``active_batches``).
 
     Returns:
         ``(acc, body)``.
     """
-    m = active.shape[0]
-    nb = math.ceil(m / batch_size)
-    order = batch_order(active, batch_size)
-    order = jnp.concatenate([order, jnp.full((nb, chunk), -1, jnp.int32)], axis=1)
-    first = m - jnp.sum(active.astype(jnp.int32))  # sorted position of the first active one
-    j = jnp.arange(nb)
-    q_lo = jnp.maximum(0, (first - j + nb - 1) // nb)
-    q_end = jnp.asarray([(m - i + nb - 1) // nb for i in range(nb)])
-    count = jnp.maximum(0, q_end - q_lo)
-    pad_batches = {p % nb for p in range(m, nb * batch_size)}
-    zero_last = jnp.asarray([i in pad_batches for i in range(nb)])
+    m = acc.shape[0]
 
     def batch(carry, xs):
         acc, body = carry
@@ -406,5 +412,5 @@ def solve_contacts_active(
         acc = acc.at[m - 1].set(jnp.where(zero, 0.0, acc[m - 1]))
         return (acc, body), None
 
-    (acc, body), _ = jax.lax.scan(batch, (acc, body), (order, q_lo, count, zero_last))
+    (acc, body), _ = jax.lax.scan(batch, (acc, body), batches)
     return acc, body

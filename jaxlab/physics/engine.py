@@ -26,6 +26,7 @@ from jaxlab.core.compile import jit
 from jaxlab.physics.collision import compute_manifolds, pair_indices
 from jaxlab.physics.contact import (
     BodyConstants,
+    active_batches,
     batch_membership,
     batch_order,
     contact_rows,
@@ -445,14 +446,20 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
     bs = sp.solver_batch_size
     (rows_rr0, rows_rr1, active_rr), (rows_cr, active_cr), (rows_cc, active_cc) = contacts
     accs = _per_pass(acc)
-    passes = tuple(
-        (rows, active, batch_membership(active, bs) if -(-active.shape[0] // bs) == 1 else None)
-        for rows, active in (
-            (rows_rr0, active_rr),
-            (rows_rr1, active_rr),
-            (rows_cr, active_cr),
-            (rows_cc, active_cc),
-        )
+
+    # Batch layouts are fixed for the step: built once here, the two polygon-polygon passes
+    # sharing theirs.
+    def layout(active):
+        if -(-active.shape[0] // bs) == 1:
+            return batch_membership(active, bs), None
+        return None, active_batches(active, bs, _ACTIVE_CHUNK)
+
+    rr_layout = layout(active_rr)
+    passes = (
+        (rows_rr0, *rr_layout),
+        (rows_rr1, *rr_layout),
+        (rows_cr, *layout(active_cr)),
+        (rows_cc, *layout(active_cc)),
     )
 
     frames = _joint_frames(bodies, joints, params, J)
@@ -491,12 +498,12 @@ def _solve_packed(pos, vel, ang, jstate, acc, bodies, joints, contacts, params, 
                 (jnp.arange(J), frames, joints.a_index, joints.b_index),
             )
         out = []
-        for (rows, active, member), a in zip(passes, accs, strict=True):
+        for (rows, member, batches), a in zip(passes, accs, strict=True):
             if member is not None:
                 a, body = solve_contacts_masked(rows, a, body, member, bs)
             else:
                 # Several batches: each is solved over its active manifolds only.
-                a, body = solve_contacts_active(rows, a, body, active, bs, _ACTIVE_CHUNK)
+                a, body = solve_contacts_active(rows, a, body, batches, _ACTIVE_CHUNK)
             out.append(a)
         return (body, jpacked, tuple(out)), None
 
