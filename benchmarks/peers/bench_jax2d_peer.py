@@ -132,6 +132,12 @@ _ENGINE_CACHE: dict = {}
 
 def bench_engine(size: str, scene: str, n: int, seconds: float) -> dict:
     state, static_env_params, env_params = load_scene(size, scene)
+    label = scene + (" (padded to L)" if size == "L" and not scene.startswith("l/") else "")
+    return _engine_line(state, static_env_params, env_params, n, seconds, size, label)
+
+
+def _engine_line(state, static_env_params, env_params, n, seconds, size, label) -> dict:
+    """Time ``n`` copies of ``state`` (one compile per static sizes and ``n``); one line."""
     k = max(1, min(64, 8192 // n))
     key = (static_env_params, n, k)
     n_actions = static_env_params.num_joints + static_env_params.num_thrusters
@@ -159,7 +165,7 @@ def bench_engine(size: str, scene: str, n: int, seconds: float) -> dict:
         "impl": "jax2d",
         "size": size,
         "n": n,
-        "scene": scene + (" (padded to L)" if size == "L" and not scene.startswith("l/") else ""),
+        "scene": label,
         "compile_s": round(compile_s if compile_s else first_compile_s, 3),
         "compile_shared": compile_s == 0.0,
         "steps_per_call": k,
@@ -189,67 +195,8 @@ def bench_env(
     size: str, scene: str, n: int, obs: str, seconds: float, action: str = "continuous"
 ) -> dict:
     state, static_env_params, env_params = load_scene(size, scene)
-    obs_type = OBS_TYPES
-    env = make_kinetix_env(
-        ACTION_TYPES[action],
-        obs_type[obs],
-        lambda _key: state,
-        env_params,
-        static_env_params,
-        auto_reset=True,
-    )
-    space = env.action_space(env_params)
-    k = max(1, min(32, 2048 // n))
-
-    def reset(key):
-        return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), env_params)
-
-    def run(carry, _unused):
-        def body(c, _):
-            key, states, acc = c
-            key, k_act, k_step = jax.random.split(key, 3)
-            actions = jax.vmap(space.sample)(jax.random.split(k_act, n))
-            obs_, states, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(k_step, n), states, actions, env_params
-            )
-            leaves = [jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(obs_)]
-            acc = acc + jnp.sum(reward) + jnp.sum(done) + sum(leaves)
-            return (key, states, acc), None
-
-        return jax.lax.scan(body, carry, None, length=k)[0]
-
-    key = jax.random.PRNGKey(0)
-    t0 = time.perf_counter()
-    reset_c = jax.jit(reset).lower(key).compile()
-    reset_compile_s = time.perf_counter() - t0
-    _, states = reset_c(key)
-    carry = (key, states, jnp.zeros((), jnp.float32))
-    t0 = time.perf_counter()
-    step_c = jax.jit(run).lower(carry, 0).compile()
-    compile_s = time.perf_counter() - t0
-
-    rate, elapsed, calls = _steady_rate(step_c, carry, (0,), n * k, seconds)
-    return {
-        "what": "kinetix_env_step",
-        "impl": "kinetix-env",
-        "size": size,
-        "n": n,
-        "scene": scene + (" (padded to L)" if size == "L" and not scene.startswith("l/") else ""),
-        "obs": obs,
-        "action": action,
-        "auto_reset": True,
-        "frame_skip": static_env_params.frame_skip,
-        "compile_s": round(compile_s, 3),
-        "reset_compile_s": round(reset_compile_s, 3),
-        "steps_per_call": k,
-        "calls": calls,
-        "time_s": round(elapsed, 3),
-        "steps_per_s": round(rate, 1),
-        "engine_steps_per_s": round(rate * static_env_params.frame_skip, 1),
-        "rate": round(rate, 1),
-        "unit": "env_steps/s",
-        **_common(),
-    }
+    label = scene + (" (padded to L)" if size == "L" and not scene.startswith("l/") else "")
+    return _env_line(state, static_env_params, env_params, n, obs, seconds, action, size, label)
 
 
 SCENES = {"S": "s/h2_one_wheel_car", "M": "m/h5_angry_birds", "L": "m/h5_angry_birds"}
@@ -263,51 +210,22 @@ def _level_name(path: str) -> str:
 def bench_engine_file(path: str, n: int, seconds: float) -> dict:
     """``bench_engine`` on a level file (any size; one compile per static sizes and ``n``)."""
     state, static_env_params, env_params = load_from_json_file(os.path.abspath(path))
-    k = max(1, min(64, 8192 // n))
-    key = (static_env_params, n, k)
-    actions = jnp.zeros((static_env_params.num_joints + static_env_params.num_thrusters,))
-    states = _batch(state, n)
-    compile_s = 0.0
-    if key not in _ENGINE_CACHE:
-        engine = PhysicsEngine(static_env_params)
-
-        def run(states, params, actions):
-            def body(s, _):
-                s, _ = jax.vmap(engine.step, in_axes=(0, None, None))(s, params, actions)
-                return s, None
-
-            return jax.lax.scan(body, states, None, length=k)[0]
-
-        t0 = time.perf_counter()
-        compiled = jax.jit(run).lower(states, env_params, actions).compile()
-        compile_s = time.perf_counter() - t0
-        _ENGINE_CACHE[key] = (compiled, compile_s)
-    compiled, first_compile_s = _ENGINE_CACHE[key]
-    rate, elapsed, calls = _steady_rate(compiled, states, (env_params, actions), n * k, seconds)
-    return {
-        "what": "jax2d_engine_step",
-        "impl": "jax2d",
-        "size": "L",
-        "n": n,
-        "scene": _level_name(path),
-        "compile_s": round(compile_s if compile_s else first_compile_s, 3),
-        "compile_shared": compile_s == 0.0,
-        "steps_per_call": k,
-        "calls": calls,
-        "time_s": round(elapsed, 3),
-        "rate": round(rate, 1),
-        "unit": "scene_steps/s",
-        **_common(),
-    }
+    return _engine_line(state, static_env_params, env_params, n, seconds, "L", _level_name(path))
 
 
 _ENV_CACHE: dict = {}
 
 
 def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> dict:
-    """``bench_env`` on a level file: the level is an argument of the compiled program (the
-    auto-reset state), so every level of one static size shares one compile."""
+    """``bench_env`` on a level file."""
     state, static_env_params, env_params = load_from_json_file(os.path.abspath(path))
+    label = _level_name(path)
+    return _env_line(state, static_env_params, env_params, n, obs, seconds, action, "L", label)
+
+
+def _env_line(state, static_env_params, env_params, n, obs, seconds, action, size, label) -> dict:
+    """``n`` auto-resetting envs on ``state``; the level is an argument of the compiled program
+    (the auto-reset state), so every level of one static size shares one compile."""
     k = max(1, min(32, 2048 // n))
     key = (static_env_params, n, obs, action)
 
@@ -342,9 +260,16 @@ def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> 
 
     rng = jax.random.PRNGKey(0)
     current["level"] = state
-    _, states = jax.jit(
-        lambda r: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(r, n), env_params)
-    )(rng)
+    t0 = time.perf_counter()
+    reset_c = (
+        jax.jit(
+            lambda r: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(r, n), env_params)
+        )
+        .lower(rng)
+        .compile()
+    )
+    reset_compile_s = time.perf_counter() - t0
+    _, states = reset_c(rng)
     carry = (rng, states, jnp.zeros((), jnp.float32))
     compile_s = 0.0
     if key not in _ENV_CACHE:
@@ -356,18 +281,21 @@ def bench_env_file(path: str, n: int, obs: str, seconds: float, action: str) -> 
     return {
         "what": "kinetix_env_step",
         "impl": "kinetix-env",
-        "size": "L",
+        "size": size,
         "n": n,
-        "scene": _level_name(path),
+        "scene": label,
         "obs": obs,
         "action": action,
         "auto_reset": True,
         "frame_skip": static_env_params.frame_skip,
         "compile_s": round(compile_s if compile_s else first_compile_s, 3),
         "compile_shared": compile_s == 0.0,
+        "reset_compile_s": round(reset_compile_s, 3),
         "steps_per_call": k,
         "calls": calls,
         "time_s": round(elapsed, 3),
+        "steps_per_s": round(rate, 1),
+        "engine_steps_per_s": round(rate * static_env_params.frame_skip, 1),
         "rate": round(rate, 1),
         "unit": "env_steps/s",
         **_common(),
