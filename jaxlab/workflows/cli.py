@@ -265,13 +265,7 @@ def _text_search(args, run_dir: Path, load_generator) -> int:
     try:
         executor, val, test, desc = _text_executor(args, load_generator)
         optimizer, opt_desc = _optimizer(args, load_generator)
-        config = search.SearchConfig(
-            max_rounds=args.rounds,
-            validation_runs=args.validation_runs,
-            seed=args.seed,
-            check_convergence=not args.no_convergence,
-            max_expansion_tries=args.expansion_tries,
-        )
+        config = _search_config(args)
         print(f"{'round':>5} {'score':>6} {'parent':>6}  edit")
         state = search.run_search(
             program.initial_workflow(),
@@ -286,6 +280,17 @@ def _text_search(args, run_dir: Path, load_generator) -> int:
     except (program.WorkflowError, tasks.TaskFileError, search.SearchStateError) as e:
         raise UserError(str(e), f"the search state in {run_dir} is unchanged") from None
     return _finish(args, run_dir, state, executor, val, test)
+
+
+def _search_config(args) -> search.SearchConfig:
+    """The search settings of the command line."""
+    return search.SearchConfig(
+        max_rounds=args.rounds,
+        validation_runs=args.validation_runs,
+        seed=args.seed,
+        check_convergence=not args.no_convergence,
+        max_expansion_tries=args.expansion_tries,
+    )
 
 
 def _print_round(rec, _state) -> None:
@@ -308,13 +313,7 @@ def _search_locked(args, run_dir: Path, load_lm, load_generator=None) -> int:
         val, test = tasks.split(problems, args.seed)
         _check_split(val, test, args)
         executor, desc = _executor(args, load_lm)
-        config = search.SearchConfig(
-            max_rounds=args.rounds,
-            validation_runs=args.validation_runs,
-            seed=args.seed,
-            check_convergence=not args.no_convergence,
-            max_expansion_tries=args.expansion_tries,
-        )
+        config = _search_config(args)
         optimizer, opt_desc = _optimizer(args, load_generator)
         print(f"{'round':>5} {'score':>6} {'parent':>6}  edit")
         state = search.run_search(

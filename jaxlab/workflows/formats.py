@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import re
 import string
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxlab.workflows.tasks import TaskFileError
+from jaxlab.workflows.tasks import TaskFileError, read_json_lines
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -229,19 +228,8 @@ def load_task(fmt: str, path: str | Path) -> TaskSet:
     if fmt not in FIELDS:
         raise TaskFileError(f"format={fmt!r}: expected one of {sorted(FIELDS)}")
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (UnicodeDecodeError, IsADirectoryError) as e:
-        raise TaskFileError(f"{path}: not a UTF-8 JSON-lines file ({e})") from None
     items = []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{line_no}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskFileError(f"{where}: not JSON ({e.msg})") from None
+    for where, item in read_json_lines(path):
         _check_item(item, fmt, where)
         items.append(item)
     if not items:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,13 +109,10 @@ def save_task_file(path: str | Path, problems: Problems) -> None:
             f.write(json.dumps({"question": q, "answer": int(a), "expression": e}) + "\n")
 
 
-def load_task_file(path: str | Path) -> Problems:
-    """Reads a JSON-lines task file.
-
-    Raises:
-        TaskFileError: naming the file, the line and the missing or malformed field.
-        FileNotFoundError: if the file does not exist.
-    """
+def read_json_lines(path: str | Path) -> list[tuple[str, Any]]:
+    """``(where, item)`` for every non-blank line of a JSON-lines file, ``where`` =
+    ``"file:line"``; raises ``TaskFileError`` naming the file (not UTF-8, a directory) or the
+    line (not JSON)."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
@@ -122,15 +120,27 @@ def load_task_file(path: str | Path) -> Problems:
         raise TaskFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except IsADirectoryError:
         raise TaskFileError(f"{path}: a directory, expected a JSON-lines task file") from None
-    questions, answers, expressions = [], [], []
+    out = []
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}:{line_no}"
         try:
-            item = json.loads(line)
+            out.append((where, json.loads(line)))
         except json.JSONDecodeError as e:
             raise TaskFileError(f"{where}: not JSON ({e.msg})") from None
+    return out
+
+
+def load_task_file(path: str | Path) -> Problems:
+    """Reads a JSON-lines task file.
+
+    Raises:
+        TaskFileError: naming the file, the line and the missing or malformed field.
+        FileNotFoundError: if the file does not exist.
+    """
+    questions, answers, expressions = [], [], []
+    for where, item in read_json_lines(path):
         if not isinstance(item, dict):
             raise TaskFileError(f"{where}: {item!r}: expected an object")
         question = item.get("question")
