@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ from benchmarks.harness import emit, timed
 from jaxlab.commands.generate import decoder_lm
 from jaxlab.core import loop
 from jaxlab.core import recipe as recipe_lib
+from jaxlab.core.tracking import read_metrics
 from jaxlab.decoding import arithmetic, generate, sampling, speculative
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.data import load_corpus, token_streams
@@ -129,12 +129,8 @@ def train_model(name: str, preset: str, overrides: list[str], run_dir: Path):
 
 
 def _last_eval(run_dir: Path) -> float | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return None
     value = None
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
+    for row in read_metrics(run_dir):
         value = row.get("eval/val_bits_per_byte", value)
     return value
 

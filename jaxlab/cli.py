@@ -173,6 +173,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from jaxlab.core import loop
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core.sharding import maybe_initialize_distributed
+    from jaxlab.core.tracking import json_row
 
     maybe_initialize_distributed()
     r = recipe_lib.get(args.recipe)
@@ -212,7 +213,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary.update(
         {f"eval/{k}": v for k, v in result.eval_metrics.items() if isinstance(v, int | float)}
     )
-    print(json_files.dumps(summary, where="the training summary"))
+    print(json_files.dumps(json_row(summary), where="the training summary"))
     if result.interrupted:
         print(
             f"jaxlab: interrupted at step {result.step}; checkpoint saved, run the same command "
@@ -239,6 +240,7 @@ def _checkpoints_kept(run_dir: Path) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from jaxlab.core import recipe as recipe_lib
     from jaxlab.core import run as run_lib
+    from jaxlab.core.tracking import json_row
 
     r = recipe_lib.get(args.recipe)
     run_dir = Path(args.run_dir)
@@ -252,7 +254,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if run.parts.evaluate is None:
         raise UserError(f"recipe {r.name} has no evaluation")
     metrics = run.parts.evaluate(run.state)
-    print(json_files.dumps({"step": run.step, **dict(metrics)}, where="the evaluation"))
+    row = json_row({"step": run.step, **dict(metrics)})
+    print(json_files.dumps(row, where="the evaluation"))
     return 0
 
 

@@ -1,5 +1,7 @@
-"""Tracker: JSON lines always (scalars only, NaN kept visible), TensorBoard events optionally."""
+"""Tracker: strict JSON lines always (scalars only, NaN as null with its reason), TensorBoard events
+optionally."""
 
+import json
 import math
 import struct
 
@@ -18,7 +20,35 @@ def test_jsonl_rows(tmp_path):
     rows = read_metrics(tmp_path)
     assert rows[0]["step"] == 1 and rows[0]["loss"] == 0.5 and rows[0]["flag"] == 1
     assert "vec" not in rows[0]
-    assert rows[1]["eval/loss"] == "nan"
+    assert math.isnan(rows[1]["eval/loss"]) and "null_reason" not in rows[1]
+
+
+def _refuse(token):
+    raise ValueError(f"{token} is not JSON")
+
+
+def test_a_non_finite_metric_is_null_with_its_reason_in_strict_json(tmp_path):
+    t = Tracker(tmp_path)
+    t.log(3, {"acc": np.float32("nan"), "ret": -math.inf, "loss": 0.25}, prefix="eval/")
+    t.close()
+    line = (tmp_path / "metrics.jsonl").read_text().splitlines()[0]
+    row = json.loads(line, parse_constant=_refuse)
+    assert row["eval/acc"] is None and row["eval/ret"] is None and row["eval/loss"] == 0.25
+    assert row["null_reason"] == {
+        "eval/acc": "non-finite (nan): JSON has no NaN or infinity",
+        "eval/ret": "non-finite (-inf): JSON has no NaN or infinity",
+    }
+    back = read_metrics(tmp_path)[0]
+    assert math.isnan(back["eval/acc"]) and back["eval/ret"] == -math.inf
+
+
+def test_metrics_files_of_earlier_versions_read_the_same(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": NaN, "acc": Infinity}\n{"step": 2, "loss": "nan", "acc": "-inf"}\n'
+    )
+    rows = read_metrics(tmp_path)
+    assert math.isnan(rows[0]["loss"]) and rows[0]["acc"] == math.inf
+    assert math.isnan(rows[1]["loss"]) and rows[1]["acc"] == -math.inf
 
 
 def test_tensorboard_backend_writes_events(tmp_path):
