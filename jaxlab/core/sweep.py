@@ -11,17 +11,20 @@ values is a separate group, run in sequence.
 Every point gets a run directory (``config.yaml``, ``recipe.txt``, ``metrics.jsonl``, a
 checkpoint) that ``jaxlab eval`` / :func:`jaxlab.core.run.open_run` opens like any run; the sweep
 writes ``sweep.jsonl`` (one row per point) and prints a table of the final metrics with the mean
-and standard deviation over seeds.
+and standard deviation over seeds. The sweep folder and every point's run directory are held under
+:class:`jaxlab.core.run_lock.RunLock` while the sweep runs: a second sweep, or a ``train`` resuming
+a point, is refused with the point and the holder's pid.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +274,45 @@ def sweep(
             raise ConfigError(
                 "--run-dir", str(out_dir), "a new or empty directory (nothing is overwritten)"
             )
-        return _sweep_groups(recipe, base, axes, seed_list, traced, static, out_dir, log)
+        names = [
+            _point_name(v, seed) for _, pts in _groups(seed_list, traced, static) for v, seed in pts
+        ]
+        with point_locks(out_dir, names):
+            return _sweep_groups(recipe, base, axes, seed_list, traced, static, out_dir, log)
+
+
+def _groups(
+    seed_list: list[int], traced: Mapping[str, Sequence[Any]], static: Mapping[str, Sequence[Any]]
+) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:
+    """``(static values, [(point values, seed), ...])`` for each group of one vmapped program."""
+    out = []
+    for static_vals in itertools.product(*static.values()) if static else [()]:
+        svals = dict(zip(static, static_vals, strict=True))
+        points = [
+            ({**svals, **dict(zip(traced, tv, strict=True))}, seed)
+            for tv in (itertools.product(*traced.values()) if traced else [()])
+            for seed in seed_list
+        ]
+        out.append((svals, points))
+    return out
+
+
+@contextlib.contextmanager
+def point_locks(out_dir: Path, names: Sequence[str]) -> Iterator[None]:
+    """Holds the :class:`jaxlab.core.run_lock.RunLock` of every point's run directory
+    ``out_dir/name`` for the block, so no other run (a second sweep, a ``train`` resuming a
+    point) writes a point while the sweep does.
+
+    Raises:
+      RunLockedError: a point is held by another process (names the point and the holder).
+    """
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            try:
+                stack.enter_context(run_lock.RunLock(out_dir / name))
+            except run_lock.RunLockedError as e:
+                raise run_lock.RunLockedError(f"sweep point {name}: {e}", e.hint) from None
+        yield
 
 
 def _sweep_groups(
@@ -293,14 +334,8 @@ def _sweep_groups(
             file=log,
         )
     rows, compiles, states = [], 0, []
-    for static_vals in itertools.product(*static.values()) if static else [()]:
-        svals = dict(zip(static, static_vals, strict=True))
+    for svals, points in _groups(seed_list, traced, static):
         cfg = config_lib.replace(base, **svals)
-        points = [
-            ({**svals, **dict(zip(traced, tv, strict=True))}, seed)
-            for tv in (itertools.product(*traced.values()) if traced else [()])
-            for seed in seed_list
-        ]
         for vals, _ in points:  # the point's own config must validate too
             config_lib.replace(cfg, **vals)
         group_rows, c, st = _run_group(recipe, cfg, points, out_dir, log)

@@ -83,7 +83,7 @@ def _toy():
     return TOY, TOY.config(overrides=["loop.total_steps=2", "loop.steps_per_call=2"])
 
 
-def test_a_second_sweep_on_a_folder_in_use_is_refused_with_the_holders_pid(tmp_path):
+def test_a_second_sweep_on_a_folder_in_use_is_refused_with_the_holders_pid(tmp_path, monkeypatch):
     import os
 
     from jaxlab.core.run_lock import RunLock, RunLockedError
@@ -95,14 +95,37 @@ def test_a_second_sweep_on_a_folder_in_use_is_refused_with_the_holders_pid(tmp_p
             sweep.sweep(toy, cfg, {"lr": [0.1, 0.2]}, seeds=1, out_dir=out)
     assert f"pid {os.getpid()}" in str(e.value) and " since " in str(e.value)
     assert not any(out.iterdir()) if out.exists() else True  # the refused sweep wrote nothing
+    held, real = [], sweep._write_point
+
+    def write(recipe, cfg_p, run_dir, *args):  # each point is written under its own run lock
+        with pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
+            RunLock(run_dir).acquire()  # (a train resuming this point now is refused)
+        held.append(run_dir.relative_to(out).as_posix())
+        real(recipe, cfg_p, run_dir, *args)
+
+    monkeypatch.setattr(sweep, "_write_point", write)
     result = sweep.sweep(toy, cfg, {"lr": [0.1, 0.2]}, seeds=2, out_dir=out)  # the lock is free
     assert len(result.rows) == 4 and result.compiles == 1
-    assert not (out / ".lock").exists()
+    assert held == ["lr=0.1/seed0", "lr=0.1/seed1", "lr=0.2/seed0", "lr=0.2/seed1"]
+    assert not list(out.rglob(".lock"))
     from jaxlab.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="new or empty directory"):  # finished: kept intact
         sweep.sweep(toy, cfg, {"lr": [0.1]}, seeds=1, out_dir=out)
     assert (out / "sweep.jsonl").read_text().count("\n") == 4
+
+
+def test_a_point_held_by_another_run_is_refused_naming_the_point_and_holder(tmp_path):
+    import os
+
+    from jaxlab.core.run_lock import RunLock, RunLockedError
+
+    with RunLock(tmp_path / "lr=0.1" / "seed0"):
+        with pytest.raises(RunLockedError) as e:
+            with sweep.point_locks(tmp_path, ["lr=0.2/seed0", "lr=0.1/seed0"]):
+                pass
+    assert "sweep point lr=0.1/seed0" in str(e.value) and f"pid {os.getpid()}" in str(e.value)
+    assert not (tmp_path / "lr=0.2").exists()  # the points it had locked are let go, unwritten
 
 
 @pytest.mark.parametrize(
