@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from benchmarks.harness import REPO, emit, peer_available, steady_rate
 from benchmarks.harness import run_peer as run_peer_script
-from benchmarks.kinetix_l_levels import LEVEL_DIR, level_files, level_name, level_summary
+from benchmarks.kinetix_l_levels import LEVEL_DIR, level_files, level_name, ratio_lines
 from jaxlab import envs
 from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.levels import load_level
@@ -197,34 +197,20 @@ def bench_l_levels(args, ns: list[int], obs_list: list[str], peer: bool) -> None
     listing.write_text("\n".join(str(Path(p).resolve()) for p in paths))
     peer_args = ["--skip-engine", "--level-list", str(listing), "--env-n", ",".join(map(str, ns))]
     peer_args += ["--obs", ",".join(obs_list), "--action", args.action]
-    ratios: dict = {}
-    for rec in run_peer_script(
+    peer_rows = run_peer_script(
         "bench_jax2d_peer.py", peer_args + ["--seconds", str(args.seconds)], "L levels"
+    )
+    for line in ratio_lines(
+        ours,
+        peer_rows,
+        what="kinetix_env_ratio",
+        summary_what="kinetix_env_l_summary",
+        peer="kinetix",
+        by=("obs", "n"),
+        unit="env_steps/s",
+        action=args.action,
     ):
-        emit(rec)
-        mine = ours.get((rec["scene"], rec["obs"], rec["n"]))
-        if mine is None:
-            continue
-        ratio = mine["rate"] / rec["rate"]
-        ratios.setdefault((rec["obs"], rec["n"]), {})[rec["scene"]] = ratio
-        emit(
-            {
-                "what": "kinetix_env_ratio",
-                "size": "L",
-                "n": rec["n"],
-                "scene": rec["scene"],
-                "obs": rec["obs"],
-                "action": args.action,
-                "jaxlab_rate": mine["rate"],
-                "kinetix_rate": rec["rate"],
-                "ratio": round(ratio, 3),
-                "jaxlab_compile_s": mine["compile_s"],
-                "kinetix_compile_s": rec["compile_s"],
-                "unit": "env_steps/s",
-            }
-        )
-    for (obs, n), by_level in ratios.items():
-        emit(level_summary("kinetix_env_l_summary", n, by_level, obs=obs, action=args.action))
+        emit(line)
 
 
 def run_peer(size: str, ns: list[int], obs: list[str], action: str, seconds: float) -> list[dict]:

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 
 from benchmarks.harness import REPO, emit, peer_available, steady_rate
 from benchmarks.harness import run_peer as run_peer_script
-from benchmarks.kinetix_l_levels import LEVEL_DIR, level_files, level_name, level_summary
+from benchmarks.kinetix_l_levels import LEVEL_DIR, level_files, level_name, ratio_lines
 from jaxlab import physics as px
 from jaxlab.core.compile import compiler_options, jit
 from jaxlab.envs.kinetix.levels import load_level
@@ -223,32 +223,17 @@ def bench_l_levels(args, ns: list[int], peer: bool) -> None:
             emit(rec)
     if not peer:
         return
-    ratios: dict[int, dict[str, float]] = {n: {} for n in ns}
-    for rec in run_peer_levels(paths, ns, args.seconds):
-        emit(rec)
-        mine = ours.get((rec["scene"], rec["n"]))
-        if mine is None:
-            continue
-        ratio = mine["rate"] / rec["rate"]
-        ratios[rec["n"]][rec["scene"]] = ratio
-        emit(
-            {
-                "what": "physics_engine_ratio",
-                "size": "L",
-                "n": rec["n"],
-                "scene": rec["scene"],
-                "solver": args.solver,
-                "jaxlab_rate": mine["rate"],
-                "jax2d_rate": rec["rate"],
-                "ratio": round(ratio, 3),
-                "jaxlab_compile_s": mine["compile_s"],
-                "jax2d_compile_s": rec["compile_s"],
-                "unit": "scene_steps/s",
-            }
-        )
-    for n in ns:
-        if ratios[n]:
-            emit(level_summary("physics_engine_l_summary", n, ratios[n], solver=args.solver))
+    for line in ratio_lines(
+        ours,
+        run_peer_levels(paths, ns, args.seconds),
+        what="physics_engine_ratio",
+        summary_what="physics_engine_l_summary",
+        peer="jax2d",
+        by=("n",),
+        unit="scene_steps/s",
+        solver=args.solver,
+    ):
+        emit(line)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,13 +8,17 @@
   ``levels.save_level`` so the original loads the same levels.
 
 Every level of a set has L's static sizes, so one compiled program serves the whole set.
+:func:`ratio_lines` turns jaxlab's and the original's records on these levels into the per-level
+ratio lines and the summary lines that ``bench_physics`` and ``bench_kinetix`` emit.
 """
 
 from __future__ import annotations
 
 import glob
 import statistics
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -84,3 +88,57 @@ def level_summary(what: str, n: int, ratios: dict[str, float], **extra) -> dict:
             rec[f"{group}_worst_ratio"] = round(vals[worst], 3)
             rec[f"{group}_worst_level"] = worst
     return rec
+
+
+def ratio_lines(
+    ours: Mapping[tuple, Mapping[str, Any]],
+    peer_rows: Iterable[Mapping[str, Any]],
+    *,
+    what: str,
+    summary_what: str,
+    peer: str,
+    by: Sequence[str],
+    unit: str,
+    **fixed: Any,
+) -> Iterator[dict]:
+    """The L rows' comparison with the original, as the JSON lines to emit.
+
+    Each of the original's records ``peer_rows`` is yielded, followed, when ``ours`` holds the
+    same level at the same ``by`` values, by a ``what`` line: both rates and compile times and
+    ``ratio = jaxlab rate / original rate``. Then one ``summary_what`` line
+    (:func:`level_summary`) per group of ``by`` values, in the order the original first gave it.
+
+    Args:
+      ours: jaxlab's records keyed ``(scene, *values of by)``.
+      peer: the original's name in the keys (``{peer}_rate``, ``{peer}_compile_s``).
+      by: the record fields that tell measurements of one level apart, ending with ``"n"``.
+      fixed: settings both sides ran with, written into every line after the ``by`` labels.
+    """
+    ratios: dict[tuple, dict[str, float]] = {}
+    for rec in peer_rows:
+        yield rec
+        group = tuple(rec[f] for f in by)
+        mine = ours.get((rec["scene"], *group))
+        if mine is None:
+            continue
+        ratio = mine["rate"] / rec["rate"]
+        ratios.setdefault(group, {})[rec["scene"]] = ratio
+        labels = {f: rec[f] for f in by if f != "n"}
+        yield {
+            "what": what,
+            "size": "L",
+            "n": rec["n"],
+            "scene": rec["scene"],
+            **labels,
+            **fixed,
+            "jaxlab_rate": mine["rate"],
+            f"{peer}_rate": rec["rate"],
+            "ratio": round(ratio, 3),
+            "jaxlab_compile_s": mine["compile_s"],
+            f"{peer}_compile_s": rec["compile_s"],
+            "unit": unit,
+        }
+    for group, by_level in ratios.items():
+        values = dict(zip(by, group, strict=True))
+        n = values.pop("n")
+        yield level_summary(summary_what, n, by_level, **values, **fixed)
