@@ -17,7 +17,7 @@ import runpy
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 #: Extra sub-commands contributed by families: name -> ("module:function", help). The function
@@ -196,6 +196,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"in {run_dir}",
         file=sys.stderr,
     )
+    print("jaxlab: compiling the train step...", file=sys.stderr)
     try:
         with keeping(lambda: _checkpoints_kept(run_dir)):
             result = loop.run(
@@ -453,10 +454,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _dispatch(args)
 
 
+#: ``JAXLAB_VERBOSE_XLA=1`` keeps XLA's own log lines (its slow-compile alarms) on the terminal.
+VERBOSE_XLA_ENV = "JAXLAB_VERBOSE_XLA"
+
+
+def quiet_xla_logs(environ: Mapping[str, str] | None = None) -> bool:
+    """Hides XLA's own C++ log lines below FATAL for the rest of the process: its slow-compile
+    alarms ("Constant folding an instruction is taking > 1s", "Very slow compile?") are logged as
+    errors although the compile goes on and succeeds; the CLI says "compiling" itself instead.
+    Nothing changes when ``JAXLAB_VERBOSE_XLA`` is set to anything but ``0`` or when
+    ``TF_CPP_MIN_LOG_LEVEL`` is set to anything but ``1``, the default ``import jax`` sets (the
+    user's choice wins). Returns whether the logs were hidden.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(VERBOSE_XLA_ENV, "0") not in ("", "0"):
+        return False
+    if environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
+        return False
+    try:  # the setter jax's own `jax_logging_level` option calls, without its Python handlers
+        from jax._src.lib import utils as jaxlib_utils
+
+        jaxlib_utils.absl_set_min_log_level(3)
+    except (ImportError, AttributeError):  # pragma: no cover - a jaxlib without it
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # read when XLA first logs
+    return True
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command ``args.fn``; a user error prints ``error:`` and ``hint:`` lines (exit 2),
     a full disk one ``error:`` line naming the file and what was kept (exit 1), Ctrl-C or SIGTERM
-    one line saying what was kept (exit 130, or 143 for SIGTERM); never a traceback."""
+    one line saying what was kept (exit 130, or 143 for SIGTERM); never a traceback. XLA's own
+    log lines are hidden (:func:`quiet_xla_logs`)."""
+    quiet_xla_logs()
     with _sigterm_as_interrupt():
         try:
             return args.fn(args)

@@ -174,3 +174,16 @@ def test_a_token_file_with_ids_past_the_vocabulary_is_refused_before_training(ca
         f"error: {tmp_path / 'tokens.npy'}: holds id 299, expected ids in [0, model.vocab_size=259)"
     )
     assert not run_dir.exists()
+
+
+def test_xla_own_log_lines_are_hidden_unless_asked_for(monkeypatch):
+    from jax._src.lib import utils
+
+    levels = []
+    monkeypatch.setattr(utils, "absl_set_min_log_level", levels.append)
+    assert cli.quiet_xla_logs({}) and levels == [3]  # below FATAL: the slow-compile alarms
+    assert cli.quiet_xla_logs({"JAXLAB_VERBOSE_XLA": "0"}) and levels == [3, 3]
+    assert not cli.quiet_xla_logs({"JAXLAB_VERBOSE_XLA": "1"})
+    assert not cli.quiet_xla_logs({"TF_CPP_MIN_LOG_LEVEL": "0"})  # the user's own setting wins
+    assert levels == [3, 3]
+    assert cli.quiet_xla_logs({"TF_CPP_MIN_LOG_LEVEL": "1"}) and levels == [3, 3, 3]  # jax's
