@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -69,31 +70,47 @@ class CorruptCheckpointError(ValueError):
             self.hint = "no older complete checkpoint exists; pass --run-dir NEW_DIR to start over"
 
 
-_QUIET_UNTIL = [0.0]
+_QUIET = {"restoring": 0, "until": 0.0}
+_QUIET_LOCK = threading.Lock()
 
 
-def _quiet_closed_loop_callbacks(seconds: float = 30.0) -> None:
-    """After a failed orbax restore, TensorStore completes the reads still in flight and calls
-    back into the event loop that ``asyncio.run`` has already closed; each callback prints an
-    "Exception ignored ... RuntimeError: Event loop is closed" (dozens per failed restore). For
-    ``seconds`` after a failure those messages, and only those, are dropped: the real error is
-    the :class:`CorruptCheckpointError` raised."""
-    _QUIET_UNTIL[0] = time.monotonic() + seconds
-    if getattr(sys.unraisablehook, "_jaxlab_closed_loop_filter", False):
-        return
-    previous = sys.unraisablehook
+def _drop_closed_loop_callback(u: Any) -> bool:
+    """Whether an unraisable exception is a TensorStore read calling back into orbax's closed
+    event loop during a restore or in the grace period after a failed one."""
+    return (
+        (_QUIET["restoring"] > 0 or time.monotonic() < _QUIET["until"])
+        and isinstance(u.exc_value, RuntimeError)
+        and str(u.exc_value) == "Event loop is closed"
+    )
 
-    def hook(u):
-        if (
-            time.monotonic() < _QUIET_UNTIL[0]
-            and isinstance(u.exc_value, RuntimeError)
-            and str(u.exc_value) == "Event loop is closed"
-        ):
-            return
-        previous(u)
 
-    hook._jaxlab_closed_loop_filter = True
-    sys.unraisablehook = hook
+@contextlib.contextmanager
+def _closed_loop_callbacks_dropped(grace: float = 30.0) -> Iterator[None]:
+    """Wraps one orbax restore. Orbax runs the restore's reads in a fresh event loop and closes it
+    as soon as one read fails; TensorStore then completes the reads still in flight and calls back
+    into the closed loop, and each callback prints "Exception ignored ... RuntimeError: Event loop
+    is closed" (dozens per failed restore, some before the restore has even returned). Those
+    messages, and only those, are dropped from the moment the restore starts until ``grace``
+    seconds after it failed: the real error is the :class:`CorruptCheckpointError` raised."""
+    with _QUIET_LOCK:
+        if not getattr(sys.unraisablehook, "_jaxlab_closed_loop_filter", False):
+            previous = sys.unraisablehook
+
+            def hook(u: Any) -> None:
+                if not _drop_closed_loop_callback(u):
+                    previous(u)
+
+            hook._jaxlab_closed_loop_filter = True  # type: ignore[attr-defined]
+            sys.unraisablehook = hook
+        _QUIET["restoring"] += 1
+    try:
+        yield
+    except BaseException:
+        _QUIET["until"] = max(_QUIET["until"], time.monotonic() + grace)
+        raise
+    finally:
+        with _QUIET_LOCK:
+            _QUIET["restoring"] -= 1
 
 
 def check_allow_change(config: Any, keys: Sequence[str]) -> tuple[str, ...]:
@@ -235,11 +252,8 @@ class Checkpointer:
     def check_config(self, step: int) -> dict:
         """Reads the saved meta of ``step`` and refuses an incompatible config."""
         try:
-            meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
-                "meta"
-            ]
+            meta = self._restore(step, meta=ocp.args.JsonRestore())["meta"]
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
-            _quiet_closed_loop_callbacks()
             raise CorruptCheckpointError(self.directory, step, e, self._older(step)) from e
         if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
             problem = KeyError("the saved meta has no 'config' mapping")
@@ -282,22 +296,27 @@ class Checkpointer:
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
         try:
-            restored = self._mngr.restore(step, args=ocp.args.Composite(**items))
+            restored = self._restore(step, **items)
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore/grain raise many types
-            _quiet_closed_loop_callbacks()
             older = self._older(step, abstract_state, data_iterator is not None)
             raise CorruptCheckpointError(self.directory, step, e, older) from e
         return restored["state"], int(step)
+
+    def _restore(self, step: int, **items: Any) -> Any:
+        """``CheckpointManager.restore`` of ``items`` at ``step``, with the closed-loop callbacks
+        of a failed read dropped (:func:`_closed_loop_callbacks_dropped`)."""
+        with _closed_loop_callbacks_dropped():
+            return self._mngr.restore(step, args=ocp.args.Composite(**items))
 
     def _older(self, step: int, abstract_state: Any = None, with_data: bool = False) -> int | None:
         """The newest step before ``step`` whose meta (and state, given ``abstract_state``, and
         data-iterator file, given ``with_data``) restores; None if none does."""
         for s in sorted((s for s in self.all_steps() if s < step), reverse=True):
             try:
-                self._mngr.restore(s, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+                self._restore(s, meta=ocp.args.JsonRestore())
                 if abstract_state is not None:
                     target = ocp.args.StandardRestore(_with_default_sharding(abstract_state))
-                    self._mngr.restore(s, args=ocp.args.Composite(state=target))
+                    self._restore(s, state=target)
                 if with_data and not any((self.directory / str(s) / "data").glob("*.json")):
                     continue
             except Exception:  # noqa: BLE001
@@ -319,5 +338,8 @@ class Checkpointer:
         self._mngr.wait_until_finished()
 
     def close(self) -> None:
-        self._mngr.wait_until_finished()
-        self._mngr.close()
+        """Joins any asynchronous save, then closes the manager (also when the save failed)."""
+        try:
+            self._mngr.wait_until_finished()
+        finally:
+            self._mngr.close()

@@ -598,9 +598,12 @@ def save_teacher_run(run: TeacherRun, directory: str | Path, config: Any) -> lis
 
     ckpt = Checkpointer(directory, config, keep=None, async_save=False)
     steps = [int(s) for s in np.asarray(run.steps)]
-    for c, s in enumerate(steps):
-        ckpt.save(s, {"params": checkpoint_params(run, c), "losses": run.losses[:s]}, force=True)
-    ckpt.close()
+    try:
+        for c, s in enumerate(steps):
+            tree = {"params": checkpoint_params(run, c), "losses": run.losses[:s]}
+            ckpt.save(s, tree, force=True)
+    finally:
+        ckpt.close()
     return steps
 
 
@@ -613,18 +616,20 @@ def load_teacher_run(directory: str | Path, config: Any, abstract_params: Any) -
     from jaxlab.core.checkpoint import Checkpointer
 
     ckpt = Checkpointer(directory, config, keep=None, async_save=False)
-    steps = ckpt.all_steps()
-    if not steps:
-        raise ConfigError("checkpoint_steps", [], f"at least one checkpoint in {directory}")
-    restored = []
-    for s in steps:
-        abstract = {
-            "params": abstract_params,
-            "losses": jax.ShapeDtypeStruct((s,), jnp.float32),
-        }
-        state, _ = ckpt.restore(abstract, step=s)
-        restored.append(state)
-    ckpt.close()
+    try:
+        steps = ckpt.all_steps()
+        if not steps:
+            raise ConfigError("checkpoint_steps", [], f"at least one checkpoint in {directory}")
+        restored = []
+        for s in steps:
+            abstract = {
+                "params": abstract_params,
+                "losses": jax.ShapeDtypeStruct((s,), jnp.float32),
+            }
+            state, _ = ckpt.restore(abstract, step=s)
+            restored.append(state)
+    finally:
+        ckpt.close()
     params = jax.tree.map(lambda *xs: jnp.stack(xs), *[r["params"] for r in restored])
     return TeacherRun(
         params=params,

@@ -117,3 +117,31 @@ def test_restore_onto_a_different_mesh(tmp_path):
     assert restored["w"].sharding == sh_b
     np.testing.assert_array_equal(restored["w"], x)
     ck.close()
+
+
+def test_closed_loop_callbacks_are_dropped_from_the_start_of_a_restore(monkeypatch):
+    """TensorStore reads still in flight when a restore fails call back into orbax's closed event
+    loop; those "Event loop is closed" messages may come before the restore has even returned."""
+    import sys
+    import types
+
+    from jaxlab.core import checkpoint as ckpt_lib
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    monkeypatch.setattr(ckpt_lib, "_QUIET", {"restoring": 0, "until": 0.0})
+
+    def callback(message="Event loop is closed"):
+        sys.unraisablehook(types.SimpleNamespace(exc_value=RuntimeError(message)))
+
+    with ckpt_lib._closed_loop_callbacks_dropped():
+        callback()  # while the restore is still running
+        callback("another error")
+    assert [str(u.exc_value) for u in seen] == ["another error"]
+    callback()  # a restore that succeeded: nothing is dropped after it
+    assert len(seen) == 2
+    with pytest.raises(OSError):
+        with ckpt_lib._closed_loop_callbacks_dropped(grace=60.0):
+            raise OSError("truncated")
+    callback()  # stragglers of the failed restore
+    assert len(seen) == 2
