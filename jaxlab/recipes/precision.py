@@ -10,7 +10,10 @@ validation loss, ``N``, ``D`` so far, the training precisions and their granular
 (``model.quant.{w,a,kv}_granularity``; by default the paper's: weights per output channel,
 activations per tensor, KV cache per head) and, for every ``ptq.bits`` and ``ptq.methods``
 (round-to-nearest and GPTQ on ``ptq.calib_batches`` training batches), the validation loss after
-post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A
+post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`).
+``ptq.group_size`` (``-1``: per output channel; else one scale per group of that many inputs, a
+divisor of every quantised kernel's input dimension) and ``ptq.desc_act`` (GPTQ's act-order)
+select GPTQ's grouping and order as the reference implementation names them. A
 grid of runs over ``N``, ``D`` and the precisions (``experiments/precision_grid/precision_grid.py``, through
 ``jaxlab.core.sweep``) gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
 """
@@ -33,6 +36,7 @@ from jaxlab.lm import training
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.ptq import PTQConfig, non_embedding_params, ptq_losses
+from jaxlab.lm.quant import check_group_size_fits
 from jaxlab.lm.training import LmState
 
 
@@ -54,6 +58,7 @@ class PrecisionConfig:
 
     def __post_init__(self):
         training.check_lm_config(self)
+        check_group_size_fits(self.model, self.ptq.group_size, "ptq.group_size")
 
     @property
     def tokens(self) -> int:
@@ -87,6 +92,8 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
             "w_granularity": q.w_granularity,
             "a_granularity": q.a_granularity,
             "kv_granularity": q.kv_granularity,
+            "ptq_group_size": float(cfg.ptq.group_size),
+            "ptq_desc_act": float(cfg.ptq.desc_act),
         }
         if cfg.ptq.bits:
             calib_it = train_iterator(

@@ -44,3 +44,8 @@ def test_bad_config_names_the_field():
         C.replace(base, **{"model.quant.w_bits": 40})
     with pytest.raises(ConfigError, match="'model.quant.kv_granularity'"):
         C.replace(base, **{"model.quant.kv_granularity": "channel"})
+    for bad in (0, -2, 64):  # 64 divides d_ff=64, not d_model=32
+        with pytest.raises(ConfigError, match="'ptq.group_size'"):
+            C.replace(base, **{"ptq.group_size": bad})
+    grouped = C.replace(base, **{"ptq.group_size": 16, "ptq.desc_act": True})
+    assert (grouped.ptq.group_size, grouped.ptq.desc_act) == (16, True)
