@@ -231,14 +231,18 @@ def pcfg_setup(
     mask_rate: float,
     teacher: tuple[int, int],
     student: tuple[int, int],
+    objective: str = "masked",
 ) -> PcfgSetup:
-    """The masked-LM task on ``grammar`` and the ``(width, layers)`` teacher and student
-    transformers (d_model = width, heads of 8, d_ff = 2·width)."""
+    """The masked-LM (or, ``objective="next_token"``, causal LM) task on ``grammar`` and the
+    ``(width, layers)`` teacher and student transformers (d_model = width, heads of 8,
+    d_ff = 2·width)."""
     n_term = len(grammar.terminals)
-    task = pd.MLMTask(n_term, max_len, mask_rate)
+    task = pd.MLMTask(n_term, max_len, mask_rate, objective)
 
     def model(width, layers):
-        return pd.MaskedLM(task.vocab, n_term, width, width // 8, 8, 2 * width, layers)
+        return pd.MaskedLM(
+            task.vocab, n_term, width, width // 8, 8, 2 * width, layers, causal=task.causal
+        )
 
     level1 = tuple(s for s in grammar.rules if s.startswith("N1_"))
     return PcfgSetup(grammar, task, model(*teacher), model(*student), level1)
@@ -254,7 +258,7 @@ def pcfg_data(
         corpus, _ = pd.make_corpus(rng, setup.grammar, corpus_size, setup.task)
         held, sents = pd.make_corpus(rng, setup.grammar, max(probe_sentences, 256), setup.task)
         key = jax.random.PRNGKey(seed + 77)
-        eval_batch = pd.mask_tokens(key, held.tokens, held.lengths, setup.task)
+        eval_batch = pd.make_batch(key, held.tokens, held.lengths, setup.task)
         probes = pd.make_probe_set(sents[:probe_sentences], setup.task, setup.level1)
     return corpus, eval_batch, probes
 
@@ -290,6 +294,7 @@ def pcfg_results(
     samples = np.asarray(distill.samples_to_accuracy(curves, sspec.batch, labels_final))
     return {
         "task": "pcfg",
+        "objective": task.objective,
         "checkpoint_steps": np.asarray(run.steps).tolist(),
         "teacher_losses": np.asarray(run.losses).tolist(),
         "checkpoint_loss": np.asarray(loss).tolist(),
@@ -339,15 +344,17 @@ def write_artifacts(results: dict[str, Any], run_dir: Path) -> None:
     steps = results["checkpoint_steps"]
     trained = (np.arange(1, losses.size + 1), losses)
     if results.get("task") == "pcfg":
-        loss_curves = {"train loss (masked tokens)": trained,
+        ar = results.get("objective") == "next_token"
+        what, model = ("next", "next-token LM") if ar else ("masked", "masked LM")
+        loss_curves = {f"train loss ({what} tokens)": trained,
                        "held-out loss": (steps, results["checkpoint_loss"])}  # fmt: skip
-        loss_title = f"PCFG masked LM; M_robust peak (2-shot checkpoint) at step {mark}"
+        loss_title = f"PCFG {model}; M_robust peak (2-shot checkpoint) at step {mark}"
         probes = {name: (steps, values) for name, values in results["probes"].items()}
         probe_labels = (
             "probe value",
             f"n-gram and constituent probes (2-shot checkpoint: step {mark})",
         )
-        student_labels = ("student sentences", "masked-token accuracy (seed mean)",
+        student_labels = ("student sentences", f"{what}-token accuracy (seed mean)",
                           "PCFG students by method")  # fmt: skip
     else:
         loss_curves = {"teacher loss": trained, "log 2": ([1, losses.size], [np.log(2)] * 2)}
@@ -429,7 +436,7 @@ def pcfg_task(
     probe_sentences: int,
     students: Students,
 ) -> TeacherTask:
-    """The PCFG masked LM of ``setup``: the corpus (``corpus_size`` sentences) and probe set are
+    """The PCFG masked (or next-token) LM of ``setup``: the corpus (``corpus_size`` sentences) and probe set are
     made on the host the first time a step, evaluation or the results need them."""
     data = functools.cache(
         functools.partial(
@@ -476,10 +483,11 @@ class ParityConfig:
 
 @dataclasses.dataclass(frozen=True)
 class PcfgConfig:
-    """The PCFG masked-LM task: the random grammar (``seed``, symbols per ``levels``, right-hand
-    side ``rule_lengths``), the corpus (``corpus_size`` sentences of at most ``max_len`` tokens,
-    masked at ``mask_rate``) and ``probe_sentences`` held-out sentences for the n-gram and
-    constituent probes."""
+    """The PCFG language-modelling task: the random grammar (``seed``, symbols per ``levels``,
+    right-hand side ``rule_lengths``), the corpus (``corpus_size`` sentences of at most
+    ``max_len`` tokens), the ``objective`` (``masked``: masked LM at ``mask_rate``;
+    ``next_token``: causal next-token prediction) and ``probe_sentences`` held-out sentences for
+    the n-gram and constituent probes."""
 
     seed: int = 0
     levels: tuple[int, ...] = (1, 3, 3)
@@ -488,9 +496,10 @@ class PcfgConfig:
     max_len: int = 28
     mask_rate: float = 0.3
     probe_sentences: int = 48
+    objective: Literal["masked", "next_token"] = "masked"
 
     def __post_init__(self):
-        pd.MLMTask(3, self.max_len, self.mask_rate)  # validates max_len, mask_rate
+        pd.MLMTask(3, self.max_len, self.mask_rate, self.objective)  # validates the fields
         _check_sizes(self, ("corpus_size", "probe_sentences"))
 
 
@@ -573,6 +582,7 @@ def make_task(
     setup = pcfg_setup(
         g, max_len=grammar.max_len, mask_rate=grammar.mask_rate,
         teacher=(teacher.width, teacher.layers), student=(student.width, student.layers),
+        objective=grammar.objective,
     )  # fmt: skip
     return pcfg_task(
         setup, batch=teacher.batch, corpus_size=grammar.corpus_size,

@@ -13,6 +13,11 @@ peaks at the end of the fast loss drop and falls once the teacher uses the long-
 (softmax-regression) probe on the hidden states predicting which non-terminal ends at each
 position (the paper's boundary / non-terminal prediction).
 
+The autoregressive variant (``MLMTask.objective="next_token"``, the paper's GPT-2 runs on the
+same grammar) trains a causal transformer to predict each token from its prefix; the losses,
+students and probes are the same functions, the n-gram probe reading the prediction of token ``p``
+at position ``p - 1`` (only the window's left part is visible to it).
+
 The 2-shot checkpoint is the intermediate checkpoint where ``M_robust`` for 3-grams peaks (the
 paper's ``C1``). Everything is one jit-able program per stage: the teacher's training is a
 ``lax.scan`` stacking a snapshot every ``every`` steps (a :class:`distill.TeacherRun`), the students
@@ -42,22 +47,36 @@ from jaxlab.nn.transformer import TransformerBlock
 # ----------------------------------------------------------------------------- task and data
 
 
+#: training objectives on PCFG sentences: BERT's masked LM, or next-token prediction.
+OBJECTIVES = ("masked", "next_token")
+
+
 @dataclasses.dataclass(frozen=True)
 class MLMTask:
-    """Static shape of the masked-LM task.
+    """Static shape of the language-modelling task on PCFG sentences.
 
     Attributes:
       n_terminals: terminal vocabulary (token ids ``0 … n_terminals-1``); ``pad_id`` and
         ``mask_id`` follow.
       max_len: padded sentence length.
-      mask_rate: fraction of real tokens to predict (paper: 0.3).
+      mask_rate: fraction of real tokens to predict (paper: 0.3; masked objective only).
+      objective: ``"masked"`` (bidirectional masked LM) or ``"next_token"`` (causal LM predicting
+        every token after the first from its prefix).
     """
 
     n_terminals: int = 3
     max_len: int = 72
     mask_rate: float = 0.3
+    objective: str = "masked"
+
+    @property
+    def causal(self) -> bool:
+        """Whether the task's model attends causally (the next-token objective)."""
+        return self.objective == "next_token"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError("objective", self.objective, f"one of {OBJECTIVES}")
         if self.n_terminals < 2:
             raise ConfigError("n_terminals", self.n_terminals, "an int >= 2")
         if self.max_len < 2:
@@ -134,11 +153,31 @@ def mask_tokens(
     return MaskedBatch(inputs, targets, chosen.astype(jnp.float32), real)
 
 
+def next_token_batch(tokens: Int[Array, "b L"], lengths: Int[Array, " b"]) -> MaskedBatch:
+    """Next-token prediction: the input is the sentence itself, position ``p`` predicts token
+    ``p + 1`` (weight 1 while ``p + 1 < length``); every real token is attended (causally)."""
+    real = real_positions(lengths, tokens.shape[-1])
+    has_next = jnp.roll(real, -1, axis=1).at[:, -1].set(False)
+    targets = jnp.where(has_next, jnp.roll(tokens, -1, axis=1), 0)
+    return MaskedBatch(tokens, targets, has_next.astype(jnp.float32), real)
+
+
+def make_batch(
+    key: PRNGKeyArray, tokens: Int[Array, "b L"], lengths: Int[Array, " b"], task: MLMTask
+) -> MaskedBatch:
+    """The task's training batch of these sentences: :func:`mask_tokens` or, for
+    ``objective="next_token"``, :func:`next_token_batch` (``key`` unused)."""
+    if task.objective == "next_token":
+        return next_token_batch(tokens, lengths)
+    return mask_tokens(key, tokens, lengths, task)
+
+
 def sample_batch(key: PRNGKeyArray, corpus: Corpus, batch: int, task: MLMTask) -> MaskedBatch:
-    """``batch`` sentences drawn uniformly (with replacement) from ``corpus``, masked."""
+    """``batch`` sentences drawn uniformly (with replacement) from ``corpus``, made into the task's
+    batch (:func:`make_batch`)."""
     k_idx, k_mask = jax.random.split(key)
     idx = jax.random.randint(k_idx, (batch,), 0, corpus.tokens.shape[0])
-    return mask_tokens(k_mask, corpus.tokens[idx], corpus.lengths[idx], task)
+    return make_batch(k_mask, corpus.tokens[idx], corpus.lengths[idx], task)
 
 
 # ----------------------------------------------------------------------------- model
@@ -147,11 +186,13 @@ def sample_batch(key: PRNGKeyArray, corpus: Corpus, batch: int, task: MLMTask) -
 class MaskedLM(nn.Module):
     """Bidirectional pre-norm transformer masked LM (BERT's role in the paper, small): token
     embedding, ``n_layers`` non-causal :class:`jaxlab.nn.transformer.TransformerBlock` (RoPE
-    positions), a final RMSNorm and a head onto the terminals.
+    positions), a final RMSNorm and a head onto the terminals. With ``causal`` the same network
+    attends causally (GPT-2's role: the next-token objective).
 
     Attributes:
       vocab: input ids (terminals, pad, mask); n_out: predicted classes (terminals).
       d_model, n_heads, head_dim, d_ff, n_layers: shape.
+      causal: causal self-attention.
     """
 
     vocab: int
@@ -161,6 +202,7 @@ class MaskedLM(nn.Module):
     head_dim: int = 8
     d_ff: int = 128
     n_layers: int = 2
+    causal: bool = False
 
     @nn.compact
     def __call__(
@@ -174,7 +216,7 @@ class MaskedLM(nn.Module):
                 n_heads=self.n_heads,
                 head_dim=self.head_dim,
                 d_ff=self.d_ff,
-                causal=False,
+                causal=self.causal,
                 name=f"block_{i}",
             )(h, padding_mask=attend)
         h = RMSNorm(name="final_norm")(h)
@@ -314,6 +356,7 @@ def ngram_probe(
     mask_id: int,
     *,
     mode: str = "robust",
+    read_offset: int = 0,
 ) -> Float[Array, ""]:
     """The paper's n-gram probe (``PCFG_mlm/data_generation/ngram_gen.py``,
     ``probing/ngram_prediction.py``): median over (sentence, position ``p`` in ``positions`` with
@@ -326,6 +369,8 @@ def ngram_probe(
     Args:
       probs_fn: ``(inputs, attend) -> probabilities [b, L, V]``.
       half_width: ``w`` (``w = 1``: 3-grams, ``w = 2``: 5-grams).
+      read_offset: where token ``p``'s prediction is read, ``p + read_offset``: ``0`` for a
+        masked LM, ``-1`` for a next-token model (positions must then be >= 1).
     """
     if mode not in ("robust", "close"):
         raise ConfigError("mode", mode, "'robust' or 'close'")
@@ -346,7 +391,8 @@ def ngram_probe(
         attend = real[None] & ~hide
         probs = probs_fn(inputs.reshape(-1, length), attend.reshape(-1, length))
         probs = probs.reshape(len(positions), b, length, -1)
-        return jnp.take_along_axis(probs, pos[:, None, None, None], axis=2)[:, :, 0]  # [P, b, V]
+        at = pos[:, None, None, None] + read_offset
+        return jnp.take_along_axis(probs, at, axis=2)[:, :, 0]  # [P, b, V]
 
     dist = jnp.sum(jnp.abs(run(hide_base) - run(hide_pert)), axis=-1)  # [P, b]
     valid = pos[:, None] < lengths[None, :]
@@ -430,10 +476,18 @@ def probe_run(
         def probs_fn(inputs, attend):
             return jax.nn.softmax(model.apply(params, inputs, attend), -1)
 
+        offset = -1 if task.causal else 0
         out = {
             f"m_{mode}_{2 * w + 1}gram": ngram_probe(
-                probs_fn, probes.tokens, probes.lengths, positions, w, task.mask_id, mode=mode
-            )
+                probs_fn,
+                probes.tokens,
+                probes.lengths,
+                positions,
+                w,
+                task.mask_id,
+                mode=mode,
+                read_offset=offset,
+            )  # fmt: skip
             for mode in ("robust", "close")
             for w in (1, 2)
         }

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.model import DecoderConfig
-from jaxlab.lm.quant import gptq_quantize, rtn_quantize, validate_bits_list
+from jaxlab.lm.quant import check_group_size, gptq_quantize, rtn_quantize, validate_bits_list
 
 PTQ_METHODS = ("rtn", "gptq")
 
@@ -29,12 +29,18 @@ class PTQConfig:
         methods: subset of ``("rtn", "gptq")``.
         calib_batches: training batches used as GPTQ calibration data.
         block_size: GPTQ lazy block size.
+        group_size: ``-1``: one scale per output channel; ``g``: one per output channel and group
+            of ``g`` consecutive inputs (RTN and GPTQ; GPTQ's groups follow its processing
+            order), a divisor of every quantised kernel's input dimension.
+        desc_act: GPTQ's act-order: inputs quantised in decreasing order of ``diag H``.
     """
 
     bits: tuple[int, ...] = (3, 4, 6)
     methods: tuple[str, ...] = ("rtn", "gptq")
     calib_batches: int = 2
     block_size: int = 64
+    group_size: int = -1
+    desc_act: bool = False
 
     def __post_init__(self):
         if self.bits:
@@ -46,6 +52,7 @@ class PTQConfig:
         for name in ("calib_batches", "block_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        check_group_size("group_size", self.group_size)
 
 
 def non_embedding_params(params: Any) -> int:
@@ -76,9 +83,17 @@ def ptq_losses(
     for bits in ptq.bits:
         for method in ptq.methods:
             if method == "rtn":
-                qp = rtn_quantize(model, params, bits)
+                qp = rtn_quantize(model, params, bits, group_size=ptq.group_size)
             else:
-                qp = gptq_quantize(model, params, calib, bits, block_size=ptq.block_size)
+                qp = gptq_quantize(
+                    model,
+                    params,
+                    calib,
+                    bits,
+                    block_size=ptq.block_size,
+                    group_size=ptq.group_size,
+                    desc_act=ptq.desc_act,
+                )
             loss = val_loss(qp)
             out[f"ptq_{method}_{bits}_loss"] = loss
             out[f"ptq_{method}_{bits}_delta"] = loss - base

@@ -7,7 +7,8 @@ at the granularities of ``QuantConfig.{w,a,kv}_granularity``: by default the pap
 output channel, activations per tensor and keys/values per head.
 
 Post-training (§4, App. F): a trained full-precision parameter tree is quantised to ``P_post``
-bits, weights only, per output channel, either by
+bits, weights only, per output channel (or, with ``group_size=g``, per output channel and group
+of ``g`` consecutive inputs, as GPTQ's users group weights), either by
 
 * round-to-nearest (:func:`rtn_quantize`): ``W ← Q_b(W)`` column-group by column-group, or
 * GPTQ (:func:`gptq_quantize`; Frantar et al. 2023, Alg. 1): for each linear map ``y = x W``
@@ -18,7 +19,9 @@ bits, weights only, per output channel, either by
   ``e = (w_i - Q(w_i)) / U_ii``, ``W_{j,:} -= U_ij e`` for ``j > i``; updates beyond the current
   block of ``B`` rows are applied lazily, once per block (``W_{rest} -= U_{blk,rest}ᵀ E``).
   Layers are quantised in network order and each layer's calibration inputs are recomputed with
-  the already-quantised earlier layers, as in the GPTQ paper.
+  the already-quantised earlier layers, as in the GPTQ paper. ``desc_act`` ("act-order",
+  IST-DASLab/gptq) takes the rows in decreasing order of ``diag H`` and undoes the permutation
+  afterwards; GPTQ's groups are consecutive in that processing order.
 
 Weights are returned dequantised (float, on the ``2^b``-level grid) so the quantised model runs
 through the unchanged :class:`jaxlab.lm.model.Decoder`. MoE experts are quantised by
@@ -34,6 +37,7 @@ and GPTQ one jit-compiled ``scan`` below, so the project keeps its own.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -54,11 +58,15 @@ from jaxlab.nn.quantization import (
 
 __all__ = [
     "QuantConfig",
+    "check_group_size",
+    "check_group_size_fits",
     "fake_quant",
     "gptq_matrix",
     "gptq_quantize",
+    "kernel_input_dims",
     "linear_layers",
     "quantize_dequantize",
+    "quantize_groups",
     "rtn_quantize",
 ]
 
@@ -131,8 +139,38 @@ def _map_kernels(cfg: DecoderConfig, params: Any, fn: Callable, targets) -> Any:
     return jax.tree_util.tree_map_with_path(visit, params)
 
 
+def _input_dim(w_shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
+    """``d_in`` of a kernel whose input axes are ``axes`` (leading, or axis 1 of an expert stack)."""
+    return math.prod(w_shape[a] for a in axes)
+
+
+def quantize_groups(
+    w: Float[Array, "... d_in d_out"], bits: int, group_size: int
+) -> Float[Array, "... d_in d_out"]:
+    """Round-to-nearest with one absmax scale per output column and group of ``group_size``
+    consecutive input rows (``-1``: one group, per output channel), returned dequantised."""
+    if group_size == -1:
+        return quantize_dequantize(w, bits, w.ndim - 2)
+    *lead, d_in, d_out = w.shape
+    check_group_size("group_size", group_size, d_in)
+    grouped = w.reshape(*lead, d_in // group_size, group_size, d_out)
+    return quantize_dequantize(grouped, bits, grouped.ndim - 2).reshape(w.shape)
+
+
+def _as_matrix(w: Array, axes: tuple[int, ...]) -> Array:
+    """A kernel as ``[d_in, d_out]`` (or ``[experts, d_in, d_out]`` for input axis 1)."""
+    if axes == (1,) and w.ndim == 3:
+        return w
+    return w.reshape(_input_dim(w.shape, axes), -1)
+
+
 def rtn_quantize(
-    cfg: DecoderConfig, params: Any, bits: int, *, targets: tuple[str, ...] | None = None
+    cfg: DecoderConfig,
+    params: Any,
+    bits: int,
+    *,
+    targets: tuple[str, ...] | None = None,
+    group_size: int = -1,
 ) -> Any:
     """Round-to-nearest post-training quantisation of the weights, per output channel.
 
@@ -141,17 +179,81 @@ def rtn_quantize(
         params: trained parameters (boxed or not).
         bits: ``P_post`` in [2, 32].
         targets: layer groups (see :class:`QuantConfig`; default: every block's linear maps).
+        group_size: ``-1`` (one scale per output channel) or ``g``: one scale per output channel
+            and group of ``g`` consecutive inputs (must divide every targeted kernel's ``d_in``).
 
     Returns:
         Unboxed parameters with the targeted kernels replaced by ``Q_b(W)``.
     """
     check_bits("bits", bits)
-    return _map_kernels(
-        cfg, params, lambda _, ga, w: quantize_dequantize(jnp.asarray(w), bits, ga[1]), targets
+    check_group_size("group_size", group_size)
+    if group_size != -1:
+        check_group_size_fits(cfg, group_size, "group_size", targets)
+
+    def quantise(_, ga, w):
+        w = jnp.asarray(w)
+        if group_size == -1:
+            return quantize_dequantize(w, bits, ga[1])
+        return quantize_groups(_as_matrix(w, ga[1]), bits, group_size).reshape(w.shape)
+
+    return _map_kernels(cfg, params, quantise, targets)
+
+
+def kernel_input_dims(
+    cfg: DecoderConfig, targets: tuple[str, ...] | None = None
+) -> dict[tuple[str, ...], int]:
+    """``{name path: d_in}`` of the quantisable kernels of ``Decoder(cfg)`` in ``targets``, from
+    abstract shapes (nothing is initialised or compiled)."""
+    spec = _check_targets(cfg, targets)
+    shapes = jax.eval_shape(
+        Decoder(cfg).init, jax.random.key(0), jax.ShapeDtypeStruct((1, 1), jnp.int32)
     )
+    shapes = nn.meta.unbox(shapes)
+    dims = {}
+    for names, (group, axes) in linear_layers(cfg, shapes).items():
+        if spec.applies_to(group):
+            dims[names] = _input_dim(_get(shapes, ("params", *names)).shape, axes)
+    return dims
 
 
-@functools.partial(jax.jit, static_argnames=("block_size",))
+def check_group_size_fits(
+    cfg: DecoderConfig, group_size: int, field: str, targets: tuple[str, ...] | None = None
+) -> None:
+    """Raises :class:`ConfigError` naming ``field`` unless ``group_size`` is -1 or divides the
+    input dimension of every targeted kernel of ``Decoder(cfg)``."""
+    check_group_size(field, group_size)
+    if group_size == -1:
+        return
+    dims = sorted(set(kernel_input_dims(cfg, targets).values()))
+    if any(d % group_size for d in dims):
+        raise ConfigError(
+            field, group_size, f"-1 or a divisor of every quantised input dimension {dims}"
+        )
+
+
+def check_group_size(field: str, group_size: object, d_in: int | None = None) -> None:
+    """Raises :class:`ConfigError` naming ``field`` unless ``group_size`` is -1 (one group: per
+    output channel) or a positive int that divides ``d_in`` (when given)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise ConfigError(field, group_size, "-1 or a positive integer")
+    if group_size == -1:
+        return
+    if group_size <= 0:
+        raise ConfigError(field, group_size, "-1 (per output channel) or a positive integer")
+    if d_in is not None and d_in % group_size:
+        raise ConfigError(field, group_size, f"a divisor of the input dimension {d_in}")
+
+
+def _group_block_rows(block: int, group_size: int) -> int:
+    """Rows per lazy block so that every group starts at a block start or lies inside one block:
+    the largest multiple of ``group_size`` up to ``block``, or the largest divisor of
+    ``group_size`` up to ``block`` (lazy batching is exact, so the block size only changes speed)."""
+    if group_size <= block:
+        return block // group_size * group_size
+    return max(d for d in range(1, block + 1) if group_size % d == 0)
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "group_size", "desc_act"))
 def gptq_matrix(
     w: Float[Array, "d_in d_out"],
     hessian: Float[Array, "d_in d_in"],
@@ -159,37 +261,60 @@ def gptq_matrix(
     bits: int | Int[Array, ""],
     block_size: int = 128,
     damp: float | Float[Array, ""] = 0.01,
+    group_size: int = -1,
+    desc_act: bool = False,
 ) -> Float[Array, "d_in d_out"]:
     """GPTQ of one linear map ``y = x W`` (Frantar et al. 2023, Alg. 1, lazy block updates).
 
-    Symmetric absmax grid per output channel (column of ``W``), fixed from the original ``W``.
+    Symmetric absmax grid per output channel (column of ``W``): with ``group_size=-1`` one scale
+    per column, fixed from the original ``W``; with ``group_size=g`` one scale per column and
+    group of ``g`` consecutive input rows *in processing order*, computed from the weights as
+    updated so far when the quantiser reaches the group's first row (IST-DASLab/gptq
+    ``fasterquant(groupsize=g)`` reads them before the current lazy block's own updates; the two
+    agree whenever its block size divides ``g``). ``desc_act`` ("act-order") processes the input
+    rows in decreasing order of ``diag H`` (stable: ties keep their order) and undoes the
+    permutation afterwards, so rows with large activations are quantised while many rows remain
+    to absorb their error.
 
     Args:
         w: ``[d_in, d_out]`` weights (the GPTQ paper's ``Wᵀ``: its columns are our rows).
         hessian: ``[d_in, d_in]`` ``2 XᵀX / n`` of the calibration inputs.
         bits: ``P_post`` (traced inside: one compilation serves every bit width).
-        block_size: rows quantised per lazy block ``B`` (static).
+        block_size: rows quantised per lazy block ``B`` (static; with groups, lowered to fit
+            them: a multiple or a divisor of ``group_size``).
         damp: ``λ``, the dampening ``H + λ mean(diag H) I``.
+        group_size: ``-1`` (per output channel) or a divisor of ``d_in`` (static).
+        desc_act: act-order (static).
 
     Returns:
-        ``[d_in, d_out]`` dequantised weights on the per-column ``2^b`` grid.
+        ``[d_in, d_out]`` dequantised weights on the per-column (per-group) ``2^b`` grid.
+
+    Raises:
+        ConfigError: ``group_size`` neither -1 nor a positive divisor of ``d_in``.
     """
     d_in, d_out = w.shape
+    check_group_size("group_size", group_size, d_in)
     dtype = w.dtype
     w = w.astype(jnp.float32)
     h = hessian.astype(jnp.float32)
     qmax = 2.0 ** (jnp.asarray(bits, jnp.float32) - 1.0) - 1.0
-    amax = jnp.max(jnp.abs(w), axis=0, keepdims=True)
-    scale = jnp.where(amax > 0, amax / qmax, 1.0)
 
-    def quant(row):
-        return jnp.clip(jnp.round(row / scale[0]), -qmax - 1.0, qmax) * scale[0]
+    def scale_of(rows):  # [k, d_out] -> [d_out]
+        amax = jnp.max(jnp.abs(rows), axis=0)
+        return jnp.where(amax > 0, amax / qmax, 1.0)
 
+    scale0 = scale_of(w)
     dead = jnp.diag(h) == 0
     h = h + jnp.diag(jnp.where(dead, 1.0, 0.0))
     w = jnp.where(dead[:, None], 0.0, w)
+    if desc_act:
+        perm = jnp.argsort(-jnp.diag(h), stable=True)
+        w, h = w[perm], h[perm][:, perm]
     h = h + damp * jnp.mean(jnp.diag(h)) * jnp.eye(d_in)
+    g = group_size
     bsz = min(block_size, d_in)
+    if g > 0:
+        bsz = _group_block_rows(bsz, g)
     n_blocks = -(-d_in // bsz)
     pad = n_blocks * bsz - d_in
     w = jnp.pad(w, ((0, pad), (0, 0)))
@@ -198,29 +323,41 @@ def gptq_matrix(
     n = d_in + pad
     rows = jnp.arange(n)
 
-    def block(w, b):
+    def block(carry, b):
+        w, scale = carry
         start = b * bsz
         wb = jax.lax.dynamic_slice_in_dim(w, start, bsz, 0)
         ub = jax.lax.dynamic_slice(u, (start, start), (bsz, bsz))
+        if g > bsz:  # groups start at block starts, where w is up to date
+            block_group = scale_of(jax.lax.dynamic_slice_in_dim(w, start, g, 0))
 
         def step(i, carry):
-            wb, qb, eb = carry
-            q = quant(wb[i])
+            wb, qb, eb, scale = carry
+            if g > 0:
+                if g <= bsz:
+                    fresh = scale_of(jax.lax.dynamic_slice_in_dim(wb, i, g, 0))
+                else:
+                    fresh = block_group
+                scale = jnp.where((start + i) % g == 0, fresh, scale)
+            q = jnp.clip(jnp.round(wb[i] / scale), -qmax - 1.0, qmax) * scale
             err = (wb[i] - q) / ub[i, i]
             later = (jnp.arange(bsz) > i)[:, None]
             wb = wb - jnp.where(later, ub[i][:, None] * err[None, :], 0.0)
-            return wb, qb.at[i].set(q), eb.at[i].set(err)
+            return wb, qb.at[i].set(q), eb.at[i].set(err), scale
 
         zeros = jnp.zeros_like(wb)
-        _, qb, eb = jax.lax.fori_loop(0, bsz, step, (wb, zeros, zeros))
+        _, qb, eb, scale = jax.lax.fori_loop(0, bsz, step, (wb, zeros, zeros, scale))
         u_rows = jax.lax.dynamic_slice_in_dim(u, start, bsz, 0)  # [B, n]
         rest = (rows >= start + bsz)[:, None]
         w = w - jnp.where(rest, u_rows.T @ eb, 0.0)
         w = jax.lax.dynamic_update_slice_in_dim(w, qb, start, 0)
-        return w, None
+        return (w, scale), None
 
-    w, _ = jax.lax.scan(block, w, jnp.arange(n_blocks))
-    return w[:d_in].astype(dtype)
+    (w, _), _ = jax.lax.scan(block, (w, scale0), jnp.arange(n_blocks))
+    w = w[:d_in]
+    if desc_act:
+        w = w[jnp.argsort(perm)]
+    return w.astype(dtype)
 
 
 _CALIB_INPUT = {
@@ -269,6 +406,8 @@ def gptq_quantize(
     block_size: int = 128,
     damp: float = 0.01,
     targets: tuple[str, ...] | None = None,
+    group_size: int = -1,
+    desc_act: bool = False,
 ) -> Any:
     """GPTQ post-training quantisation of a :class:`Decoder`, layer by layer in network order.
 
@@ -285,11 +424,15 @@ def gptq_quantize(
         block_size: GPTQ lazy block size ``B``.
         damp: GPTQ dampening ``λ``.
         targets: layer groups (see :class:`QuantConfig`).
+        group_size: ``-1`` (per output channel) or a divisor of every targeted kernel's
+            ``d_in`` (one scale per group of inputs, see :func:`gptq_matrix`).
+        desc_act: act-order: inputs in decreasing order of ``diag H`` (see :func:`gptq_matrix`).
 
     Returns:
         Unboxed parameters with the targeted kernels GPTQ-quantised.
     """
     check_bits("bits", bits)
+    check_group_size_fits(cfg, group_size, "group_size", targets)
     calibration_tokens = jnp.asarray(calibration_tokens)
     if calibration_tokens.ndim != 2:
         raise ValueError(
@@ -319,7 +462,8 @@ def gptq_quantize(
         if layers[group[0]][0] == "experts":
             for names in group:
                 w = jnp.asarray(_get(root, names))  # parameters may arrive as NumPy
-                root = _set(root, names, quantize_dequantize(w, bits, layers[names][1]))
+                wq = quantize_groups(_as_matrix(w, layers[names][1]), bits, group_size)
+                root = _set(root, names, wq.reshape(w.shape))
             continue
         calib = capture({"params": root})
         where = calib if group[0][0] == "head" else calib[group[0][0]][group[0][1]]
@@ -330,7 +474,13 @@ def gptq_quantize(
             w = _get(root, names)
             d_in = hessian.shape[0]
             wq = gptq_matrix(
-                w.reshape(d_in, -1), hessian, bits=bits, block_size=block_size, damp=damp
+                w.reshape(d_in, -1),
+                hessian,
+                bits=bits,
+                block_size=block_size,
+                damp=damp,
+                group_size=group_size,
+                desc_act=desc_act,
             )
             root = _set(root, names, wq.reshape(w.shape))
     return {**params, "params": root}

@@ -1,4 +1,4 @@
-"""Symmetric integer absmax fake quantisation with a straight-through estimator.
+"""Symmetric integer and floating-point absmax fake quantisation with a straight-through estimator.
 
 "Scaling Laws for Precision" (Kumar et al., ICLR 2025, §2 and App. B) trains with *forward-only*
 fake quantisation: in the forward pass a tensor ``x`` is replaced by its ``b``-bit integer
@@ -8,10 +8,16 @@ approximation
     Q_b(x) = s · clip(round(x / s), -2^{b-1}, 2^{b-1} - 1)
 
 and the backward pass is the identity (straight-through estimator, ``∂Q_b(x)/∂x := I``), so
-gradients are computed in high precision. The granularity (which elements share one scale) is
-selectable per kind of tensor; the defaults are the paper's: weights per output channel (the
-absmax runs over the input axes), activations per tensor, the KV cache per head (one scale per
-head over batch, tokens and ``head_dim``). With ``kv_granularity: token_head`` (one scale per token
+gradients are computed in high precision. Floating-point formats (``QuantConfig.{w,a,kv}_format``:
+FP8 E4M3 and E5M2, FP4 E2M1, the OCP formats) scale the same way onto the format's largest finite
+value, ``s = max|x| / max_fmt``, and round ``x / s`` to the nearest representable value, ties to
+even, by the dtype's own cast (``jnp.float8_e4m3fn``, ``float8_e5m2``, ``float4_e2m1fn``);
+absmax scaling keeps ``|x / s|`` within round-off of ``max_fmt``, far inside the half step above
+it where a cast would overflow.
+
+The granularity (which elements share one scale) is selectable per kind of tensor; the defaults
+are the paper's: weights per output channel (the absmax runs over the input axes), activations
+per tensor, the KV cache per head (one scale per head over batch, tokens and ``head_dim``). With ``kv_granularity: token_head`` (one scale per token
 and head) incremental decoding with a cache gives the same numbers as the full pass; with the
 per-head default a cached decode scales each call's new keys and values by their own absmax.
 
@@ -45,6 +51,14 @@ GRANULARITIES = {
     "a_granularity": ("tensor", "token"),
     "kv_granularity": ("head", "token_head", "token", "tensor"),
 }
+#: floating-point number formats: dtype (its cast rounds to nearest, ties to even) and bit width.
+FLOAT_FORMATS = {
+    "fp8_e4m3": (jnp.float8_e4m3fn, 8),
+    "fp8_e5m2": (jnp.float8_e5m2, 8),
+    "fp4_e2m1": (jnp.float4_e2m1fn, 4),
+}
+#: number formats each kind of tensor accepts: symmetric integers of ``bits`` bits, or a float.
+FORMATS = ("int", *FLOAT_FORMATS)
 #: reduction axes of a ``[batch, seq, heads, head_dim]`` key or value per KV granularity.
 _KV_AXES = {"head": (0, 1, 3), "token_head": (3,), "token": (2, 3), "tensor": None}
 
@@ -77,6 +91,11 @@ class QuantConfig:
         a_granularity: ``"tensor"`` (the paper's) or ``"token"`` (one scale per token).
         kv_granularity: ``"head"`` (one scale per head, the paper's), ``"token_head"`` (per token
             and head), ``"token"`` (per token, all heads) or ``"tensor"``.
+        w_format: ``"int"`` (symmetric integers, the paper's) or a float format of
+            :data:`FLOAT_FORMATS` (``"fp8_e4m3"``, ``"fp8_e5m2"``, ``"fp4_e2m1"``); with a float
+            format ``w_bits`` is its width (set to it when ``None``, refused when different).
+        a_format: the activations' format, as ``w_format``.
+        kv_format: the keys' and values' format, as ``w_format``.
     """
 
     w_bits: int | None = None
@@ -86,10 +105,25 @@ class QuantConfig:
     w_granularity: str = "channel"
     a_granularity: str = "tensor"
     kv_granularity: str = "head"
+    w_format: str = "int"
+    a_format: str = "int"
+    kv_format: str = "int"
 
     def __post_init__(self) -> None:
         for name in ("w_bits", "a_bits", "kv_bits"):
             check_bits(name, getattr(self, name))
+        for kind in ("w", "a", "kv"):
+            fmt, bits = getattr(self, f"{kind}_format"), getattr(self, f"{kind}_bits")
+            if fmt not in FORMATS:
+                raise ConfigError(f"{kind}_format", fmt, f"one of {FORMATS}")
+            if fmt in FLOAT_FORMATS:
+                width = FLOAT_FORMATS[fmt][1]
+                if bits is None:
+                    object.__setattr__(self, f"{kind}_bits", width)
+                elif bits != width:
+                    raise ConfigError(
+                        f"{kind}_bits", bits, f"None or {width} with {kind}_format {fmt}"
+                    )
         for name, allowed in GRANULARITIES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, getattr(self, name), f"one of {allowed}")
@@ -134,13 +168,13 @@ class QuantConfig:
           ConfigError: ``quant.w_granularity`` "channel" on a kernel with no output axis left.
         """
         if self.w_granularity == "tensor":
-            return fake_quant(w, self.weight_bits(group))
+            return fake_quant(w, self.weight_bits(group), fmt=self.w_format)
         axes = tuple(a % w.ndim for a in input_axes)
         if not axes or len(set(axes)) >= w.ndim:
             raise ConfigError(
                 "quant.w_granularity", "channel", f"a kernel with output axes, got shape {w.shape}"
             )
-        return fake_quant(w, self.weight_bits(group), axes)
+        return fake_quant(w, self.weight_bits(group), axes, fmt=self.w_format)
 
     def activations(self, group: str, x: Array, features: int = 1) -> Array:
         """``x`` fake-quantised at ``act_bits(group)`` and ``a_granularity`` (``x``: ``[batch, seq,
@@ -150,12 +184,13 @@ class QuantConfig:
           ConfigError: ``quant.a_granularity`` "token" on an array without token axes.
         """
         if self.a_granularity == "tensor":
-            return fake_quant(x, self.act_bits(group))
+            return fake_quant(x, self.act_bits(group), fmt=self.a_format)
         if x.ndim <= features:
             raise ConfigError(
                 "quant.a_granularity", "token", f"an array with token axes, got shape {x.shape}"
             )
-        return fake_quant(x, self.act_bits(group), tuple(range(x.ndim - features, x.ndim)))
+        axes = tuple(range(x.ndim - features, x.ndim))
+        return fake_quant(x, self.act_bits(group), axes, fmt=self.a_format)
 
     def cache(self, kv: Float[Array, "batch seq heads head_dim"]) -> Array:
         """Keys or values fake-quantised at ``cache_bits()`` and ``kv_granularity``.
@@ -170,7 +205,7 @@ class QuantConfig:
                 self.kv_granularity,
                 f"keys/values of shape [batch, seq, heads, head_dim], got {kv.shape}",
             )
-        return fake_quant(kv, self.cache_bits(), _KV_AXES[self.kv_granularity])
+        return fake_quant(kv, self.cache_bits(), _KV_AXES[self.kv_granularity], fmt=self.kv_format)
 
 
 def sow_calibration(module: nn.Module, name: str, x: Array) -> None:
@@ -184,34 +219,56 @@ def sow_calibration(module: nn.Module, name: str, x: Array) -> None:
 
 
 def quantize_dequantize(
-    x: Float[Array, "..."], bits: int, reduce_axes: int | tuple[int, ...] | None = None
+    x: Float[Array, "..."],
+    bits: int,
+    reduce_axes: int | tuple[int, ...] | None = None,
+    *,
+    fmt: str = "int",
 ) -> Float[Array, "..."]:
-    """``Q_b(x)``: symmetric absmax rounding to ``b``-bit integers, returned dequantised.
+    """``Q_b(x)``: symmetric absmax rounding onto a ``b``-bit grid, returned dequantised.
 
-    ``s = max_{reduce_axes} |x| / (2^{b-1} - 1)``, ``Q_b(x) = s · clip(round(x/s), -2^{b-1},
-    2^{b-1}-1)`` computed in float32 and cast back to ``x.dtype``. An all-zero group has scale 1
-    (it stays zero). No gradient convention: use :func:`fake_quant` for training.
+    Integers (``fmt="int"``): ``s = max_{reduce_axes} |x| / (2^{b-1} - 1)``, ``Q_b(x) = s ·
+    clip(round(x/s), -2^{b-1}, 2^{b-1}-1)``. Float formats (:data:`FLOAT_FORMATS`):
+    ``s = max |x| / max_fmt`` and ``Q(x) = s · fmt(x/s)``, the cast rounding to the nearest
+    representable value, ties to even. Computed in float32 and cast back to ``x.dtype``.
+    An all-zero group has scale 1 (it stays zero). No gradient convention: use
+    :func:`fake_quant` for training.
 
     Args:
         x: any array.
-        bits: integer bit width ``b`` in [2, 32] (static).
+        bits: bit width ``b`` in [2, 32] (static); a float format's own width.
         reduce_axes: axes over which one scale is shared (``None``: the whole tensor). Weights
             ``[in, out]`` use ``0`` (per output channel).
+        fmt: ``"int"`` or a key of :data:`FLOAT_FORMATS`.
 
     Returns:
-        Array of ``x``'s shape and dtype on the ``2^b``-level grid of its group.
+        Array of ``x``'s shape and dtype on the grid of its group.
     """
     check_bits("bits", bits)
-    qmax = float(2 ** (bits - 1) - 1)
+    if fmt not in FORMATS:
+        raise ConfigError("format", fmt, f"one of {FORMATS}")
     xf = x.astype(jnp.float32)
     amax = jnp.max(jnp.abs(xf), axis=reduce_axes, keepdims=True)
-    scale = jnp.where(amax > 0, amax / qmax, 1.0)
-    q = jnp.clip(jnp.round(xf / scale), -qmax - 1.0, qmax)
+    if fmt == "int":
+        qmax = float(2 ** (bits - 1) - 1)
+        scale = jnp.where(amax > 0, amax / qmax, 1.0)
+        q = jnp.clip(jnp.round(xf / scale), -qmax - 1.0, qmax)
+        return (q * scale).astype(x.dtype)
+    dtype, width = FLOAT_FORMATS[fmt]
+    if bits != width:
+        raise ConfigError("bits", bits, f"{width}, the width of {fmt}")
+    fmax = float(jnp.finfo(dtype).max)
+    scale = jnp.where(amax > 0, amax / fmax, 1.0)
+    q = (xf / scale).astype(dtype).astype(jnp.float32)
     return (q * scale).astype(x.dtype)
 
 
 def fake_quant(
-    x: Float[Array, "..."], bits: int | None, reduce_axes: int | tuple[int, ...] | None = None
+    x: Float[Array, "..."],
+    bits: int | None,
+    reduce_axes: int | tuple[int, ...] | None = None,
+    *,
+    fmt: str = "int",
 ) -> Float[Array, "..."]:
     """Forward ``Q_b(x)``, backward identity (straight-through estimator).
 
@@ -221,10 +278,11 @@ def fake_quant(
         x: any array.
         bits: bit width in [2, 32] or None.
         reduce_axes: see :func:`quantize_dequantize`.
+        fmt: ``"int"`` or a key of :data:`FLOAT_FORMATS` (see :func:`quantize_dequantize`).
 
     Returns:
         ``Q_b(x)`` with ``∂/∂x = I``.
     """
     if bits is None:
         return x
-    return x + jax.lax.stop_gradient(quantize_dequantize(x, bits, reduce_axes) - x)
+    return x + jax.lax.stop_gradient(quantize_dequantize(x, bits, reduce_axes, fmt=fmt) - x)

@@ -1,8 +1,11 @@
 """``distill``: progressive distillation (arXiv 2410.05464) on the shared loop: sparse parity
-(``task: parity``, default) or a PCFG masked LM (``task: pcfg``).
+(``task: parity``, default) or a PCFG language model (``task: pcfg``): a masked LM, or with
+``pcfg.objective: next_token`` the autoregressive variant (a causal transformer trained on
+next-token prediction).
 
 A loop step is one step of the teacher (``optim.teacher``; an MLP on fresh sparse-parity batches,
-or a bidirectional transformer masked LM on a corpus of ``pcfg.corpus_size`` sentences of a random
+or a bidirectional transformer masked LM (causal, next-token, for ``pcfg.objective:
+next_token``) on a corpus of ``pcfg.corpus_size`` sentences of a random
 cfg3-style grammar); every ``teacher.checkpoint_every`` steps its parameters are written into a
 snapshot buffer inside the train state, so the loop's checkpoints keep the whole trajectory and a
 resumed run continues it. ``finalize`` probes every checkpoint, picks the transition (2-shot)
@@ -16,6 +19,7 @@ Examples::
     jaxlab train distill --preset cpu
     jaxlab train distill parity.n=40 parity.k=4 student.multiplier=4
     jaxlab train distill --preset pcfg
+    jaxlab train distill --preset pcfg pcfg.objective=next_token
     jaxlab eval distill --run-dir DIR      # teacher accuracy and the students by method
 """
 
@@ -46,7 +50,7 @@ class DistillConfig:
     Attributes:
       task: "parity" (MLP teacher) or "pcfg" (masked-LM transformer teacher).
       parity: the sparse-parity task (``parity.n``, ``parity.k``, ``parity.probe_samples``).
-      pcfg: the PCFG masked-LM task (grammar, corpus, probes).
+      pcfg: the PCFG task (grammar, corpus, objective, probes).
       teacher: the teacher (``teacher.checkpoint_every`` divides ``loop.total_steps``).
       student: the students (``student.multiplier``, ``student.tau`` (the teacher's temperature),
         ``student.tau_anneal``, ``student.kl``, ``student.schedule``, ``student.seeds``, ...).

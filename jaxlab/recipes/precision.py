@@ -6,13 +6,18 @@ The decoder trains with forward-only fake quantisation (``model.quant``; :mod:`j
 through the shared LM train step (:mod:`jaxlab.lm.training`). ``D = loop.total_steps ×
 data.batch_size × data.seq_len`` tokens; ``N`` is the number of non-embedding parameters (the
 paper's convention, :func:`jaxlab.lm.ptq.non_embedding_params`). Evaluation reports the
-validation loss, ``N``, ``D`` so far, the training precisions and their granularities
+validation loss, ``N``, ``D`` so far, the training precisions, their granularities
 (``model.quant.{w,a,kv}_granularity``; by default the paper's: weights per output channel,
-activations per tensor, KV cache per head) and, for every ``ptq.bits`` and ``ptq.methods``
-(round-to-nearest and GPTQ on ``ptq.calib_batches`` training batches), the validation loss after
-post-training quantisation of the weights and its increase ``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). A
-grid of runs over ``N``, ``D`` and the precisions (``experiments/precision_grid/precision_grid.py``, through
-``jaxlab.core.sweep``) gives the table that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
+activations per tensor, KV cache per head) and number formats (``model.quant.{w,a,kv}_format``:
+``int`` by default, or FP8 ``fp8_e4m3``/``fp8_e5m2`` and FP4 ``fp4_e2m1``) and, for every
+``ptq.bits`` and ``ptq.methods`` (round-to-nearest and GPTQ on ``ptq.calib_batches`` training
+batches), the validation loss after post-training quantisation of the weights and its increase
+``δ_PTQ`` (:mod:`jaxlab.lm.ptq`). ``ptq.group_size`` (``-1``: per output channel; else one scale
+per group of that many inputs, a divisor of every quantised kernel's input dimension) and
+``ptq.desc_act`` (GPTQ's act-order) select GPTQ's grouping and order as the reference
+implementation names them. A grid of runs over ``N``, ``D`` and the precisions
+(``experiments/precision_grid/precision_grid.py``, through ``jaxlab.core.sweep``) gives the table
+that :func:`jaxlab.lm.scaling_laws.fit_law` reads.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from jaxlab.lm import training
 from jaxlab.lm.data import ByteLMDataConfig, train_iterator
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.ptq import PTQConfig, non_embedding_params, ptq_losses
+from jaxlab.lm.quant import check_group_size_fits
 from jaxlab.lm.training import LmState
 
 
@@ -54,6 +60,7 @@ class PrecisionConfig:
 
     def __post_init__(self):
         training.check_lm_config(self)
+        check_group_size_fits(self.model, self.ptq.group_size, "ptq.group_size")
 
     @property
     def tokens(self) -> int:
@@ -87,6 +94,11 @@ def build(cfg: PrecisionConfig, mesh: jax.sharding.Mesh) -> Parts:
             "w_granularity": q.w_granularity,
             "a_granularity": q.a_granularity,
             "kv_granularity": q.kv_granularity,
+            "w_format": q.w_format,
+            "a_format": q.a_format,
+            "kv_format": q.kv_format,
+            "ptq_group_size": float(cfg.ptq.group_size),
+            "ptq_desc_act": float(cfg.ptq.desc_act),
         }
         if cfg.ptq.bits:
             calib_it = train_iterator(

@@ -65,6 +65,51 @@ def test_ngram_probe_on_a_hand_computable_model():
         pd.ngram_probe(_left_neighbour_model, tokens, lengths, (2,), 1, 4, mode="far")
 
 
+def _copy_model(inputs, attend):
+    """A next-token model that predicts the token it reads: one-hot of the token at each position
+    when it is attended, else uniform."""
+    one_hot = jax.nn.one_hot(jnp.clip(inputs, 0, 2), 3)
+    return jnp.where((attend & (inputs < 3))[..., None], one_hot, jnp.full_like(one_hot, 1 / 3))
+
+
+def test_ngram_probe_reads_a_next_token_model_one_position_left():
+    tokens = jnp.array([[0, 1, 2, 0, 1, 2, 3, 3], [2, 2, 1, 3, 3, 3, 3, 3]])
+    lengths = jnp.array([6, 3])
+
+    def probe(mode):
+        return pd.ngram_probe(_copy_model, tokens, lengths, (2, 4), 1, 4, mode=mode, read_offset=-1)
+
+    # token p is predicted at p - 1, inside the 3-gram: hiding it leaves the prediction uniform
+    np.testing.assert_allclose(probe("robust"), 4 / 3, rtol=1e-6)
+    np.testing.assert_allclose(probe("close"), 0.0, atol=1e-7)
+
+
+def test_next_token_batch_predicts_each_token_from_its_prefix():
+    tokens = jnp.array([[0, 1, 2, 3], [2, 1, 0, 1]])  # lengths 3 (pad 3) and 4
+    b = pd.next_token_batch(tokens, jnp.array([3, 4]))
+    np.testing.assert_array_equal(b.inputs, tokens)
+    np.testing.assert_array_equal(b.weights, [[1, 1, 0, 0], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(
+        np.where(b.weights > 0, b.targets, -1), [[1, 2, -1, -1], [1, 0, 1, -1]]
+    )
+    np.testing.assert_array_equal(b.attend, [[1, 1, 1, 0], [1, 1, 1, 1]])
+    task = pd.MLMTask(n_terminals=3, max_len=4, objective="next_token")
+    same = pd.make_batch(jax.random.PRNGKey(0), tokens, jnp.array([3, 4]), task)
+    np.testing.assert_array_equal(same.targets, b.targets)
+    with pytest.raises(ConfigError, match="'objective'"):
+        pd.MLMTask(objective="causal")
+
+
+def test_causal_model_sees_only_the_prefix():
+    tokens = jnp.array([[0, 1, 2, 0, 1, 2, 0, 1], [0, 1, 2, 0, 1, 1, 0, 2]])  # differ from 5 on
+    attend = jnp.ones((2, 8), bool)
+    model = pd.MaskedLM(5, 3, d_model=16, n_heads=2, head_dim=8, d_ff=32, n_layers=1, causal=True)
+    logits = jax.jit(lambda t: model.apply(model.init(jax.random.PRNGKey(0), t, attend), t, attend))
+    out = np.asarray(logits(tokens))
+    np.testing.assert_array_equal(out[0, :5], out[1, :5])
+    assert not np.allclose(out[0, 5:], out[1, 5:])
+
+
 def test_linear_probe_reads_a_linear_code_and_not_noise():
     key = jax.random.PRNGKey(0)
     labels = jax.random.randint(key, (600,), 0, 3)

@@ -3,13 +3,14 @@
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
 from jaxlab.core.config import ConfigError
 from jaxlab.lm.model import Decoder, DecoderConfig, init_cache
 from jaxlab.lm.moe import MoEConfig, MoEFeedForward
-from jaxlab.nn.quantization import QuantConfig, fake_quant, quantize_dequantize
+from jaxlab.nn.quantization import FLOAT_FORMATS, QuantConfig, fake_quant, quantize_dequantize
 from tests.typecheck import unchecked
 
 X = jax.random.normal(jax.random.key(0), (256, 32)) * jnp.linspace(0.1, 3.0, 32)[None, :]
@@ -184,3 +185,91 @@ def test_moe_expert_hook_equals_quantising_the_weights():
     assert float(jnp.max(jnp.abs(rounded["params"]["w1"] - params["params"]["w1"]))) > 1e-3
     y_q, y_r = both(params, rounded)
     np.testing.assert_allclose(y_q, y_r, atol=1e-6)
+
+
+def _format_values(fmt):
+    """Every finite value of a float format (codes ``0 .. 2^width - 1``), its codes, its max."""
+    dtype, width = FLOAT_FORMATS[fmt]
+    codes = np.arange(2**width, dtype=np.uint8)
+    values = codes.view(np.dtype(dtype)).astype(np.float32)
+    keep = np.isfinite(values)
+    return values[keep], codes[keep], float(ml_dtypes.finfo(np.dtype(dtype)).max)
+
+
+@pytest.fixture(scope="module")
+def float_grids():
+    """Per format: every finite value, in a column scaled by 1 and one by 2^-5 (per-channel
+    scales are powers of two: the grid is hit exactly), and the midpoints of neighbouring
+    positive values beside the format's max (per-tensor scale 1)."""
+    inputs, outputs = {}, {}
+    for fmt in FLOAT_FORMATS:
+        values, codes, fmax = _format_values(fmt)
+        pos = np.argsort(values)
+        pos = pos[values[pos] > 0]
+        mids = np.r_[(values[pos][:-1] + values[pos][1:]) / 2, fmax]
+        inputs[fmt] = (np.stack([values, values / 32], axis=1), mids)
+
+    @jax.jit
+    def run(inputs):
+        width = {f: FLOAT_FORMATS[f][1] for f in FLOAT_FORMATS}
+        return {
+            f: (
+                quantize_dequantize(grid, width[f], 0, fmt=f),
+                quantize_dequantize(mids, width[f], fmt=f),
+            )
+            for f, (grid, mids) in inputs.items()
+        }
+
+    for fmt, (grid, mids) in run(inputs).items():
+        outputs[fmt] = (np.asarray(grid), np.asarray(mids))
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("fmt", list(FLOAT_FORMATS))
+def test_float_format_values_round_trip_and_ties_go_to_even(float_grids, fmt):
+    inputs, outputs = float_grids
+    np.testing.assert_array_equal(outputs[fmt][0], inputs[fmt][0])
+    values, codes, _ = _format_values(fmt)
+    code_of = dict(zip(values.tolist(), codes.tolist(), strict=False))
+    got = outputs[fmt][1][:-1]
+    assert all(v in code_of and code_of[v] % 2 == 0 for v in got.tolist()), got  # even mantissa
+    lo, hi = np.sort(values[values > 0])[:-1], np.sort(values[values > 0])[1:]
+    assert np.all((got == lo) | (got == hi))
+
+
+def test_float_format_error_ranks_by_mantissa_bits():
+    """Relative error of a Gaussian tensor at matched (absmax) scaling: FP4 E2M1 (1 mantissa bit)
+    > FP8 E5M2 (2) > FP8 E4M3 (3), per tensor and per output channel."""
+    x = jax.random.normal(jax.random.key(3), (512, 16))
+
+    scopes = {"tensor": None, "channel": 0}
+
+    @jax.jit
+    def errors(x):
+        return {
+            f"{f}/{scope}": jnp.linalg.norm(quantize_dequantize(x, w, axes, fmt=f) - x)
+            / jnp.linalg.norm(x)
+            for f, (_, w) in FLOAT_FORMATS.items()
+            for scope, axes in scopes.items()
+        }
+
+    e = {k: float(v) for k, v in errors(x).items()}
+    for scope in scopes:
+        fp4, e5m2, e4m3 = (e[f"{f}/{scope}"] for f in ("fp4_e2m1", "fp8_e5m2", "fp8_e4m3"))
+        assert fp4 > 1.5 * e5m2 > 1.5 * 1.5 * e4m3, (scope, fp4, e5m2, e4m3)
+
+
+def test_float_formats_in_quant_config():
+    q = QuantConfig(w_format="fp8_e4m3", a_format="fp4_e2m1")
+    assert (q.w_bits, q.a_bits, q.kv_bits) == (8, 4, None)
+    with pytest.raises(ConfigError, match="'w_format'"):
+        QuantConfig(w_format="fp6_e3m2")
+    with pytest.raises(ConfigError, match="'kv_bits'"):
+        QuantConfig(kv_bits=4, kv_format="fp8_e5m2")
+    w = X[:, :4]
+    np.testing.assert_array_equal(
+        q.weights("mlp", w, (0,)), quantize_dequantize(w, 8, 0, fmt="fp8_e4m3")
+    )
+    np.testing.assert_array_equal(
+        q.activations("mlp", w), quantize_dequantize(w, 4, fmt="fp4_e2m1")
+    )

@@ -86,3 +86,24 @@ def test_pcfg_tiny_preset_runs_end_to_end(tmp_path):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ConfigError, match="teacher.width"):
         C.replace(cfg, **{"teacher.width": 12})
+
+
+def test_pcfg_next_token_objective_lowers():
+    """``pcfg.objective=next_token``: the teacher step of the causal LM lowers (not run); an
+    unknown objective is refused by key."""
+    import jax
+
+    from jaxlab.core import run as run_lib
+    from jaxlab.core.lowering import lower_step
+    from jaxlab.lm import distill_pipeline as dp
+
+    cfg = C.replace(RECIPE.config("pcfg-tiny"), **{"pcfg.objective": "next_token"})
+    task = dp.make_task(
+        cfg.task, cfg.parity, cfg.pcfg, cfg.teacher, cfg.student, seed=cfg.seed,
+        student_optim=cfg.optim.student,
+    )  # fmt: skip
+    assert task.model.causal
+    lowered = lower_step(RECIPE, cfg, run_lib.mesh_for(cfg, jax.devices()))
+    assert lowered.as_text()
+    with pytest.raises(ConfigError, match="'pcfg.objective'"):
+        C.replace(cfg, **{"pcfg.objective": "causal"})

@@ -44,3 +44,28 @@ def test_bad_config_names_the_field():
         C.replace(base, **{"model.quant.w_bits": 40})
     with pytest.raises(ConfigError, match="'model.quant.kv_granularity'"):
         C.replace(base, **{"model.quant.kv_granularity": "channel"})
+    for bad in (0, -2, 64):  # 64 divides d_ff=64, not d_model=32
+        with pytest.raises(ConfigError, match="'ptq.group_size'"):
+            C.replace(base, **{"ptq.group_size": bad})
+    with pytest.raises(ConfigError, match="'model.quant.w_format'"):
+        C.replace(base, **{"model.quant.w_format": "fp6_e3m2"})
+    with pytest.raises(ConfigError, match="'model.quant.w_bits'"):
+        C.replace(base, **{"model.quant.w_format": "fp8_e4m3"})  # the preset's w_bits is 4
+    grouped = C.replace(base, **{"ptq.group_size": 16, "ptq.desc_act": True})
+    assert (grouped.ptq.group_size, grouped.ptq.desc_act) == (16, True)
+
+
+def test_tiny_preset_lowers_with_float_formats():
+    """FP4 weights, FP8 E4M3 activations and an FP8 E5M2 KV cache: the train step lowers with
+    casts to each format (lowered, not compiled or run)."""
+    import jax
+
+    from jaxlab.core import run as run_lib
+    from jaxlab.core.lowering import lower_step
+
+    formats = {"w_format": "fp4_e2m1", "a_format": "fp8_e4m3", "kv_format": "fp8_e5m2"}
+    cfg = C.replace(RECIPE.config("tiny"), **{f"model.quant.{k}": v for k, v in formats.items()})
+    assert (cfg.model.quant.w_bits, cfg.model.quant.a_bits, cfg.model.quant.kv_bits) == (4, 8, 8)
+    text = lower_step(RECIPE, cfg, run_lib.mesh_for(cfg, jax.devices())).as_text()
+    for dtype in ("f4E2M1FN", "f8E4M3FN", "f8E5M2"):
+        assert dtype in text, dtype
