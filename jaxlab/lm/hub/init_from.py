@@ -78,7 +78,8 @@ def check(cfg: Any) -> None:
 
     Called from the config's ``__post_init__`` (the config is frozen; its ``model`` is replaced in
     place once). A Hugging Face model reads the model's own token ids, so ``data.source`` (a
-    token file made with ``jaxlab data prepare ... --tokenizer DIR``) is required.
+    token file made with ``jaxlab data prepare ... --tokenizer DIR``, or a text corpus with
+    ``data.tokenizer=DIR``) is required, and the byte tokenizer is refused.
     """
     directory = hf_directory(cfg.init_from)
     if directory is None:
@@ -88,7 +89,15 @@ def check(cfg: Any) -> None:
             "data.source",
             None,
             f"a token file of the model's tokenizer with init_from={cfg.init_from} (make one "
-            f"with `jaxlab data prepare IN OUT.npy --tokenizer {directory}`)",
+            f"with `jaxlab data prepare IN OUT.npy --tokenizer {directory}`, or give a text "
+            f"corpus with data.tokenizer={directory})",
+        )
+    if getattr(cfg.data, "tokenizer", None) == "byte":
+        raise ConfigError(
+            "data.tokenizer",
+            "byte",
+            f"the model's own tokenizer with init_from={cfg.init_from} "
+            f"(data.tokenizer={directory})",
         )
     object.__setattr__(cfg, "model", model_from_hf(directory, cfg.model))
 
