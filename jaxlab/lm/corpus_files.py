@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,12 @@ from typing import Any
 import numpy as np
 from jaxtyping import Int
 
-from jaxlab.lm.token_files import RECORD_SUFFIXES, TOKEN_SUFFIXES, write_token_records
+from jaxlab.lm.token_files import (
+    RECORD_SUFFIXES,
+    TOKEN_SUFFIXES,
+    partial_path,
+    write_token_records,
+)
 
 FORMATS = ("txt", "jsonl", "parquet", "arrayrecord")
 """Input formats of :func:`read_documents`."""
@@ -220,9 +224,9 @@ def write_tokens(ids: Int[np.ndarray, " n"], out: str | Path, *, vocab_size: int
     if out.suffix in RECORD_SUFFIXES:
         return write_token_records(ids, out, dtype=token_dtype(vocab_size))
     data = ids.astype(token_dtype(vocab_size))
-    handle, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".partial")
+    tmp = partial_path(out)
     try:
-        with os.fdopen(handle, "wb") as f:
+        with tmp.open("wb") as f:
             if out.suffix == ".npy":
                 np.save(f, data, allow_pickle=False)
             else:

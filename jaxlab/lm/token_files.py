@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +128,12 @@ def is_token_file(path: str | Path) -> bool:
         return False
 
 
+def partial_path(out: Path) -> Path:
+    """A fresh temporary name beside ``out`` (unique per writer, so hosts writing the same file
+    never share one), renamed onto ``out`` once complete."""
+    return out.with_name(f"{out.name}.{uuid.uuid4().hex}.partial")
+
+
 def write_token_records(
     ids: Integer[np.ndarray, " n"],
     out: str | Path,
@@ -150,10 +156,9 @@ def write_token_records(
     from array_record.python.array_record_module import ArrayRecordWriter
 
     out = Path(out)
-    handle, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".partial")
-    os.close(handle)
+    tmp = partial_path(out)
     try:
-        writer = ArrayRecordWriter(tmp, "group_size:1")  # group size 1: cheap random access
+        writer = ArrayRecordWriter(str(tmp), "group_size:1")  # group size 1: cheap random access
         for begin in range(0, ids.size, tokens_per_record):
             buffer = io.BytesIO()
             np.save(
