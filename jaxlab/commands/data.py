@@ -1,5 +1,6 @@
-"""``jaxlab data prepare IN OUT --tokenizer DIR``: a text corpus tokenized once into the token
-file (``.npy`` or ``.bin``) that ``data.source`` reads (:mod:`jaxlab.lm.corpus_files`)."""
+"""``jaxlab data prepare IN OUT --tokenizer DIR [--out-format npy|bin|array_record]``: a text
+corpus tokenized once into the token file (``.npy``, ``.bin`` or ArrayRecord) that ``data.source``
+reads (:mod:`jaxlab.lm.corpus_files`, :mod:`jaxlab.lm.token_files`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ import sys
 from pathlib import Path
 
 from jaxlab.core.errors import UserError
+
+#: --out-format -> the suffixes OUT may have
+OUT_FORMATS = {
+    "npy": (".npy",),
+    "bin": (".bin",),
+    "array_record": (".array_record", ".arrayrecord"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,10 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokenize a corpus file into a token file for data.source",
         description="Tokenize IN (.txt: one document per line; .jsonl: a text field; .parquet: a "
         "text column, needs pyarrow; .arrayrecord: one UTF-8 document per record) with a model "
-        "directory's tokenizer.json (or the byte tokenizer) into OUT (.npy, or raw .bin).",
+        "directory's tokenizer.json (or the byte tokenizer) into OUT (.npy, raw .bin, or "
+        ".array_record: ArrayRecord records of ids).",
     )
     s.add_argument("input", help="the corpus file")
-    s.add_argument("output", help="the token file to write (.npy or .bin)")
+    s.add_argument("output", help="the token file to write (.npy, .bin or .array_record)")
+    s.add_argument(
+        "--out-format",
+        choices=sorted(OUT_FORMATS),
+        default=None,
+        help="the token file's format (default: from OUT's suffix, which must match it)",
+    )
     s.add_argument(
         "--tokenizer",
         required=True,
@@ -34,21 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tokenizer(name: str):
-    from jaxlab.lm.hub import HubError, load_tokenizer
-    from jaxlab.lm.tokenizer import ByteTokenizer
+    from jaxlab.lm.text_source import load_named_tokenizer
 
-    if name == "byte":
-        return ByteTokenizer()
-    config = Path(name) / "config.json"
-    vocab = None
-    if config.is_file():
-        import json
-
-        vocab = json.loads(config.read_text()).get("vocab_size")
     try:
-        return load_tokenizer(name, model_vocab_size=vocab)
-    except HubError as e:
-        raise UserError(f"--tokenizer: {e}", "a model directory holding tokenizer.json") from None
+        return load_named_tokenizer(name, key="--tokenizer")
+    except ValueError as e:
+        raise UserError(str(e), "a model directory holding tokenizer.json, or 'byte'") from None
 
 
 def prepare(args: argparse.Namespace) -> int:
@@ -57,8 +63,13 @@ def prepare(args: argparse.Namespace) -> int:
     from jaxlab.lm import corpus_files
 
     out = Path(args.output)
-    if out.suffix not in (".npy", ".bin"):
-        raise UserError(f"{out}: expected a .npy or .bin output file")
+    if args.out_format is not None and out.suffix not in OUT_FORMATS[args.out_format]:
+        raise UserError(
+            f"--out-format {args.out_format}: OUT={out} should end in "
+            f"{' or '.join(OUT_FORMATS[args.out_format])} (data.source reads a file by its suffix)"
+        )
+    if not any(out.suffix in suffixes for suffixes in OUT_FORMATS.values()):
+        raise UserError(f"{out}: expected a .npy, .bin or .array_record output file")
     if not out.parent.is_dir():
         raise UserError(f"{out.parent}: no such directory")
     tok = _tokenizer(args.tokenizer)

@@ -7,7 +7,8 @@
   make it a speculative cascade, with ``speculative`` the rule is ``speed`` (exact: the output is
   distributed as the large model's).
 * ``smc``: sequential Monte Carlo for ``g ∝ p_LM · 1[x matches the constraint]`` (a regex or a
-  grammar file), :func:`jaxlab.decoding.smc.smc` with the constrained proposal.
+  grammar file over the continuation's bytes), :func:`jaxlab.decoding.smc.smc` with the
+  constrained proposal.
 
 Each returns the texts and the method's statistics (acceptance rate, large-model calls per token,
 effective sample size, log marginal likelihood).
@@ -32,7 +33,7 @@ from jaxlab.decoding.interface import CausalLM, with_eos_last
 from jaxlab.decoding.potentials import grammar_potential, regex_potential
 from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.decoding.speculative import SpeculativeConfig, cascade_rule, speculative_decode
-from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, ByteTokenizer
+from jaxlab.lm.tokenizer import EOS_ID, ByteTokenizer
 
 METHODS: tuple[str, ...] = ("sample", "speculative", "cascade", "smc")
 #: command-line rule names -> jaxlab.decoding.speculative.RULE_NAMES
@@ -130,6 +131,25 @@ def load_grammar(path: str | Path) -> Grammar:
         raise UserError(f"--grammar {path}: {e}") from None
 
 
+def potential_strings(tokenizer, vocab_size: int) -> tuple[list[str], list[int]]:
+    """What the grammar and regex potentials read for each id, one character per byte (byte
+    ``b`` is ``chr(b)``), and the ids they refuse. The byte tokenizer: its bytes (its specials a
+    character outside every pattern's text); a Hugging Face tokenizer: each token's bytes
+    (:func:`jaxlab.lm.hub.tokenizer.token_bytes`), its special tokens refused."""
+    if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
+        return list(byte_token_strings(vocab_size)), []
+    from jaxlab.lm.hub import HubError
+    from jaxlab.lm.hub.tokenizer import token_bytes
+
+    try:
+        table = token_bytes(tokenizer)
+    except HubError as e:
+        raise UserError(f"--method smc: {e}") from None
+    table = table + (None,) * (vocab_size - len(table))
+    strings = ["" if b is None else b.decode("latin-1") for b in table]
+    return strings, [i for i, b in enumerate(table) if b is None]
+
+
 def constrained_smc(
     key: jax.Array,
     lm: CausalLM,
@@ -142,16 +162,24 @@ def constrained_smc(
     particles: int = 16,
     max_tokens: int = 32,
     ess_threshold: float = 0.5,
+    tokenizer=None,
 ) -> tuple[list[tuple[str, float]], dict[str, float]]:
     """SMC for the LM conditioned on the continuation matching ``regex`` (or ``grammar``).
 
+    The constraint reads the continuation's bytes (:func:`potential_strings`); ``tokenizer``:
+    the byte tokenizer (default) or a byte-level :class:`jaxlab.lm.hub.HFTokenizer`.
     Returns the distinct completions with their posterior mass (highest first) and the
     statistics (final and minimum ESS, log marginal likelihood = log P(constraint) estimate)."""
     if (regex is None) == (grammar is None):
         raise UserError("smc needs exactly one constraint: --regex PATTERN or --grammar FILE")
-    strings = byte_token_strings(lm.vocab_size)
-    renumbered = with_eos_last(lm, EOS_ID)
-    perm = [i for i in range(lm.vocab_size) if i != EOS_ID]
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    if tok.eos_id < 0:
+        raise UserError("--method smc: the tokenizer has no EOS token to end a completion with")
+    strings, refused = potential_strings(tokenizer, lm.vocab_size)
+    eos = tok.eos_id if tokenizer is not None else EOS_ID
+    renumbered = with_eos_last(lm, eos)
+    perm = [i for i in range(lm.vocab_size) if i != eos]
+    inverse = {i: j for j, i in enumerate([*perm, eos])}
     pot_strings = [strings[i] for i in perm]
     try:
         if regex is not None:
@@ -161,9 +189,10 @@ def constrained_smc(
     except ValueError as e:
         what = f"--regex {regex!r}" if regex is not None else "--grammar"
         raise UserError(f"{what}: {e}") from None
-    ids = ByteTokenizer().encode(prompt, add_bos=True, add_eos=False)
-    inverse = {i: j for j, i in enumerate(perm)}
-    renumbered_prompt = jnp.asarray([inverse.get(int(t), BOS_ID) for t in ids], jnp.int32)
+    if refused:
+        condition = condition.refusing([inverse[i] for i in refused if i != eos])
+    ids = tok.encode(prompt, add_bos=tok.bos_id >= 0, add_eos=False)
+    renumbered_prompt = jnp.asarray([inverse[int(t)] for t in ids], jnp.int32)
     config = smc_lib.SMCConfig(num_particles=particles, max_tokens=max_tokens, pad_id=0)
     result = jax.jit(
         lambda k, p, c: smc_lib.smc(
@@ -177,17 +206,10 @@ def constrained_smc(
         )
     )(key, params, condition)
     post = smc_lib.posterior_over_sequences(result)
-    tok = ByteTokenizer()
-    texts = sorted(
-        (
-            (tok.decode(np.asarray([perm[t] for t in seq], np.int32)), float(w))
-            for seq, w in post.items()
-        ),
-        key=lambda tw: -tw[1],
-    )
     merged: dict[str, float] = {}
-    for t, w in texts:
-        merged[t] = merged.get(t, 0.0) + w
+    for seq, w in sorted(post.items(), key=lambda sw: -sw[1]):
+        text = tok.decode(np.asarray([perm[t] for t in seq], np.int32))
+        merged[text] = merged.get(text, 0.0) + float(w)
     ess = np.asarray(result.ess)
     stats = {
         "log_marginal_likelihood": float(result.log_ml),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from jaxlab.core.errors import UserError
 
@@ -15,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxlab eval --hf-dir",
         description="Perplexity and bits per token of a Hugging Face model directory on a token "
-        "file (.npy/.bin), a corpus file (.txt/.jsonl/.parquet/.arrayrecord, tokenized with the "
+        "file (.npy/.bin/.array_record of ids), a corpus file (.txt/.jsonl/.parquet/.arrayrecord, tokenized with the "
         "model's tokenizer) or, by default, the shipped corpus.",
     )
     p.add_argument("--hf-dir", required=True, help="the model directory")
@@ -37,10 +36,11 @@ def _eval_tokens(args, tok, vocab_size: int):
 
     from jaxlab.lm import corpus_files
     from jaxlab.lm.data import load_corpus
-    from jaxlab.lm.token_files import open_tokens
+    from jaxlab.lm.token_files import is_token_file, open_tokens
 
-    if args.data is not None and Path(args.data).suffix in (".npy", ".bin"):
+    if args.data is not None and is_token_file(args.data):
         tokens = open_tokens(args.data, dtype=args.source_dtype)
+        tokens = np.asarray(tokens[0 : tokens.size])
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= vocab_size:
             raise UserError(f"{args.data}: holds id {hi}, expected ids in [0, {vocab_size})")

@@ -258,10 +258,7 @@ def _from_hf_dir(args) -> int:
             sys.stdout.write(f"{p}{t}\n")
         return 0
     if args.method == "smc":
-        raise UserError(
-            "--method smc runs on byte-level runs only (--run-dir): its grammar and regex "
-            "potentials read the text byte by byte, not in the directory's tokens"
-        )
+        return _smc(args, key, model, params, max_tokens=min(args.max_new_tokens, room), tok=tok)
     if not args.draft_hf_dir:
         raise UserError(f"--method {args.method} needs --draft-hf-dir (the drafter's directory)")
     draft_model, draft_params, _ = _load_hf(args.draft_hf_dir)
@@ -281,25 +278,8 @@ def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
 
     longest = max(len(p) for p in args.prompt) + 1
     if args.method == "smc":
-        if len(args.prompt) != 1:
-            raise UserError("--method smc takes one --prompt")
         max_tokens = min(args.max_new_tokens, cfg.model.max_len - longest - 2)
-        grammar = decode_methods.load_grammar(args.grammar) if args.grammar else None
-        posterior, stats = decode_methods.constrained_smc(
-            key,
-            decoder_lm(model),
-            params,
-            args.prompt[0],
-            regex=args.regex,
-            grammar=grammar,
-            max_stack=args.max_stack,
-            particles=args.particles,
-            max_tokens=max(1, max_tokens),
-        )
-        for text, w in posterior:
-            sys.stdout.write(f"{w:.3f}\t{args.prompt[0]}{text}\n")
-        print(_stats_line("smc", stats))
-        return 0
+        return _smc(args, key, model, params, max_tokens=max_tokens)
     if not args.draft_run_dir:
         raise UserError(f"--method {args.method} needs --draft-run-dir (the drafter's run)")
     draft_run = open_run(args.draft_run_dir)
@@ -312,6 +292,33 @@ def _other_method(args, recipe, model, params, cfg, sp, key) -> int:
     room = min(cfg.model.max_len, draft_model.cfg.max_len) - longest - args.gamma - 2
     draft_params = draft_run.state.params
     return _speculative(args, key, model, params, draft_model, draft_params, room, sp)
+
+
+def _smc(args, key, model, params, *, max_tokens: int, tok=None) -> int:
+    """``--method smc``: the constrained completions of the one prompt with their posterior
+    mass, then the statistics as one JSON line (``tok``: the directory's tokenizer, default the
+    byte tokenizer)."""
+    from jaxlab.core.errors import UserError
+
+    if len(args.prompt) != 1:
+        raise UserError("--method smc takes one --prompt")
+    grammar = decode_methods.load_grammar(args.grammar) if args.grammar else None
+    posterior, stats = decode_methods.constrained_smc(
+        key,
+        decoder_lm(model),
+        params,
+        args.prompt[0],
+        regex=args.regex,
+        grammar=grammar,
+        max_stack=args.max_stack,
+        particles=args.particles,
+        max_tokens=max(1, max_tokens),
+        tokenizer=tok,
+    )
+    for text, w in posterior:
+        sys.stdout.write(f"{w:.3f}\t{args.prompt[0]}{text}\n")
+    print(_stats_line("smc", stats))
+    return 0
 
 
 def _stats_line(method: str, stats: dict) -> str:

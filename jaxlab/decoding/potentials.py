@@ -164,6 +164,29 @@ class BoolDFAPotential(Potential):
         eos = self.accepting[state] & self.live[state]
         return jnp.where(jnp.concatenate([allowed, eos[None]]), 0.0, NEG_INF)
 
+    def refusing(self, tokens: Sequence[int]) -> BoolDFAPotential:
+        """The same potential with ``tokens`` never allowed (e.g. a tokenizer's special tokens,
+        which stand for no text): their transitions go to a dead state, and liveness is
+        recomputed at the token level (host side).
+
+        Args:
+            tokens: ids in ``[0, V)``.
+
+        Returns:
+            The potential.
+        """
+        table = np.asarray(self.transitions)
+        accepting = np.concatenate([np.asarray(self.accepting), [False]])
+        dead = table.shape[0]
+        table = np.concatenate([table, np.full((1, table.shape[1]), dead, table.dtype)])
+        table[:, np.asarray(list(tokens), np.int64)] = dead
+        return BoolDFAPotential(
+            transitions=jnp.asarray(table, jnp.int32),
+            accepting=jnp.asarray(accepting),
+            live=jnp.asarray(_co_accessible(table, accepting)),
+            start=self.start,
+        )
+
     @classmethod
     def from_char_dfa(
         cls, dfa: CharDFA, token_strings: Sequence[str], *, token_level_liveness: bool = True

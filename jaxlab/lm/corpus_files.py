@@ -24,6 +24,13 @@ from typing import Any
 import numpy as np
 from jaxtyping import Int
 
+from jaxlab.lm.token_files import (
+    RECORD_SUFFIXES,
+    TOKEN_SUFFIXES,
+    partial_path,
+    write_token_records,
+)
+
 FORMATS = ("txt", "jsonl", "parquet", "arrayrecord")
 """Input formats of :func:`read_documents`."""
 
@@ -117,6 +124,9 @@ def _parquet(path: Path, text_key: str) -> Iterator[str]:
             yield value
 
 
+_NPY = b"\x93NUMPY"  # the magic of a token record (jaxlab.lm.token_files)
+
+
 def _arrayrecord(path: Path, text_key: str) -> Iterator[str]:
     del text_key
     from array_record.python.array_record_module import ArrayRecordReader
@@ -132,7 +142,10 @@ def _arrayrecord(path: Path, text_key: str) -> Iterator[str]:
                 try:
                     yield raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise ValueError(f"{path}: record {number} is not UTF-8 ({e.reason})") from None
+                    hint = " (a token file: give it to data.source)" if raw[:6] == _NPY else ""
+                    raise ValueError(
+                        f"{path}: record {number} is not UTF-8 ({e.reason}){hint}"
+                    ) from None
     finally:
         reader.close()
 
@@ -196,23 +209,30 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def write_tokens(ids: Int[np.ndarray, " n"], out: str | Path, *, vocab_size: int) -> Path:
-    """Writes ``ids`` as ``out`` (``.npy``, or raw ``.bin``) of :func:`token_dtype`, through a
-    temporary file renamed into place, so a failed write leaves no partial file.
+    """Writes ``ids`` as ``out`` (``.npy``, raw ``.bin``, or an ArrayRecord token file,
+    :func:`jaxlab.lm.token_files.write_token_records`) of :func:`token_dtype`, through a temporary
+    file renamed into place, so a failed write leaves no partial file.
 
     Raises:
         ValueError: for another suffix, or an id outside ``[0, vocab_size)``.
     """
     out = Path(out)
-    if out.suffix not in (".npy", ".bin"):
-        raise ValueError(f"{out}: expected a .npy or .bin output file")
+    if out.suffix not in TOKEN_SUFFIXES:
+        raise ValueError(f"{out}: expected a token file {TOKEN_SUFFIXES}")
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"token id {int(ids.max())} outside the vocabulary [0, {vocab_size})")
+    if out.suffix in RECORD_SUFFIXES:
+        return write_token_records(ids, out, dtype=token_dtype(vocab_size))
     data = ids.astype(token_dtype(vocab_size))
-    tmp = out.with_name(out.name + ".partial")
-    with tmp.open("wb") as f:
-        if out.suffix == ".npy":
-            np.save(f, data, allow_pickle=False)
-        else:
-            data.tofile(f)
-    os.replace(tmp, out)
+    tmp = partial_path(out)
+    try:
+        with tmp.open("wb") as f:
+            if out.suffix == ".npy":
+                np.save(f, data, allow_pickle=False)
+            else:
+                data.tofile(f)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return out

@@ -18,9 +18,11 @@ Pipeline (all deterministic given the seeds):
 
 Batches are ``{"tokens": int32 [batch, seq_len + 1]}`` numpy arrays.
 
-With ``ByteLMDataConfig.source`` set to a pre-tokenized file (``data.source=PATH.npy`` or
-``.bin``), steps 1-3 are replaced by memory-mapped windows of that file with a region split
-(:mod:`jaxlab.lm.token_files`); step 4 is the same.
+With ``ByteLMDataConfig.source`` set to a pre-tokenized file (``data.source=PATH.npy``,
+``.bin`` or ``.array_record``), steps 1-3 are replaced by windows of that file with a region split
+(:mod:`jaxlab.lm.token_files`); step 4 is the same. With ``data.tokenizer`` also set, the source
+is a text corpus (``.txt``, ``.jsonl``, ``.parquet``, ``.arrayrecord``), tokenized once into a
+cached token file that is then read the same way (:mod:`jaxlab.lm.text_source`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import grain
 import numpy as np
 from jaxtyping import Int
 
-from jaxlab.lm.token_files import BIN_DTYPES, TokenWindows, split_token_windows
+from jaxlab.lm import corpus_files
+from jaxlab.lm.token_files import BIN_DTYPES, TOKEN_SUFFIXES, TokenWindows, split_token_windows
 from jaxlab.lm.tokenizer import ByteTokenizer
 
 Windows = Int[np.ndarray, "_ window"] | TokenWindows
@@ -72,9 +75,16 @@ class ByteLMDataConfig:
         split: "document" or "region".
         split_seed: seed of the document split (unused for "region").
         seed: seed of the training shuffle.
-        source: a pre-tokenized ``.npy`` / ``.bin`` file of token ids to train on instead of the
-            shipped corpus (``None``); split by region, its last ``val_fraction`` validates.
+        source: a pre-tokenized ``.npy`` / ``.bin`` / ``.array_record`` file of token ids to
+            train on instead of the shipped corpus (``None``); with ``tokenizer``, a text corpus.
+            Split by region, its last ``val_fraction`` validates.
         source_dtype: element type of a ``.bin`` source (``uint16``, ``uint32`` or ``int32``).
+        tokenizer: ``None`` (``source`` holds token ids), or ``"byte"`` or a model directory:
+            ``source`` is then a text corpus tokenized with it once into a cached token file.
+        source_format: the text corpus' format (``txt``, ``jsonl``, ``parquet``,
+            ``arrayrecord``; default from the suffix); only with ``tokenizer``.
+        text_key: the JSON field / Parquet column of a text corpus' documents.
+        cache_dir: where a text corpus' token file is kept (``""``: ``~/.cache/jaxlab/tokens``).
     """
 
     seq_len: int = 128
@@ -85,6 +95,10 @@ class ByteLMDataConfig:
     seed: int = 0
     source: str | None = None
     source_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
+    tokenizer: str | None = None
+    source_format: str | None = None
+    text_key: str = "text"
+    cache_dir: str = ""
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "batch_size"):
@@ -103,16 +117,38 @@ class ByteLMDataConfig:
             raise ValueError(
                 f"ByteLMDataConfig.source_dtype={self.source_dtype!r}: expected one of {BIN_DTYPES}"
             )
-        if self.source is not None and not str(self.source).endswith((".npy", ".bin")):
-            raise ValueError(
-                f"ByteLMDataConfig.source={self.source!r}: expected a .npy or .bin token file"
-            )
+        self._check_source()
         for name in ("split_seed", "seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value < 2**32:
                 raise ValueError(
                     f"ByteLMDataConfig.{name}={value!r}: expected an int in [0, 2**32)"
                 )
+
+    def _check_source(self) -> None:
+        """``source`` is a token file, or a text corpus of a known format with ``tokenizer``."""
+        if self.tokenizer is None:
+            if self.source_format is not None:
+                raise ValueError(
+                    f"ByteLMDataConfig.source_format={self.source_format!r}: names a text "
+                    "corpus' format, expected data.tokenizer=byte|DIR with it"
+                )
+            if self.source is not None and not str(self.source).endswith(TOKEN_SUFFIXES):
+                raise ValueError(
+                    f"ByteLMDataConfig.source={self.source!r}: expected a token file "
+                    f"{TOKEN_SUFFIXES}, or a text corpus with data.tokenizer=byte|DIR"
+                )
+            return
+        if self.source is None:
+            raise ValueError(
+                f"ByteLMDataConfig.tokenizer={self.tokenizer!r}: tokenizes data.source, which "
+                "is not set (the shipped corpus is byte-tokenized already)"
+            )
+        try:
+            corpus_files.format_of(self.source, self.source_format)
+        except ValueError as e:
+            key = "source" if self.source_format is None else "source_format"
+            raise ValueError(f"ByteLMDataConfig.{key}={getattr(self, key)!r}: {e}") from None
 
 
 def document_split(
@@ -307,8 +343,19 @@ def split_windows(
         ``(train_windows, val_windows)``: arrays, or :class:`TokenWindows` of ``cfg.source``.
     """
     if cfg.source is not None:
+        path = cfg.source
+        if cfg.tokenizer is not None:
+            from jaxlab.lm.text_source import cached_token_file
+
+            path = cached_token_file(
+                cfg.source,
+                tokenizer=cfg.tokenizer,
+                fmt=cfg.source_format,
+                text_key=cfg.text_key,
+                cache_dir=cfg.cache_dir,
+            )
         return split_token_windows(
-            cfg.source,
+            path,
             seq_len=cfg.seq_len,
             val_fraction=cfg.val_fraction,
             dtype=cfg.source_dtype,

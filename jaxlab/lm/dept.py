@@ -136,12 +136,19 @@ class Sources:
 
 
 def tokenize_sources(
-    texts: list[str], variant: str, vocab_size: int, val_fraction: float = 0.1
+    texts: list[str],
+    variant: str,
+    vocab_size: int,
+    val_fraction: float = 0.1,
+    tokenizer: Any = None,
 ) -> Sources:
     """Trains the BPE vocabularies of ``variant`` on ``texts`` (one per source) and tokenizes.
 
     glob/trim: one global BPE of ``vocab_size`` over all sources (trim then keeps, per source,
     the rows occurring in its training stream); spec: one BPE of ``vocab_size`` per source.
+    With ``tokenizer`` (a pretrained model's ``tokenizers.Tokenizer``, ``vocab_size`` its
+    model's vocabulary) nothing is trained: every source is encoded with it, the global
+    vocabulary is the model's, and spec gives each source its own copy of that vocabulary.
     Each stream's last ``val_fraction`` is held out."""
     if variant not in VARIANTS:
         raise ConfigError("variant", variant, "one of " + ", ".join(VARIANTS))
@@ -150,7 +157,10 @@ def tokenize_sources(
     for i, t in enumerate(texts):
         if not t:
             raise ConfigError(f"sources[{i}]", t, "a non-empty corpus")
-    if variant == "spec":
+    if tokenizer is not None:
+        toks = (tokenizer,) * (len(texts) if variant == "spec" else 1)
+        streams = [sources_lib.encode(tokenizer, t) for t in texts]
+    elif variant == "spec":
         toks = tuple(sources_lib.train_bpe([t], vocab_size) for t in texts)
         streams = [sources_lib.encode(tok, t) for tok, t in zip(toks, texts, strict=True)]
     else:
@@ -161,12 +171,13 @@ def tokenize_sources(
     val = [s[c:] for s, c in zip(streams, cut, strict=True)]
     cpt = tuple(len(t) / max(len(s), 1) for t, s in zip(texts, streams, strict=True))
     k = len(texts)
+    size_of = (lambda t: vocab_size) if tokenizer is not None else (lambda t: t.get_vocab_size())
     if variant == "glob":
-        v = toks[0].get_vocab_size()
+        v = size_of(toks[0])
         rows = np.tile(np.arange(v, dtype=np.int32), (k, 1))
         vocabs = Vocabs(v, v, rows, np.ones((k, v), bool))
     elif variant == "trim":
-        v = toks[0].get_vocab_size()
+        v = size_of(toks[0])
         used = [np.unique(np.concatenate([t, s])) for t, s in zip(train, val, strict=True)]
         loc = max(len(u) for u in used)
         rows = np.full((k, loc), v, np.int32)
@@ -178,7 +189,7 @@ def tokenize_sources(
         val = [np.searchsorted(u, t).astype(np.int32) for u, t in zip(used, val, strict=True)]
         vocabs = Vocabs(v, loc, rows, valid)
     else:
-        sizes = [t.get_vocab_size() for t in toks]
+        sizes = [size_of(t) for t in toks]
         loc = max(sizes)
         valid = np.arange(loc)[None, :] < np.asarray(sizes)[:, None]
         rows = np.where(valid, np.arange(loc)[None, :], 0).astype(np.int32)
@@ -240,6 +251,57 @@ def inner_optimizer(
 ) -> optax.GradientTransformation:
     """The clients' optimiser ``inner`` with its traced values from ``hparams``."""
     return optim_lib.from_hparams(inner, local_steps, hparams, "optim.inner")
+
+
+def outer_optimizer(
+    optim: DeptOptim, rounds: int, hparams: dict[str, Any]
+) -> optax.GradientTransformation:
+    """The outer optimiser on the pseudo-gradient ``Δ`` (its schedule over ``rounds``), its rate
+    from ``hparams``."""
+    outer = {"optim.outer.lr": hparams["optim.outer.lr"]}
+    return optim_lib.from_hparams(optim.outer, rounds, outer, "optim.outer")
+
+
+def from_pretrained(
+    state: DeptState, params: Any, variant: str, outer: optax.GradientTransformation
+) -> DeptState:
+    """A fresh ``state`` started from a pretrained decoder's ``params`` (the ``"params"``
+    collection, unboxed): the body is the shared server body; its token embedding and head
+    become the server's (glob, trim: each client gathers its rows from them) or every
+    source's own starting copy (spec). Each array is cast and placed like the one it replaces,
+    and the outer optimiser restarts on the new server parameters.
+
+    Raises:
+        ValueError: naming the tensor, if a shape differs from the state's.
+    """
+    body, emb = split_params(params)
+
+    def like(new: Any, old: Any, name: str) -> Any:
+        def one(path, n, o):
+            shape = o.shape[1:] if name == "client_emb" else o.shape
+            if n.shape != shape:
+                where = name + jax.tree_util.keystr(path)
+                raise ValueError(f"{where}: pretrained shape {n.shape}, the state's is {shape}")
+            n = jnp.broadcast_to(n, o.shape) if name == "client_emb" else n
+            return jax.device_put(jnp.asarray(n, o.dtype), o.sharding)
+
+        if jax.tree.structure(new) != jax.tree.structure(old):
+            raise ValueError(f"{name}: the pretrained tensors do not match the state's")
+        return jax.tree_util.tree_map_with_path(one, new, old)
+
+    new_body = like(body, state.body, "body")
+    if variant == "spec":
+        server_emb, client_emb = state.server_emb, like(emb, state.client_emb, "client_emb")
+    else:
+        server_emb, client_emb = like(emb, state.server_emb, "server_emb"), state.client_emb
+    server = {"body": new_body, "emb": server_emb}
+    where = jax.tree.map(lambda x: x.sharding, state.outer_opt)
+    return state.replace(
+        body=new_body,
+        server_emb=server_emb,
+        client_emb=client_emb,
+        outer_opt=jax.device_put(outer.init(server), where),
+    )
 
 
 def client_sharding(mesh: Mesh | None, ndim: int, n: int) -> NamedSharding | None:
@@ -375,8 +437,7 @@ class Dept:
 
     def outer_optimizer(self, hparams: dict[str, Any]) -> optax.GradientTransformation:
         """The outer optimiser on the pseudo-gradient ``Δ``, its rate from ``hparams``."""
-        outer = {"optim.outer.lr": hparams["optim.outer.lr"]}
-        return optim_lib.from_hparams(self.optim.outer, self.rounds, outer, "optim.outer")
+        return outer_optimizer(self.optim, self.rounds, hparams)
 
     # -- one client ---------------------------------------------------------------------------
     def local_train(self, hparams, body, emb, tokens, valid):

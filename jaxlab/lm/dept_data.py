@@ -4,6 +4,7 @@ domain), tokenized per variant, and the per-round batches of every source's wind
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import grain
 import numpy as np
@@ -40,8 +41,10 @@ class DeptDataConfig:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
 
 
-def make_sources(data: DeptDataConfig, variant: str) -> dept_lib.Sources:
-    """The tokenized sources of ``data`` for ``variant`` (deterministic in the grammar seed)."""
+def make_sources(data: DeptDataConfig, variant: str, tokenizer: Any = None) -> dept_lib.Sources:
+    """The tokenized sources of ``data`` for ``variant`` (deterministic in the grammar seed);
+    with ``tokenizer`` (a pretrained model's, ``data.vocab_size`` its model's vocabulary) every
+    source is encoded with it instead of BPE vocabularies trained here."""
     if data.kind == "corpus":
         texts = sources_lib.corpus_domains(data.n_sources)
     else:
@@ -52,7 +55,7 @@ def make_sources(data: DeptDataConfig, variant: str) -> dept_lib.Sources:
             )
             for k in range(data.n_sources)
         ]
-    return dept_lib.tokenize_sources(texts, variant, data.vocab_size)
+    return dept_lib.tokenize_sources(texts, variant, data.vocab_size, tokenizer=tokenizer)
 
 
 def round_iterator(

@@ -137,9 +137,10 @@ def train_bpe(corpora: list[str], vocab_size: int, field: str = "vocab_size") ->
 
 
 def encode(tok: Tokenizer, text: str) -> np.ndarray:
-    """``text`` as an int32 id stream (encoded in sentence-sized pieces, then concatenated)."""
+    """``text`` as an int32 id stream (encoded in sentence-sized pieces, then concatenated; a
+    pretrained tokenizer's post-processor specials are not added to the pieces)."""
     pieces = [p + "." for p in text.split(".") if p.strip()]
-    ids = [np.asarray(e.ids, np.int32) for e in tok.encode_batch(pieces)]
+    ids = [np.asarray(e.ids, np.int32) for e in tok.encode_batch(pieces, add_special_tokens=False)]
     return np.concatenate(ids) if ids else np.zeros((0,), np.int32)
 
 

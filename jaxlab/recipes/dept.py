@@ -4,6 +4,9 @@ One train step is one DEPT round: the batch holds ``[K, N, B, T+1]`` windows of 
 (the ``S`` sampled ones are gathered inside the step), sources sharded over the mesh's ``data``
 axis by the ``client`` logical rule. ``dept.variant=glob|trim|spec`` picks the embedding scheme;
 ``optim.inner`` and ``optim.outer`` are the clients' and the server's optimisers.
+``init_from=hf:DIR`` starts from a Hugging Face decoder directory: its architecture and body, its
+embeddings as the server's (glob, trim) or every source's starting copy (spec), and its tokenizer
+for every source (``data.vocab_size`` becomes the model's).
 ``jaxlab eval dept --run-dir D`` prints per-source perplexity, embedding parameter counts and
 the bytes communicated (and what synchronous data parallel would have sent for the same tokens).
 """
@@ -25,6 +28,7 @@ from jaxlab.core.sharding import MeshConfig
 from jaxlab.lm import dept as dept_lib
 from jaxlab.lm import dept_eval
 from jaxlab.lm.dept_data import DeptDataConfig, make_sources, round_iterator
+from jaxlab.lm.hub import init_from as hf_init
 from jaxlab.lm.model import DecoderConfig
 
 
@@ -39,8 +43,13 @@ class DeptRecipeConfig:
     optim: dept_lib.DeptOptim = dept_lib.DeptOptim()
     mesh: MeshConfig = MeshConfig()
     loop: LoopConfig = LoopConfig(total_steps=200, steps_per_call=10, log_every=20, eval_every=100)
+    init_from: str = ""
 
     def __post_init__(self):
+        hf_init.check(self)  # the model (and so its vocabulary) from hf:DIR
+        if hf_init.hf_directory(self.init_from) is not None:
+            data = dataclasses.replace(self.data, vocab_size=self.model.vocab_size)
+            object.__setattr__(self, "data", data)
         if self.data.seq_len > self.model.max_len:
             raise ConfigError(
                 "data.seq_len", self.data.seq_len, f"at most model.max_len={self.model.max_len}"
@@ -53,9 +62,37 @@ class DeptRecipeConfig:
             )
 
 
+def _hf_tokenizer(cfg: DeptRecipeConfig):
+    """The ``tokenizers`` object of ``init_from=hf:DIR`` (``None`` without one)."""
+    from jaxlab.lm.hub import HubError, load_tokenizer
+
+    directory = hf_init.hf_directory(cfg.init_from)
+    if directory is None:
+        return None
+    try:
+        return load_tokenizer(directory, model_vocab_size=cfg.model.vocab_size).tokenizer
+    except HubError as e:
+        raise ConfigError(
+            "init_from", cfg.init_from, f"its tokenizer for the sources ({e})"
+        ) from None
+
+
+def finetune(cfg: DeptRecipeConfig, state: dept_lib.DeptState) -> dept_lib.DeptState:
+    """The loop's fine-tune hook: with ``init_from=hf:DIR`` the fresh state takes the directory's
+    body and embeddings (:func:`jaxlab.lm.dept.from_pretrained`)."""
+    loaded = hf_init.load_checked(cfg)
+    if loaded is None:
+        return state
+    outer = dept_lib.outer_optimizer(cfg.optim, cfg.loop.total_steps, state.hparams)
+    try:
+        return dept_lib.from_pretrained(state, loaded["params"], cfg.dept.variant, outer)
+    except ValueError as e:
+        raise ConfigError("init_from", cfg.init_from, f"a model matching the run ({e})") from None
+
+
 def build(cfg: DeptRecipeConfig, mesh: jax.sharding.Mesh) -> Parts:
     d, dcfg = cfg.data, cfg.dept
-    src = make_sources(d, dcfg.variant)
+    src = make_sources(d, dcfg.variant, tokenizer=_hf_tokenizer(cfg))
     dept = dept_lib.Dept(
         dcfg, cfg.model, src.vocabs, mesh=mesh, optim=cfg.optim, rounds=cfg.loop.total_steps
     )
@@ -113,5 +150,6 @@ RECIPE = register(
         description="DEPT: decoupled-embedding pre-training over heterogeneous sources "
         "(GLOB/TRIM/SPEC, Nesterov outer optimizer)",
         traced=dept_lib.TRACED,
+        finetune=finetune,
     )
 )

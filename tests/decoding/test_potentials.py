@@ -186,6 +186,16 @@ def test_token_level_liveness_prunes_what_the_vocabulary_cannot_spell():
     assert float(token_live.log_prefix(token_live.initial_state())) == -np.inf
 
 
+def test_refused_tokens_are_never_allowed_and_liveness_follows():
+    tokens = ("a", "b", "")  # id 2 spells nothing, as a special token would
+    pot = potentials.regex_potential("a*b", tokens).refusing([2])
+    start = pot.initial_state()
+    assert np.asarray(pot.logw_next(start)).tolist() == [0.0, 0.0, -np.inf, -np.inf]
+    assert float(pot.log_prefix(pot.step(start, jnp.int32(2)))) == -np.inf
+    only_b = potentials.regex_potential("b", tokens).refusing([1])  # "b" can no longer be spelled
+    assert float(only_b.log_prefix(only_b.initial_state())) == -np.inf
+
+
 def test_product_adds_weights_and_checks_vocabularies():
     regex = potentials.regex_potential(PATTERN, TOKENS)
     critic = value_critic()

@@ -2,13 +2,17 @@
 
 import collections
 import itertools
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.commands.generate import decoder_lm
 from jaxlab.decoding import sampling, speculative, tabulated
+from jaxlab.lm.hub import load_hf, load_tokenizer
+from jaxlab.lm.model import Decoder
 from tests.decoding.decoding_toys import chi_square_pvalue
 
 SAMPLES = 200_000
@@ -391,6 +395,52 @@ def test_stateful_trigram_decoding_is_exact():
     counts, expected = counts_against(out.tokens[:, 2:6], law)
     assert chi_square_pvalue(counts, expected) > 1e-3
     assert float(out.stats.acceptance_rate) < 1.0
+
+
+HF_FIXTURES = Path(__file__).parents[1] / "lm" / "fixtures"
+LOADED_SAMPLES = 4096
+
+
+def test_loaded_hugging_face_pair_keeps_the_target_distribution():
+    """Target ``tiny_llama`` and drafter ``tiny_llama_tied`` (one tokenizer; TV 0.56 between
+    their next-token laws after the prompt): the first two sampled tokens follow the target's
+    exact softmax. One program samples and computes the exact laws."""
+    target, draft = load_hf(HF_FIXTURES / "tiny_llama"), load_hf(HF_FIXTURES / "tiny_llama_tied")
+    tok = load_tokenizer(HF_FIXTURES / "tiny_llama", model_vocab_size=target.cfg.vocab_size)
+    assert draft.cfg.vocab_size == target.cfg.vocab_size
+    prompt = jnp.asarray(tok.encode("the cat", add_bos=True))
+    width, vocab = prompt.shape[0], target.cfg.vocab_size
+    config = speculative.SpeculativeConfig(gamma=2, max_len=width + 2)
+    target_model, draft_model = Decoder(target.cfg), Decoder(draft.cfg)
+
+    def run(k, dp, tp):
+        out = speculative.speculative_decode(
+            k,
+            decoder_lm(draft_model),
+            decoder_lm(target_model),
+            dp,
+            tp,
+            jnp.tile(prompt[None], (LOADED_SAMPLES, 1)),
+            jnp.full(LOADED_SAMPLES, width),
+            config=config,
+        )
+        # every prompt + one token: the target's law of token 1, and of token 2 given token 1
+        both = jnp.concatenate([jnp.tile(prompt[None], (vocab, 1)), jnp.arange(vocab)[:, None]], 1)
+        p = jax.nn.softmax(target_model.apply(tp, both)[:, -2:].astype(jnp.float32))
+        q1 = jax.nn.softmax(draft_model.apply(dp, prompt[None])[0, -1].astype(jnp.float32))
+        return out.tokens[:, width:], out.stats.acceptance_rate, p[0, 0], p[:, 1], q1
+
+    tokens, rate, p1, p2_given_1, q1 = map(
+        np.asarray, jax.jit(run)(key(11), draft.params, target.params)
+    )
+    p1 = p1.astype(np.float64)
+    laws = (p1, p1 @ p2_given_1.astype(np.float64))  # token 1; token 2's marginal
+    assert 0.5 * np.abs(p1 - q1).sum() > 0.5  # the drafter's own law would show
+    for position, law in enumerate(laws):
+        counts = np.bincount(tokens[:, position], minlength=vocab)
+        assert chi_square_pvalue(counts, law) > 1e-3, position
+        assert 0.5 * np.abs(counts / LOADED_SAMPLES - law).sum() < 0.1, position
+    assert 0.0 < float(rate) < 1.0
 
 
 def test_bad_configuration_raises():

@@ -67,13 +67,35 @@ def test_parquet_without_pyarrow_names_the_package(tmp_path):
         list(corpus_files.read_documents(tmp_path / "c.parquet"))
 
 
-@pytest.mark.parametrize("suffix", [".npy", ".bin"])
+@pytest.mark.parametrize("suffix", [".npy", ".bin", ".array_record"])
 def test_prepare_writes_a_token_file_the_loader_reads(tmp_path, suffix):
     text, out = _write(tmp_path / "c.txt", "txt"), tmp_path / f"t{suffix}"
     argv = ["data", "prepare", str(text), str(out), "--tokenizer", "byte", "--no-progress"]
+    if suffix == ".array_record":
+        argv += ["--out-format", "array_record"]
     assert cli.main(argv) == 0
     tokens = open_tokens(out, dtype="uint16")
-    assert tokens.dtype == np.uint16 and tokens.size == sum(len(d.encode()) + 2 for d in DOCS)
+    tok = ByteTokenizer()
+    want = np.concatenate([tok.encode(d, add_bos=True, add_eos=True) for d in DOCS])
+    assert tokens.dtype == np.uint16 and tokens.size == want.size
+    np.testing.assert_array_equal(tokens[0 : want.size], want)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", out.name]
+
+
+def test_prepare_refuses_an_out_format_its_suffix_contradicts(tmp_path, capsys):
+    text, out = _write(tmp_path / "c.txt", "txt"), tmp_path / "t.npy"
+    argv = ["data", "prepare", str(text), str(out), "--tokenizer", "byte"]
+    assert cli.main([*argv, "--out-format", "array_record"]) == 2
+    assert "--out-format array_record: OUT=" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
+def test_a_token_file_given_as_a_text_corpus_is_named(tmp_path):
+    text, out = _write(tmp_path / "c.txt", "txt"), tmp_path / "t.array_record"
+    argv = ["data", "prepare", str(text), str(out), "--tokenizer", "byte", "--no-progress"]
+    assert cli.main(argv) == 0
+    with pytest.raises(ValueError, match=r"record 0 is not UTF-8 .*a token file"):
+        list(corpus_files.read_documents(out, fmt="arrayrecord"))
 
 
 def test_prepare_writes_nothing_on_a_bad_line(tmp_path, capsys):

@@ -104,6 +104,21 @@ def test_tokenizer_has_the_byte_tokenizer_interface():
         tok.decode([128])
 
 
+def test_token_bytes_spell_the_text_and_refuse_specials():
+    from jaxlab.lm.hub.tokenizer import token_bytes
+    from jaxlab.lm.sources import train_bpe
+
+    tok = load_tokenizer(FIXTURES / "tiny_llama", model_vocab_size=130)
+    table = token_bytes(tok)
+    assert len(table) == 130 and table[128] is None and table[129] is None  # padded ids
+    assert table[tok.bos_id] is None and table[tok.eos_id] is None and table[tok.pad_id] is None
+    text = "The cat sat. A dog-run"
+    assert b"".join(table[i] for i in tok.encode(text)) == text.encode()
+    sentencepiece_like = dataclasses.replace(tok, tokenizer=train_bpe(["a b c"], 8))
+    with pytest.raises(HubError, match="decoder 'Metaspace', expected a byte-level BPE"):
+        token_bytes(sentencepiece_like)
+
+
 def _copy(tmp_path: Path, name: str = "tiny_llama") -> Path:
     return Path(shutil.copytree(FIXTURES / name, tmp_path / name))
 

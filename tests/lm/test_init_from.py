@@ -73,8 +73,9 @@ def test_an_olmoe_directory_sets_the_olmoe_recipe_model(tokens):
     [
         (("init_from=runs/x",), "init_from"),
         ((f"init_from=hf:{FIXTURE}",), "data.source"),
+        ((f"init_from=hf:{FIXTURE}", "data.source=c.txt", "data.tokenizer=byte"), "data.tokenizer"),
     ],
-    ids=["not-hf", "no-token-file"],
+    ids=["not-hf", "no-token-file", "byte-tokenizer"],
 )
 def test_bad_init_from_is_refused_by_key(overrides, key):
     with pytest.raises(ConfigError) as e:

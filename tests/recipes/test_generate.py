@@ -1,6 +1,8 @@
 """KV-cached generation with the project's decoder equals recomputing the full forward pass, and
 `jaxlab generate` samples from a trained run."""
 
+import json
+import re
 from pathlib import Path
 
 import jax
@@ -132,6 +134,21 @@ def test_generate_from_a_hugging_face_directory_equals_transformers_greedy(capsy
     args = ["generate", "--hf-dir", str(directory), "--prompt", prompt, "--temperature", "0"]
     assert cli.main([*args, "--max-new-tokens", str(ref["greedy"].shape[1])]) == 0
     assert capsys.readouterr().out == prompt + tok.decode(ref["greedy"][0]) + "\n"
+
+
+def test_smc_from_a_hugging_face_directory_keeps_to_the_regex(capsys):
+    """`--method smc --hf-dir`: the regex reads each token's bytes (``Ġ`` a space), so every
+    completion matches it; the posterior sums to one."""
+    pattern = " [a-z]+( [a-z]+)?\\."
+    args = ["generate", "--hf-dir", str(HF_FIXTURES / "tiny_llama"), "--prompt", "the cat"]
+    args += ["--method", "smc", "--regex", pattern, "--particles", "8", "--max-new-tokens", "8"]
+    assert cli.main(args) == 0
+    *lines, stats = capsys.readouterr().out.splitlines()
+    assert lines and json.loads(stats)["particles"] == 8
+    for line in lines:
+        weight, text = line.split("\t")
+        assert text.startswith("the cat") and re.fullmatch(pattern, text[7:]), text
+    assert sum(float(line.split("\t")[0]) for line in lines) == pytest.approx(1.0, abs=1e-2)
 
 
 def test_generate_needs_exactly_one_model(capsys):

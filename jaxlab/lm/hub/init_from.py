@@ -78,17 +78,26 @@ def check(cfg: Any) -> None:
 
     Called from the config's ``__post_init__`` (the config is frozen; its ``model`` is replaced in
     place once). A Hugging Face model reads the model's own token ids, so ``data.source`` (a
-    token file made with ``jaxlab data prepare ... --tokenizer DIR``) is required.
+    token file made with ``jaxlab data prepare ... --tokenizer DIR``, or a text corpus with
+    ``data.tokenizer=DIR``) is required, and the byte tokenizer is refused.
     """
     directory = hf_directory(cfg.init_from)
     if directory is None:
         return
-    if cfg.data.source is None:
+    if hasattr(cfg.data, "source") and cfg.data.source is None:
         raise ConfigError(
             "data.source",
             None,
             f"a token file of the model's tokenizer with init_from={cfg.init_from} (make one "
-            f"with `jaxlab data prepare IN OUT.npy --tokenizer {directory}`)",
+            f"with `jaxlab data prepare IN OUT.npy --tokenizer {directory}`, or give a text "
+            f"corpus with data.tokenizer={directory})",
+        )
+    if getattr(cfg.data, "tokenizer", None) == "byte":
+        raise ConfigError(
+            "data.tokenizer",
+            "byte",
+            f"the model's own tokenizer with init_from={cfg.init_from} "
+            f"(data.tokenizer={directory})",
         )
     object.__setattr__(cfg, "model", model_from_hf(directory, cfg.model))
 
@@ -117,6 +126,28 @@ def with_params(state: Any, loaded: dict[str, Any], opt_init: Any) -> Any:
     return state.replace(params=params, opt_state=jax.device_put(opt_init(params), where))
 
 
+def load_checked(cfg: Any) -> dict[str, Any] | None:
+    """The parameters (``{"params": ...}``) of ``cfg.init_from=hf:DIR`` for ``cfg.model``, or
+    ``None`` when ``init_from`` is empty.
+
+    Raises:
+        ConfigError: naming ``init_from`` when the directory cannot be read or does not match.
+    """
+    directory = hf_directory(cfg.init_from)
+    if directory is None:
+        return None
+    if not (directory / "config.json").is_file():
+        raise ConfigError("init_from", cfg.init_from, "a directory holding config.json")
+    if model_from_hf(directory, cfg.model) != cfg.model:
+        raise ConfigError(
+            "init_from", cfg.init_from, "the model of the run's config (config.json changed)"
+        )
+    try:
+        return load_params(directory, cfg.model)
+    except HubError as e:
+        raise ConfigError("init_from", cfg.init_from, f"a loadable model ({e})") from None
+
+
 def finetune(cfg: Any, state: Any, opt_init: Any) -> Any:
     """The loop's fine-tune hook for ``init_from=hf:DIR``: ``state`` with the checkpoint's
     parameters and a fresh optimiser (``opt_init``: ``params -> opt_state``); unchanged when
@@ -125,17 +156,10 @@ def finetune(cfg: Any, state: Any, opt_init: Any) -> Any:
     Raises:
         ConfigError: naming ``init_from`` when the directory cannot be read or does not match.
     """
-    directory = hf_directory(cfg.init_from)
-    if directory is None:
+    loaded = load_checked(cfg)
+    if loaded is None:
         return state
-    if not (directory / "config.json").is_file():
-        raise ConfigError("init_from", cfg.init_from, "a directory holding config.json")
-    if model_from_hf(directory, cfg.model) != cfg.model:
-        raise ConfigError(
-            "init_from", cfg.init_from, "the model of the run's config (config.json changed)"
-        )
     try:
-        loaded = load_params(directory, cfg.model)
         return with_params(state, loaded, opt_init)
     except HubError as e:
         raise ConfigError("init_from", cfg.init_from, f"a loadable model ({e})") from None

@@ -93,6 +93,55 @@ class HFTokenizer:
         return self.tokenizer.decode(known.tolist(), skip_special_tokens=True)
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet inverted: the printable character standing for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = {b: chr(b) for b in printable}
+    shifted = (b for b in range(256) if b not in chars)
+    chars.update({b: chr(256 + n) for n, b in enumerate(shifted)})
+    return {c: b for b, c in chars.items()}
+
+
+def _uses_byte_level(config: dict) -> bool:
+    decoder = config.get("decoder") or {}
+    parts = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+    return any(isinstance(d, dict) and d.get("type") == "ByteLevel" for d in parts)
+
+
+def token_bytes(tok: HFTokenizer) -> tuple[bytes | None, ...]:
+    """The bytes each id stands for (``None`` for special tokens and ids past the file's
+    vocabulary), so byte-level potentials can read tokens: a byte-level BPE token's string is
+    mapped back through GPT-2's byte alphabet (``Ġ`` is a space); a non-special added token is
+    its UTF-8 text.
+
+    Args:
+        tok: the tokenizer.
+
+    Returns:
+        ``tok.vocab_size`` entries.
+
+    Raises:
+        HubError: if the tokenizer is not byte-level (its decoder is named), as a SentencePiece
+            vocabulary's pieces do not map to bytes one to one.
+    """
+    config = json.loads(tok.tokenizer.to_str())
+    if not _uses_byte_level(config):
+        kind = (config.get("decoder") or {}).get("type")
+        raise HubError(
+            f"tokenizer.json: decoder {kind!r}, expected a byte-level BPE ('ByteLevel') whose "
+            "tokens map to bytes"
+        )
+    alphabet = _byte_level_alphabet()
+    table: list[bytes | None] = [None] * tok.vocab_size
+    for text, i in tok.tokenizer.get_vocab(with_added_tokens=False).items():
+        if i < tok.vocab_size and all(c in alphabet for c in text):
+            table[i] = bytes(alphabet[c] for c in text)
+    for i, added in tok.tokenizer.get_added_tokens_decoder().items():
+        if i < tok.vocab_size:
+            table[i] = None if added.special else added.content.encode("utf-8")
+    return tuple(table)
+
+
 def _special_id(tok: Tokenizer, config: dict, name: str, candidates: Sequence[str]) -> int:
     value = config.get(f"{name}_token_id")
     if isinstance(value, list):
