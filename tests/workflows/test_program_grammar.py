@@ -1,6 +1,7 @@
 """The optimizer's reply grammar: every reply it admits parses, printed workflows are in it, and
 constrained decoding with an untrained decoder writes only replies that parse (its unconstrained
-samples are byte noise: ``experiments/workflow_search/constrained.py`` counts them)."""
+samples are byte noise: ``python -m benchmarks.bench_workflows --parts constrained`` counts
+them)."""
 
 import collections
 
