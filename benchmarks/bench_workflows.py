@@ -16,6 +16,11 @@ one JSON line per measurement.
   workflow evaluations/s and generated tokens/s with the prompts of an operator call batched
   (``batched``) and sent one at a time (``one_at_a_time``), and the optimizer's replies/s and
   tokens/s for ``--text-problems`` prompts batched and one at a time.
+* ``constrained``: the LM optimizer's decoding on a random tiny byte decoder (no vocabulary
+  gap: every byte is a token): replies/s, generated tokens/s and the fraction of replies that
+  parse, for free sampling (``model_generator``) and for SMC under the workflow grammar
+  (``constrained_generator``, ``--constrained-particles`` particles), the same prompts and
+  token budget (``--constrained-max-new-tokens``).
 * ``--train-lm DIR``: trains a small byte decoder on the executor's prompt formats
   (:func:`jaxlab.workflows.lm_executor.training_text` over word problems disjoint from the
   search's) with the ``lm-tiny`` recipe's pieces and the shared loop, saved as an ``lm-tiny``
@@ -211,7 +216,11 @@ def train_lm(run_dir: Path, steps: int, max_terms: int):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--parts", default="standin,experience,lm", help="comma-separated subset")
+    ap.add_argument(
+        "--parts",
+        default="standin,experience,lm",
+        help="comma-separated subset (also text, constrained)",
+    )
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--lm-run-dir", default=None)
@@ -223,6 +232,8 @@ def main():
     ap.add_argument("--hf-dir", default=None, help="text part: a Hugging Face model directory")
     ap.add_argument("--text-problems", type=int, default=16)
     ap.add_argument("--text-max-new-tokens", type=int, default=16)
+    ap.add_argument("--constrained-max-new-tokens", type=int, default=224)
+    ap.add_argument("--constrained-particles", type=int, default=4)
     args = ap.parse_args()
     val, test = tasks.split(tasks.make_problems(0, 1000), 0)
     seeds = 2 if args.quick else args.seeds
@@ -236,6 +247,58 @@ def main():
         bench_lm(args, lm_val)
     if "text" in parts:
         bench_text(args, 0.5 if args.quick else args.seconds)
+    if "constrained" in parts:
+        bench_constrained(args, 0.5 if args.quick else args.seconds)
+
+
+def bench_constrained(args, seconds):
+    """The ``constrained`` part (module docstring)."""
+    from jaxlab.commands.workflows import constrained_generator, model_generator
+    from jaxlab.lm.model import Decoder, DecoderConfig
+    from jaxlab.workflows.parse import ParseError, parse_workflow
+
+    new = args.constrained_max_new_tokens
+    cfg = DecoderConfig(
+        d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64, max_len=2 * new + 64
+    )
+    model = Decoder(cfg)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    prompt = "Improve the workflow below.\n<graph>\ndef workflow(problem):\n"
+    t = time.perf_counter()
+    gens = {
+        "free": model_generator(model, params, max_new_tokens=new),
+        "constrained": constrained_generator(
+            model, params, max_new_tokens=new, num_particles=args.constrained_particles
+        ),
+    }
+    grammar_s = time.perf_counter() - t
+    for mode, gen in gens.items():
+        seeds, out = iter(range(10**6)), {"tokens": 0, "parsed": 0, "replies": 0}
+
+        def ask(gen=gen, seeds=seeds, out=out):
+            text, usage = gen(prompt, next(seeds))
+            out["tokens"] += usage["generated_tokens"]
+            out["replies"] += 1
+            try:
+                parse_workflow(text)
+                out["parsed"] += 1
+            except ParseError:
+                pass
+
+        compile_s, per, rate = _timed_rate(ask, seconds)
+        emit(
+            what="optimizer_decoding",
+            mode=mode,
+            particles=args.constrained_particles if mode == "constrained" else 1,
+            max_new_tokens=new,
+            grammar_build_s=round(grammar_s, 3) if mode == "constrained" else 0.0,
+            compile_s=round(compile_s, 3),
+            time=round(per, 5),
+            rate=round(rate, 3),
+            unit="replies/s",
+            generated_tokens_per_s=round(out["tokens"] / out["replies"] * rate, 1),
+            parsed=f"{out['parsed']}/{out['replies']}",
+        )
 
 
 def _timed_rate(fn, seconds):

@@ -24,7 +24,8 @@ from jaxlab.decoding.sampling import SamplingParams
 from jaxlab.lm.model import Decoder, DecoderConfig
 from jaxlab.lm.tokenizer import BOS_ID, EOS_ID, ByteTokenizer
 from jaxlab.workflows import cli as workflows_cli
-from jaxlab.workflows.lm_executor import TextLM
+from jaxlab.workflows.lm_executor import TextLM, decode_batch
+from jaxlab.workflows.program_grammar import reply_potential
 
 
 def byte_text_lm(model: Decoder, params) -> TextLM:
@@ -131,9 +132,89 @@ def model_generator(model: Decoder, params, tokenizer=None, *, max_new_tokens: i
     return generate_reply
 
 
-def load_generator(*, hf_dir=None, run_dir=None, recipe="lm-tiny", max_new_tokens=256, batch=False):
+def token_strings(tok, vocab_size: int) -> tuple[str, ...]:
+    """The text of each id of ``tok`` (byte or Hugging Face tokenizer); specials, ids that
+    decode to nothing and ids past the tokenizer get a private-use character, outside every
+    grammar's alphabet."""
+    if isinstance(tok, ByteTokenizer):
+        return byte_token_strings(vocab_size)
+    specials = {tok.bos_id, tok.eos_id, tok.pad_id}
+    size = tok.tokenizer.get_vocab_size(with_added_tokens=True)
+    out = []
+    for i in range(vocab_size):
+        text = tok.decode([i]) if i < size and i not in specials else ""
+        out.append(text or chr(0xE000 + i))
+    return tuple(out)
+
+
+def constrained_generator(
+    model: Decoder,
+    params,
+    tokenizer=None,
+    *,
+    max_new_tokens: int = 320,
+    num_particles: int = 4,
+    max_text: int = 40,
+):
+    """The optimizer's generator ``(prompt, seed) -> (reply, usage)`` whose every reply parses:
+    SMC (:func:`jaxlab.workflows.lm_executor.decode_batch`, the locally constrained proposal
+    with its weights) under the reply grammar of :mod:`jaxlab.workflows.program_grammar`,
+    bounded to ``max_new_tokens`` tokens, the model's end-of-sequence token ending the reply.
+    The highest-weight particle is the reply. Prompts are left-padded to one width (one
+    compiled program).
+
+    Raises:
+        ValueError: when the model has no end-of-sequence token, or no reply fits in
+            ``max_new_tokens`` tokens.
+    """
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
+    if tok.eos_id < 0:
+        raise ValueError("constrained optimizer decoding needs a model with an end token")
+    max_new = min(max_new_tokens, model.cfg.max_len // 2)
+    width = model.cfg.max_len - max_new - 1
+    strings = token_strings(tok, model.cfg.vocab_size)
+    condition = reply_potential(
+        tuple(t for i, t in enumerate(strings) if i != tok.eos_id),
+        max_tokens=max_new,
+        max_text=max_text,
+    )
+    lm = decoder_lm(model)
+    pad = tok.pad_id if tok.pad_id >= 0 else tok.eos_id
+
+    def generate_reply(prompt: str, seed: int) -> tuple[str, dict]:
+        ids = tok.encode(prompt, add_bos=tok.bos_id >= 0, add_eos=False)[-width:]
+        row = np.full((1, width), pad, np.int32)
+        row[0, width - len(ids) :] = ids
+        tokens, lengths, _ = decode_batch(
+            jax.random.key(seed),
+            lm,
+            params,
+            jnp.asarray(row),
+            condition,
+            num_particles=num_particles,
+            max_tokens=max_new,
+            proposal="constrained",
+            terminator_id=tok.eos_id,
+        )
+        n = int(lengths[0])
+        text = tok.decode(np.asarray(tokens[0, :n]))
+        return text, {"prompt_tokens": len(ids), "generated_tokens": n}
+
+    return generate_reply
+
+
+def load_generator(
+    *,
+    hf_dir=None,
+    run_dir=None,
+    recipe="lm-tiny",
+    max_new_tokens=256,
+    batch=False,
+    constrained=False,
+):
     """A generator on a Hugging Face directory (its own tokenizer) or a trained decoder run
-    (byte tokenizer): the optimizer's ``(prompt, seed)``, or with ``batch`` the text
+    (byte tokenizer): the optimizer's ``(prompt, seed)`` (with ``constrained``, replies that
+    parse by construction: :func:`constrained_generator`), or with ``batch`` the text
     executor's ``(prompts, seed)``."""
     if hf_dir is not None:
         from jaxlab.commands.generate import _load_hf
@@ -141,6 +222,8 @@ def load_generator(*, hf_dir=None, run_dir=None, recipe="lm-tiny", max_new_token
         model, params, tok = _load_hf(hf_dir)
     else:
         (model, params), tok = open_decoder_run(recipe, run_dir), None
+    if constrained:
+        return constrained_generator(model, params, tok, max_new_tokens=max_new_tokens)
     make = batch_generator if batch else model_generator
     return make(model, params, tok, max_new_tokens=max_new_tokens)
 

@@ -14,7 +14,8 @@ search's best workflow as code with its scores and cost, the front and the rejec
 
 The optimizer is the grammar of edits (``--optimizer edit``) or a language model
 (``--optimizer lm`` with ``--optimizer-hf-dir`` or ``--optimizer-run-dir``; its replies are
-parsed, never run). The stand-in's accuracies come from ``--standin-config`` (``arithmetic``,
+parsed, never run; ``--optimizer-constrained`` decodes them under the workflow grammar of
+:mod:`jaxlab.workflows.program_grammar`, so that every reply parses). The stand-in's accuracies come from ``--standin-config`` (``arithmetic``,
 ``hard`` or a JSON file).
 
 The LM executor needs a trained decoder run (``--lm-run-dir``, e.g. an ``lm-tiny`` run). Loading
@@ -73,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--optimizer-run-dir", default=None, help="trained decoder run (lm optimizer)")
     s.add_argument("--optimizer-recipe", default="lm-tiny")
     s.add_argument("--optimizer-max-new-tokens", type=int, default=256)
+    s.add_argument(
+        "--optimizer-constrained",
+        action="store_true",
+        help="lm optimizer: decode under the workflow grammar, so every reply parses",
+    )
     s.add_argument("--failures-shown", type=int, default=3, help="k failed cases per prompt")
     s.add_argument("--expansion-tries", type=int, default=20, help="optimizer asks per round")
     sh = sub.add_parser("show", help="print a search's best workflow, scores and cost")
@@ -200,18 +206,30 @@ def _optimizer(args, load_generator):
             f"{args.failures_shown}: expected >= 1 / >= 0"
         )
     where = args.optimizer_hf_dir or args.optimizer_run_dir
-    generate = load_generator(
-        hf_dir=args.optimizer_hf_dir,
-        run_dir=args.optimizer_run_dir,
-        recipe=args.optimizer_recipe,
-        max_new_tokens=args.optimizer_max_new_tokens,
-    )
+    constrained = {"constrained": True} if args.optimizer_constrained else {}
+    try:
+        generate = load_generator(
+            hf_dir=args.optimizer_hf_dir,
+            run_dir=args.optimizer_run_dir,
+            recipe=args.optimizer_recipe,
+            max_new_tokens=args.optimizer_max_new_tokens,
+            **constrained,
+        )
+    except ValueError as e:
+        if not constrained:
+            raise
+        raise UserError(
+            f"--optimizer-constrained with {where}: {e}",
+            "a model whose vocabulary writes the workflow code and whose context holds "
+            "--optimizer-max-new-tokens tokens after the prompt",
+        ) from None
     desc = {
         "optimizer": "lm",
         "optimizer_model": str(Path(where).resolve()),
         "optimizer_max_new_tokens": args.optimizer_max_new_tokens,
         "failures_shown": args.failures_shown,
     }
+    desc |= {"optimizer_constrained": True} if constrained else {}
     opt = LMOptimizer(generate, k=args.failures_shown, use_experience=not args.no_experience)
     return opt, desc
 
@@ -440,7 +458,8 @@ def main(
         load_lm: ``(recipe, run_dir) -> jaxlab.workflows.lm_executor.TextLM`` for
             ``--executor lm``.
         load_generator: ``(hf_dir=, run_dir=, recipe=, max_new_tokens=) -> generator`` for
-            ``--optimizer lm`` (:mod:`jaxlab.workflows.lm_optimizer`).
+            ``--optimizer lm`` (:mod:`jaxlab.workflows.lm_optimizer`); with
+            ``--optimizer-constrained`` it is also given ``constrained=True``.
     """
     args = build_parser().parse_args(list(argv))
     if args.action == "search":

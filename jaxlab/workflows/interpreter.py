@@ -72,8 +72,9 @@ class Executor(Protocol):
         ...
 
     # Optional: ``choose(key, problems, candidates [n, P]) -> Answers [P]`` (MdEnsemble: the
-    # model picks the best candidate); ``solve``/``review``/``revise`` take an ``instruction``
-    # keyword where a call has one. An executor without them refuses those operators.
+    # model picks the best candidate, in ``choose_votes`` calls per problem, default 1);
+    # ``solve``/``review``/``revise`` take an ``instruction`` keyword where a call has one. An
+    # executor without them refuses those operators.
 
     def test(
         self, key: PRNGKeyArray, problems: Problems, answers: Answers, max_loops: int
@@ -159,7 +160,7 @@ class _Run:
             k_solve, k_choose = jax.random.split(k)
             cands = ex.solve(k_solve, a["solver"], a["prompt"], problems, a["n"], **_kw(a))
             new = ex.choose(k_choose, problems, cands)
-            self.charge(mask, a["n"] + 1, a)
+            self.charge(mask, a["n"] + getattr(ex, "choose_votes", 1), a)
         elif step.op == "review":
             fb = ex.review(k, a["prompt"], problems, old, **_kw(a))
             self.feedback = fb if self.feedback is None else jnp.where(mask, fb, self.feedback)

@@ -12,8 +12,12 @@ one), the first line (HotpotQA).
   :mod:`jaxlab.workflows.programmer` (never ``eval``).
 * ``review`` asks for ``yes``/``no``; ``revise`` rewrites rejected answers with the old answer
   in the prompt; ``format`` asks rejected-format answers again for only the final answer.
-* ``md_ensemble``'s ``choose`` lists the candidates as letters and reads the letter back (the
-  first candidate when the reply names none).
+* ``md_ensemble``'s ``choose`` is AFlow's MdEnsemble vote: ``choose_votes`` prompts per
+  problem, each listing the candidates as letters in its own shuffled order, all in one batched
+  call; the letter each reply names is mapped back to its candidate and the answer picked most
+  often wins (ties: the earliest candidate). A reply naming no listed letter is counted in
+  ``stats["unparsed_choices"]`` and casts no vote; with no vote at all the first candidate
+  stays.
 * ``test``, on code formats, runs each answer against the item's tests in the sandbox and
   revises failures with the sandbox's verdict, at most ``max_loops`` times. Without a sandbox
   it raises :class:`~jaxlab.workflows.sandbox.SandboxUnavailable`: code never runs
@@ -44,6 +48,7 @@ from jaxlab.workflows.tasks import Problems
 BatchGenerator = Callable[[list[str], int], Any]
 CODE_FORMATS = ("humaneval", "mbpp")
 _FENCE = re.compile(r"```(?:python)?\n(.*?)```", re.S)
+_LETTERS = "ABCDEFGHI"  # one per candidate, MAX_ENSEMBLE at most
 _HEADS = {
     "generate": "Answer the question.",
     "answer_generate": "Think step by step, then give the final answer on the last line.",
@@ -60,14 +65,22 @@ class TextExecutor:
     """The operators as text generation on ``task`` (module docstring).
 
     Attributes:
-        stats: generator calls, prompts, generated tokens so far.
+        choose_votes: shuffled orders voted over by ``md_ensemble``'s choice (AFlow's
+            ``vote_count``).
+        stats: generator calls, prompts, generated tokens, replies to a choice that named no
+            candidate, so far.
     """
 
-    def __init__(self, generate: BatchGenerator, task: TaskSet, sandbox: Any = None):
+    def __init__(
+        self, generate: BatchGenerator, task: TaskSet, sandbox: Any = None, *, choose_votes: int = 5
+    ):
+        if not isinstance(choose_votes, int) or isinstance(choose_votes, bool) or choose_votes < 1:
+            raise ValueError(f"choose_votes={choose_votes!r}: expected an int >= 1")
         self.generate, self.task, self.sandbox = generate, task, sandbox
+        self.choose_votes = choose_votes
         self.texts: list[str] = [""]  # id 0: no answer
         self.ids: dict[str, int] = {"": 0}
-        self.stats = {"calls": 0, "prompts": 0, "tokens": 0}
+        self.stats = {"calls": 0, "prompts": 0, "tokens": 0, "unparsed_choices": 0}
 
     def problems(self, indices: Sequence[int] | np.ndarray | None = None) -> Problems:
         """The problem batch of the items ``indices`` (all by default); ``answers`` holds the
@@ -177,19 +190,42 @@ class TextExecutor:
         return self.revise(key, "plain", problems, answers, np.asarray(answers.valid), head)
 
     def choose(self, key, problems: Problems, candidates: Answers) -> Answers:
+        """``[n, P]`` candidates -> ``[P]``: the majority of the model's picks over
+        ``choose_votes`` shuffled orders (module docstring)."""
         value = np.asarray(candidates.value)  # [n, P]
-        letters = "ABCDEFGHI"
-        prompts = []
-        for j, q in enumerate(problems.questions):
-            listed = "\n".join(f"{letters[c]}: {self.text(value[c, j])}" for c in range(len(value)))
-            prompts.append(f"Question: {q}\nCandidate answers:\n{listed}\nThe best is letter:")
-        picks = []
-        for t in self._call(key, prompts):
-            m = re.search(r"\b([A-I])\b", t)
-            c = letters.index(m.group(1)) if m else 0
-            picks.append(c if c < len(value) else 0)
-        chosen = value[np.asarray(picks), np.arange(value.shape[1])]
+        n, num = value.shape
+        rng = np.random.default_rng(_seed(key))
+        orders = np.argsort(rng.random((self.choose_votes, num, n)), axis=-1)  # [votes, P, n]
+        prompts = [
+            self._choice_prompt(problems.questions[j], [self.text(value[c, j]) for c in order])
+            for per_vote in orders
+            for j, order in enumerate(per_vote)
+        ]
+        picks = np.asarray([self._letter(t, n) for t in self._call(key, prompts)])
+        picks = picks.reshape(self.choose_votes, num)
+        self.stats["unparsed_choices"] += int(np.sum(picks < 0))
+        chosen = value[0].copy()
+        for j in range(num):
+            voted = [value[orders[v, j, c], j] for v, c in enumerate(picks[:, j]) if c >= 0]
+            if voted:
+                ids, counts = np.unique(voted, return_counts=True)
+                best = set(ids[counts == counts.max()].tolist())
+                chosen[j] = next(x for x in value[:, j] if int(x) in best)
         return Answers(value=jnp.asarray(chosen), valid=jnp.asarray(chosen != 0))
+
+    @staticmethod
+    def _choice_prompt(question: str, texts: Sequence[str]) -> str:
+        listed = "\n".join(f"{_LETTERS[c]}: {t}" for c, t in enumerate(texts))
+        return f"Question: {question}\nCandidate answers:\n{listed}\nThe best is letter:"
+
+    @staticmethod
+    def _letter(text: str, n: int) -> int:
+        """The listed position ``text`` names: its leading letter, else its last standalone
+        letter among the ``n`` listed (``-1``: none)."""
+        letters = _LETTERS[:n]
+        lead = re.match(rf"\W*([{letters}])\b", text)
+        found = [lead.group(1)] if lead else re.findall(rf"\b([{letters}])\b", text)[-1:]
+        return _LETTERS.index(found[0]) if found else -1
 
     def test(self, key, problems: Problems, answers: Answers, max_loops: int) -> Answers:
         if self.task.format not in CODE_FORMATS:

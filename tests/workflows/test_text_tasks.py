@@ -3,6 +3,8 @@ models: official scoring, the sandboxed Test operator, resume (the Hugging Face 
 runs both roles through the command in ``test_workflows_show.py``)."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxlab.workflows import formats, interpreter, search
@@ -126,3 +128,82 @@ def test_the_programmer_reply_is_evaluated_by_the_whitelisting_interpreter(tmp_p
     texts = [executor.text(v) for v in out.value[0]]
     assert texts[0] == "24" and texts[2] == "45" and texts[1] == ""  # no number: no answer
     assert not (tmp_path / "PWNED").exists()
+
+
+def _picker(letter_of):
+    """A scripted chooser: answers ``letter_of(listed candidate texts)`` to each choice prompt
+    and ``7`` to every question (so the candidates come from the solve call's replies)."""
+
+    def generate(prompts, seed):
+        out = []
+        for p in prompts:
+            if p.endswith("letter:"):
+                listed = [ln[3:] for ln in p.splitlines() if ln[:1].isupper() and ln[1:3] == ": "]
+                out.append(letter_of(listed))
+            else:
+                out.append("7")
+        return out
+
+    return generate
+
+
+def _choose(executor, candidates):
+    task = executor.task
+    value = np.asarray([[executor._intern(t) for t in candidates]], np.int32).T  # [n, 1]
+    cands = interpreter.Answers(value=jnp.asarray(value), valid=jnp.asarray(value != 0))
+    out = executor.choose(jax.random.key(3), executor.problems([0]), cands)
+    return executor.text(out.value[0]), task
+
+
+def test_md_ensemble_choice_is_the_majority_of_picks_over_shuffled_orders():
+    task = formats.load_task("gsm8k", formats.sample_path("gsm8k"))
+    seen_orders = []
+
+    def pick(listed):  # "40" when it is listed in the first two places, else the first listed
+        seen_orders.append(tuple(listed))
+        return "ABC"[listed.index("40")] if listed.index("40") < 2 else "A"
+
+    executor = TextExecutor(_picker(pick), task, choose_votes=7)
+    chosen, _ = _choose(executor, ["30", "40", "50"])
+    assert len(seen_orders) == 7 and len(set(seen_orders)) > 1  # one prompt per shuffled order
+    assert executor.stats["calls"] == 1  # every vote in one batched call
+    votes = ["40" if o.index("40") < 2 else o[0] for o in seen_orders]
+    counts = {c: votes.count(c) for c in ("30", "40", "50")}
+    assert counts["40"] > max(counts["30"], counts["50"]) and chosen == "40"
+    # the first two picks name "30", the other five "40": the majority, not the first, wins
+    order = iter(["30", "30"] + ["40"] * 5)
+    later = TextExecutor(
+        _picker(lambda listed: "ABC"[listed.index(next(order))]), task, choose_votes=7
+    )
+    assert _choose(later, ["30", "40", "50"])[0] == "40"
+    assert executor.stats["unparsed_choices"] == 0
+
+
+def test_md_ensemble_choice_counts_unparseable_letters_and_keeps_going():
+    task = formats.load_task("gsm8k", formats.sample_path("gsm8k"))
+    replies = iter(["no idea", "Z", "B", "The best is B", "(B)"] * 3)
+
+    def pick(listed):
+        reply = next(replies)
+        return reply.replace("B", "ABC"[listed.index("9")])  # B: where "9" is listed
+
+    executor = TextExecutor(_picker(pick), task, choose_votes=5)
+    chosen, _ = _choose(executor, ["8", "9", "10"])
+    assert chosen == "9" and executor.stats["unparsed_choices"] == 2
+    nothing = TextExecutor(_picker(lambda listed: "I cannot tell."), task, choose_votes=3)
+    chosen, _ = _choose(nothing, ["8", "9", "10"])
+    assert chosen == "8" and nothing.stats["unparsed_choices"] == 3  # no vote: the first stays
+
+
+def test_md_ensemble_is_charged_its_samples_and_its_votes():
+    task = formats.load_task("gsm8k", formats.sample_path("gsm8k"))
+    executor = TextExecutor(_picker(lambda listed: "A"), task, choose_votes=4)
+    code = (
+        "def workflow(problem):\n"
+        '    answer = md_ensemble(problem, [generate(problem, prompt="plain") for _ in range(3)])\n'
+        "    return answer\n"
+    )
+    problems = executor.problems()
+    ev = interpreter.evaluate(jax.random.key(0), parse_workflow(code), executor, problems, 1)
+    assert ev.cost["calls"] == 3 + 4 and executor.stats["prompts"] == (3 + 4) * len(problems)
+    assert ev.mean == pytest.approx(float(np.mean([task.score("7", i) for i in range(5)])))

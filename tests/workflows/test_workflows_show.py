@@ -76,6 +76,15 @@ def test_bad_optimizer_and_standin_settings_are_refused_before_any_file(
     assert not (run / "state.json").exists()
 
 
+def test_a_model_that_cannot_write_a_workflow_is_refused_for_constrained_decoding(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["workflows", "search", "--optimizer", "lm", "--optimizer-hf-dir", str(HF)]
+    assert cli.main([*args, "--optimizer-constrained", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "--optimizer-constrained with" in err and "cannot write a workflow reply" in err
+    assert not (run / "state.json").exists()
+
+
 def test_a_hugging_face_model_runs_the_operators_and_the_optimizer_on_a_format(tmp_path):
     run = tmp_path / "run"
     args = [
