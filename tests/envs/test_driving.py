@@ -180,7 +180,9 @@ def test_world_supplies_agent_types_validity_lights_limits_boundaries_and_route_
     obs, st = jax.device_get(reset(jax.random.split(jax.random.PRNGKey(5), 24), params))
     valid, types = st.nb_valid, st.nb_type
     assert set(types[valid].tolist()) == {0, 1, 2}
-    np.testing.assert_array_equal(obs["neighbour_types"].argmax(-1)[valid], types[valid])
+    seen = obs["neighbour_valid"]  # the neighbours in range now
+    np.testing.assert_array_equal(obs["neighbour_types"].argmax(-1)[seen], types[seen])
+    assert np.all(obs["neighbour_types"][~seen] == 0.0)
     sizes, speeds = np.asarray(AGENT_SIZES)[types], np.asarray(AGENT_SPEEDS)[types]
     assert np.all((st.nb_v0 >= speeds[..., 0]) & (st.nb_v0 <= speeds[..., 1]))
     # per-step validity: within 35 m of the ego at that step; invalid steps are zero
