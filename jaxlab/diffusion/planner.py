@@ -8,14 +8,23 @@ re-imposed after every solver step (the samplers' ``correct_fn``, the original's
 
 Scene inputs (the token format of :mod:`jaxlab.envs.driving`, passed as a dict of arrays with a
 leading batch axis): ``ego`` (3,), ``current`` (A, 4), ``neighbours`` (N, Hp, 8) with
-``neighbour_valid`` (N,), ``static`` (S, 6) with ``static_valid``, ``lanes`` (L, P, 4) with
-``lane_valid``, ``route`` (R, P, 4) with ``route_valid``.
+``neighbour_valid`` (N,), per-step ``neighbour_step_valid`` (N, Hp) and ``neighbour_types`` (N, 3)
+one-hot (vehicle, pedestrian, bicycle), ``static`` (S, 6) with ``static_valid``, ``lanes``
+(L, P, 4) with ``lane_valid``, ``lane_boundaries`` (L, P, 4) (left and right boundary offsets
+from the centre points), ``lane_traffic_light`` (L, 4) one-hot (green, yellow, red, unknown),
+``lane_speed_limit`` (L,) m/s with ``lane_speed_limit_valid`` (L,) (the original's
+``lanes_has_speed_limit``), ``route`` (R, P, 4) with ``route_valid`` (R,).
 
 Network (``model/module/*`` of the original, at small width):
 
-- encoder: MLP-Mixer tokens (token mixing over the Hp past steps or the P lane points, then
-  channel mixing, mean-pooled) for neighbours and lanes, an MLP for parked cars and for the ego's
-  motion state, type embeddings, fused by a pre-norm transformer with the key padding mask;
+- encoder (``encoder.py``): MLP-Mixer tokens (token mixing over the Hp past steps or the P lane
+  points, then channel mixing, mean-pooled) for neighbours (each step's features zeroed where the
+  step is invalid, plus the step's validity as a feature; an agent-type embedding added) and lanes
+  (centre and boundaries; a traffic-light embedding and a speed-limit embedding, a learned
+  "unknown" vector where no limit is known, added), an MLP for parked cars and for the ego's
+  motion state, a position embedding of each token's (x, y, cos, sin) and a token-kind embedding,
+  fused by a pre-norm transformer with the key padding mask; padded tokens enter as zeros and
+  leave as zeros, so nothing of a masked entry's content reaches the output;
 - decoder: per-agent token = MLP(flatten((1 + T) x 4)) + ego/neighbour embedding; DiT blocks
   with adaLN-Zero on (route Mixer encoding + time embedding), self-attention over agents with the
   validity mask, cross-attention to the encoder tokens (non-residual as in the original's code,
@@ -61,10 +70,16 @@ SCENE_KEYS: tuple[str, ...] = (
     "current",
     "neighbours",
     "neighbour_valid",
+    "neighbour_step_valid",
+    "neighbour_types",
     "static",
     "static_valid",
     "lanes",
     "lane_valid",
+    "lane_boundaries",
+    "lane_traffic_light",
+    "lane_speed_limit",
+    "lane_speed_limit_valid",
     "route",
     "route_valid",
 )
@@ -82,7 +97,9 @@ class PlannerConfig:
 
     Attributes:
         n_neighbours, history, n_static, n_lanes, lane_points, n_route, horizon: input capacities
-            (must match the scene tokens) and the number T of generated future steps.
+            (must match the scene tokens) and the number T of generated future steps. ``n_route``
+            is the number of route lanes (the original's 25; the driving world's routes end
+            within four 60 m windows, so its presets use fewer).
         width, heads, encoder_depth, decoder_depth: network sizes (original: 192, 6, 3, 3).
         cross_residual: False reproduces the original's non-residual cross-attention stage.
         ego_weight: alpha of the loss.
@@ -237,10 +254,16 @@ class PlannerConfig:
             "current": (1 + n, 4),
             "neighbours": (n, self.history, 8),
             "neighbour_valid": (n,),
+            "neighbour_step_valid": (n, self.history),
+            "neighbour_types": (n, 3),
             "static": (self.n_static, 6),
             "static_valid": (self.n_static,),
             "lanes": (self.n_lanes, p, 4),
             "lane_valid": (self.n_lanes,),
+            "lane_boundaries": (self.n_lanes, p, 4),
+            "lane_traffic_light": (self.n_lanes, 4),
+            "lane_speed_limit": (self.n_lanes,),
+            "lane_speed_limit_valid": (self.n_lanes,),
             "route": (self.n_route, p, 4),
             "route_valid": (self.n_route,),
         }
@@ -301,8 +324,17 @@ class MixerEncoder(nn.Module):
         return jnp.mean(nn.LayerNorm(name="ln")(h), axis=-2)
 
 
+def _masked(x: Array, valid: Array) -> Array:
+    """``x`` with the entries ``valid`` (a prefix of its shape) rules out set to zero."""
+    return jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - valid.ndim)), x, 0.0)
+
+
 class SceneEncoder(nn.Module):
-    """Scene tokens -> (tokens (B, K, W), mask (B, K), route encoding (B, W))."""
+    """Scene tokens -> (tokens (B, K, W), mask (B, K), route encoding (B, W)), K = N + S + L + 1
+    (neighbours, parked cars, lanes, the ego's motion state). The masking of the original's
+    ``encoder.py``: a neighbour's invalid history steps are zeroed and flagged by a validity
+    feature; padded neighbours, parked cars and lanes are zero tokens excluded as attention keys,
+    and their outputs are zero; the route encoding is the mean over the valid route lanes."""
 
     cfg: PlannerConfig
 
@@ -312,24 +344,46 @@ class SceneEncoder(nn.Module):
         w = c.width
         scene = normalize_scene(c, scene)
         types = self.param("types", nn.initializers.normal(0.02), (4, w))
-        nb = MixerEncoder(w, name="neighbours")(scene["neighbours"]) + types[0][None, None]
+        b = scene["ego"].shape[0]
+        step_valid = scene["neighbour_step_valid"]
+        nb_valid = scene["neighbour_valid"] & jnp.any(step_valid, -1)
+        nb_in = jnp.concatenate(
+            [_masked(scene["neighbours"], step_valid), step_valid[..., None].astype(jnp.float32)],
+            -1,
+        )
+        nb = MixerEncoder(w, name="neighbours")(nb_in)
+        nb = nb + nn.Dense(w, name="agent_type")(scene["neighbour_types"]) + types[0][None, None]
         st = MLP((w, w), activation=nn.gelu, name="static")(scene["static"]) + types[1][None, None]
-        ln = MixerEncoder(w, name="lanes")(scene["lanes"]) + types[2][None, None]
+        lane_in = jnp.concatenate([scene["lanes"], scene["lane_boundaries"]], -1)
+        ln = MixerEncoder(w, name="lanes")(lane_in)
+        unknown = self.param("unknown_speed_limit", nn.initializers.normal(0.02), (w,))
+        limit = nn.Dense(w, name="speed_limit")(scene["lane_speed_limit"][..., None])
+        limit = jnp.where(scene["lane_speed_limit_valid"][..., None], limit, unknown[None, None])
+        ln = (
+            ln
+            + limit
+            + nn.Dense(w, name="traffic_light")(scene["lane_traffic_light"])
+            + types[2][None, None]
+        )
         ego = (
             MLP((w, w), activation=nn.gelu, name="ego")(scene["ego"])[:, None]
             + types[3][None, None]
         )
-        tok = jnp.concatenate([nb, st, ln, ego], 1)
-        b = tok.shape[0]
-        mask = jnp.concatenate(
+        # position embedding: (x, y, cos, sin) now (neighbours), of the car, of the lane's middle
+        mid = c.lane_points // 2
+        pos = jnp.concatenate(
             [
-                scene["neighbour_valid"],
-                scene["static_valid"],
-                scene["lane_valid"],
-                jnp.ones((b, 1), bool),
+                scene["neighbours"][:, :, -1, :4],
+                scene["static"][..., :4],
+                scene["lanes"][:, :, mid],
             ],
             1,
         )
+        mask = jnp.concatenate(
+            [nb_valid, scene["static_valid"], scene["lane_valid"], jnp.ones((b, 1), bool)], 1
+        )
+        tok = jnp.concatenate([nb, st, ln], 1) + nn.Dense(w, name="pos_emb")(pos)
+        tok = _masked(jnp.concatenate([tok, ego], 1), mask)
         for i in range(c.encoder_depth):
             y, _ = MultiHeadAttention(
                 n_heads=c.heads,
@@ -342,10 +396,10 @@ class SceneEncoder(nn.Module):
             tok = tok + MLP((4 * w, w), activation=nn.gelu, name=f"mlp{i}")(
                 nn.LayerNorm(name=f"ln_m{i}")(tok)
             )
-        tok = nn.LayerNorm(name="ln_out")(tok)
+        tok = _masked(nn.LayerNorm(name="ln_out")(tok), mask)
         r = MixerEncoder(w, name="route")(scene["route"])  # (B, R, W)
         rv = scene["route_valid"].astype(r.dtype)[..., None]
-        route = jnp.sum(r * rv, 1) / jnp.maximum(jnp.sum(rv, 1), 1.0)
+        route = jnp.sum(_masked(r, scene["route_valid"]), 1) / jnp.maximum(jnp.sum(rv, 1), 1.0)
         return tok, mask, route
 
 

@@ -15,6 +15,7 @@ from jaxlab.core.optim import OptimConfig
 from jaxlab.core.sharding import MeshConfig
 from jaxlab.diffusion.planner import PlannerConfig
 from jaxlab.envs.driving.perturbation import StatePerturbation
+from jaxlab.envs.driving.world import check_world_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,11 @@ class PlannerRunConfig:
     """Attributes:
     model: the planner (sizes, sampler, guidance; its capacities match the world's).
     scene_type, route_visible: the world's scenes (-1: all three types) and whether the planner
-        sees the ego's route lane.
+        sees the ego's route lanes.
+    agent_type_probs: the world's probabilities of a neighbour being a vehicle, a pedestrian or
+        a bicycle (``DrivingParams.agent_type_probs``; all vehicles by default).
+    perception_range: the distance (m) within which the world's neighbours are observed at each
+        history step (``DrivingParams.perception_range``; 0, the default, observes all).
     n_scenes, log_steps: expert rollouts and the samples taken from each (training data).
     augment: the ego state perturbation of the training samples (the original's
         ``StatePerturbation``; ``augment.prob`` 0 turns it off).
@@ -46,6 +51,8 @@ class PlannerRunConfig:
     model: PlannerConfig = PlannerConfig()
     scene_type: int = -1
     route_visible: bool = True
+    agent_type_probs: tuple[float, float, float] = (1.0, 0.0, 0.0)
+    perception_range: float = 0.0
     n_scenes: int = 256
     log_steps: int = 30
     augment: StatePerturbation = StatePerturbation()
@@ -67,6 +74,7 @@ class PlannerRunConfig:
                 raise ConfigError(name, v, "a positive int")
         if self.gif_scenes < 0:
             raise ConfigError("gif_scenes", self.gif_scenes, "an integer >= 0")
+        check_world_params(self.agent_type_probs, self.perception_range)
         if self.scene_type not in (-1, 0, 1, 2):
             raise ConfigError("scene_type", self.scene_type, "-1, 0, 1 or 2")
         if not 0.0 <= self.ema_decay < 1.0:

@@ -40,6 +40,9 @@ def world(cfg: PlannerRunConfig) -> tuple[DrivingWorld, Any]:
         n_neighbours=m.n_neighbours,
         horizon=m.horizon,
         history=m.history,
+        n_route=m.n_route,
+        agent_type_probs=cfg.agent_type_probs,
+        perception_range=cfg.perception_range,
     )
     sp = env.static
     want = DrivingStatic(
@@ -49,6 +52,7 @@ def world(cfg: PlannerRunConfig) -> tuple[DrivingWorld, Any]:
         lane_points=m.lane_points,
         history=m.history,
         horizon=m.horizon,
+        n_route=m.n_route,
     )
     if sp != want:
         raise ConfigError("model", (m.n_static, m.n_lanes, m.lane_points), f"capacities of {sp}")
@@ -61,24 +65,26 @@ def expert_data(cfg: PlannerRunConfig, split: str = "train") -> dict[str, np.nda
     that define them, so runs differing only in mesh or optimiser share them; both splits share
     one compiled generator when their sizes agree."""
     m = cfg.model
-    sizes = (m.n_neighbours, m.n_static, m.n_lanes, m.lane_points, m.history, m.horizon)
+    sizes = (m.n_neighbours, m.n_static, m.n_lanes, m.lane_points, m.history, m.horizon, m.n_route)
     seed = cfg.seed if split == "train" else cfg.seed + 10_000
     n = cfg.n_scenes if split == "train" else max(cfg.eval_scenes, 8)
-    return _expert_data(sizes, cfg.scene_type, cfg.route_visible, n, cfg.log_steps, seed)
+    world_kw = (tuple(cfg.agent_type_probs), cfg.perception_range)
+    return _expert_data(sizes, world_kw, cfg.scene_type, cfg.route_visible, n, cfg.log_steps, seed)
 
 
 @functools.cache
-def _expert_data(sizes, scene_type, route_visible, n_scenes, log_steps, seed):
-    gen = _expert_generator(sizes, scene_type, route_visible, n_scenes, log_steps)
+def _expert_data(sizes, world_kw, scene_type, route_visible, n_scenes, log_steps, seed):
+    gen = _expert_generator(sizes, world_kw, scene_type, route_visible, n_scenes, log_steps)
     logs = jax.device_get(gen(jax.random.PRNGKey(seed)))
     pl.check_finite("future", logs["future"])
     return logs
 
 
 @functools.cache
-def _expert_generator(sizes, scene_type, route_visible, n_scenes, log_steps):
+def _expert_generator(sizes, world_kw, scene_type, route_visible, n_scenes, log_steps):
     """The jitted ``key -> expert logs`` of one world and size (compiled once per process)."""
-    n_nb, _, _, _, history, horizon = sizes
+    n_nb, _, _, _, history, horizon, n_route = sizes
+    type_probs, perception_range = world_kw
     env, params = make_driving(
         auto_reset=False,
         scene_type=scene_type,
@@ -86,6 +92,9 @@ def _expert_generator(sizes, scene_type, route_visible, n_scenes, log_steps):
         n_neighbours=n_nb,
         horizon=horizon,
         history=history,
+        n_route=n_route,
+        agent_type_probs=type_probs,
+        perception_range=perception_range,
     )
     return jax.jit(lambda k: de.expert_logs(k, env, params, n_scenes=n_scenes, steps=log_steps))
 

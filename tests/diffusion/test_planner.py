@@ -61,6 +61,14 @@ def _scene(key):
     sc["static_valid"] = jnp.ones((B, 1), bool)
     sc["lane_valid"] = jnp.ones((B, 2), bool)
     sc["route_valid"] = jnp.ones((B, 1), bool)
+    # neighbour 1 enters the history window at its second step
+    sc["neighbour_step_valid"] = jnp.ones((B, 3, 3), bool).at[:, 1, 0].set(False)
+    sc["neighbour_step_valid"] &= sc["neighbour_valid"][:, :, None]
+    sc["neighbour_types"] = jnp.broadcast_to(jax.nn.one_hot(jnp.array([0, 2, 0]), 3), (B, 3, 3))
+    sc["lane_boundaries"] = jax.random.normal(jax.random.fold_in(key, 7), (B, 2, 4, 4))
+    sc["lane_traffic_light"] = jnp.broadcast_to(jnp.eye(4)[jnp.array([0, 3])], (B, 2, 4))
+    sc["lane_speed_limit"] = jnp.broadcast_to(jnp.array([10.0, 0.0]), (B, 2))
+    sc["lane_speed_limit_valid"] = jnp.broadcast_to(jnp.array([True, False]), (B, 2))
     return sc
 
 

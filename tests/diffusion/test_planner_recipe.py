@@ -116,6 +116,10 @@ def test_static_scene_weight_weighs_scenes_with_a_parked_car():
         ("model.guidance_max_shift=-1", "model.guidance_max_shift"),
         ("model.guidance_max_shift=.nan", "model.guidance_max_shift"),
         ("optim.lr=0", "optim.lr"),
+        ("agent_type_probs=[1.0,-0.5,0.0]", "agent_type_probs"),
+        ("agent_type_probs=[1.0,0.0]", "agent_type_probs"),
+        ("perception_range=-5", "perception_range"),
+        ("model.n_route=0", "model.n_route"),
     ],
 )
 def test_config_errors_name_the_key(override, key):

@@ -165,3 +165,58 @@ def test_tracker_reads_signed_progress_so_a_backward_point_is_never_speed():
     length, progress = plan_steps(jnp.asarray(back))
     np.testing.assert_allclose(np.asarray(length)[:3], [0.6, 8.6, 9.8], rtol=1e-5)
     np.testing.assert_allclose(np.asarray(progress)[:3], [0.6, -8.6, 9.8], rtol=1e-5)
+
+
+def test_world_supplies_agent_types_validity_lights_limits_boundaries_and_route_lanes():
+    """The original's encoder inputs, as the world makes them: per-type sizes and speeds, per-step
+    validity within the perception range, the intersection's signal phase, speed limits, lane
+    boundaries half a lane width beside the centre, and route lanes padded past the route's end."""
+    from jaxlab.envs.driving.vehicles import AGENT_SIZES, AGENT_SPEEDS
+
+    env, params = make_driving(
+        auto_reset=False, n_route=4, agent_type_probs=(0.4, 0.3, 0.3), perception_range=35.0
+    )
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    obs, st = jax.device_get(reset(jax.random.split(jax.random.PRNGKey(5), 24), params))
+    valid, types = st.nb_valid, st.nb_type
+    assert set(types[valid].tolist()) == {0, 1, 2}
+    seen = obs["neighbour_valid"]  # the neighbours in range now
+    np.testing.assert_array_equal(obs["neighbour_types"].argmax(-1)[seen], types[seen])
+    assert np.all(obs["neighbour_types"][~seen] == 0.0)
+    sizes, speeds = np.asarray(AGENT_SIZES)[types], np.asarray(AGENT_SPEEDS)[types]
+    assert np.all((st.nb_v0 >= speeds[..., 0]) & (st.nb_v0 <= speeds[..., 1]))
+    # per-step validity: within 35 m of the ego at that step; invalid steps are zero
+    dist = np.linalg.norm(st.past[:, :, 1:, :2] - st.past[:, :, :1, :2], axis=-1)  # (B, H, N)
+    want = valid[:, None] & (dist <= 35.0)
+    np.testing.assert_array_equal(obs["neighbour_step_valid"], want.transpose(0, 2, 1))
+    step_ok = obs["neighbour_step_valid"]
+    assert np.any(valid & ~step_ok[..., -1]) and np.any(step_ok[..., -1])
+    np.testing.assert_array_equal(obs["neighbour_valid"], step_ok[..., -1])
+    assert np.all(obs["neighbours"][~step_ok] == 0.0)
+    np.testing.assert_allclose(
+        obs["neighbours"][step_ok][:, 6:], sizes[..., None, :].repeat(5, 2)[step_ok]
+    )
+    # lights: only the intersection has signals (approach and oncoming green, cross road red)
+    light = obs["lane_traffic_light"].argmax(-1)
+    inter, other = st.scene == 1, st.scene != 1
+    assert inter.any() and other.any()
+    np.testing.assert_array_equal(light[inter][:, :5], [[0, 0, 0, 0, 2]] * int(inter.sum()))
+    np.testing.assert_array_equal(light[other][obs["lane_valid"][other]], 3)
+    assert np.all(obs["lane_speed_limit"][obs["lane_speed_limit_valid"]] == 10.0)
+    assert not np.all(obs["lane_speed_limit_valid"][obs["lane_valid"]])
+    # boundaries: +-1.75 m perpendicular to the lane direction, left then right
+    bd, ln = obs["lane_boundaries"][obs["lane_valid"]], obs["lanes"][obs["lane_valid"]]
+    np.testing.assert_allclose(np.linalg.norm(bd[..., :2], axis=-1), 1.75, atol=1e-5)
+    np.testing.assert_allclose(bd[..., :2], -bd[..., 2:], atol=1e-6)
+    cross = ln[..., 2] * bd[..., 1] - ln[..., 3] * bd[..., 0]
+    np.testing.assert_allclose(cross, 1.75, atol=1e-5)
+    # route lanes: window 0 is the route lane's token; windows past the route's end are padding
+    idx = np.arange(24)
+    np.testing.assert_allclose(obs["route"][:, 0], obs["lanes"][idx, st.route], atol=1e-5)
+    rv = obs["route_valid"]
+    assert np.all(rv[:, 0]) and not np.all(rv[:, -1]) and np.all(rv[:, :-1] >= rv[:, 1:])
+    assert np.all(obs["route"][~rv] == 0.0)
+    with pytest.raises(ConfigError, match="agent_type_probs"):
+        make_driving(agent_type_probs=(1.0, 1.0))
+    with pytest.raises(ConfigError, match="perception_range"):
+        make_driving(perception_range=-1.0)

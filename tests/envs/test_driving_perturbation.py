@@ -50,6 +50,9 @@ def _scene(key, speed=8.0):
         "lane_valid": lane_valid,
         "route": lanes[:, :1],
         "route_valid": jnp.ones((B, 1), bool),
+        "lane_boundaries": jnp.where(
+            lane_valid[:, :, None, None], jnp.array([0.0, 1.75, 0.0, -1.75]), 0.0
+        ),
     }
     t = DT * jnp.arange(1, T + 1)
     ego_f = jnp.stack([speed * t, 0 * t, jnp.ones(T), jnp.zeros(T)], -1)
@@ -110,6 +113,12 @@ def test_perturbation_is_rigid_and_the_replan_starts_at_the_ego_and_joins_the_lo
     # absent entries stay zero, the ego stays at the origin heading +x
     np.testing.assert_array_equal(s1["neighbours"][:, 2], 0.0)
     np.testing.assert_array_equal(s1["lanes"][:, 2], 0.0)
+    # lane boundary offsets turn with the lanes: still 1.75 m to the left and right of them
+    ln, bd = np.asarray(s1["lanes"][:, :2]), np.asarray(s1["lane_boundaries"][:, :2])
+    np.testing.assert_allclose(ln[..., 2] * bd[..., 1] - ln[..., 3] * bd[..., 0], 1.75, atol=1e-4)
+    np.testing.assert_allclose(bd[..., 2:], -bd[..., :2], atol=1e-6)
+    assert np.std(bd[..., 0]) > 0.01
+    np.testing.assert_array_equal(s1["lane_boundaries"][:, 2], 0.0)
     np.testing.assert_array_equal(s1["current"][:, 0], scene["current"][:, 0])
     # perturbed speeds within +-1 m/s, and some samples actually moved
     dv = np.asarray(s1["ego"][:, 0] - scene["ego"][:, 0])

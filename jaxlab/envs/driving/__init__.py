@@ -33,11 +33,18 @@ Observation (ego frame: ego at the origin heading +x), the planner's token forma
 - ``ego`` (3,): speed, acceleration, yaw rate;
 - ``current`` (1 + N, 4): current (x, y, cos, sin) of the ego (always (0, 0, 1, 0)) and neighbours;
 - ``neighbours`` (N, history, 8): past states (x, y, cos, sin, vx, vy, length, width), oldest
-  first, zero for absent neighbours; ``neighbour_valid`` (N,);
+  first, zero where not observed; ``neighbour_step_valid`` (N, history) whether each step is
+  observed (within ``params.perception_range`` of the ego; 0: always), ``neighbour_valid`` (N,)
+  its current step; ``neighbour_types`` (N, 3) one-hot vehicle / pedestrian / bicycle (drawn with
+  ``params.agent_type_probs``, each type with its own box size and desired speeds);
 - ``static`` (S, 6): parked cars (x, y, cos, sin, length, width); ``static_valid`` (S,);
-- ``lanes`` (L, P, 4): P points (x, y, dx, dy) of every lane from 10 m behind to 50 m ahead of
-  the ego's projection; ``lane_valid`` (L,);
-- ``route`` (1, P, 4): the ego's route lane likewise; ``route_valid`` (1,) False when
+- ``lanes`` (L, P, 4): P points (x, y, cos, sin) of every lane from 10 m behind to 50 m ahead of
+  the ego's projection; ``lane_valid`` (L,); ``lane_boundaries`` (L, P, 4) the offsets of the
+  left and right boundaries from those points (half a lane width to either side);
+  ``lane_traffic_light`` (L, 4) one-hot green / yellow / red / unknown (only the intersection
+  has signals); ``lane_speed_limit`` (L,) m/s where ``lane_speed_limit_valid`` (L,);
+- ``route`` (R, P, 4): R = ``n_route`` consecutive 60 m windows of the ego's route lane, the
+  first as its lane token; ``route_valid`` (R,) False past the route's end and everywhere when
   ``params.route_visible`` is False (the planner must then infer the route: multimodal plans).
 
 Reward: progress along the route (m) / 10 per step, -1 on collision. Terminated on a collision
@@ -60,15 +67,18 @@ from jaxlab.envs.driving.geometry import (
     sat_separation,
     to_frame,
 )
-from jaxlab.envs.driving.scenes import LANE_WIDTH, SCENE_TYPES
+from jaxlab.envs.driving.scenes import LANE_WIDTH, LIGHT_STATES, SCENE_TYPES
 from jaxlab.envs.driving.state import DrivingParams, DrivingState, DrivingStatic
-from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH, WHEELBASE
+from jaxlab.envs.driving.vehicles import AGENT_SIZES, AGENT_TYPES, CAR_LENGTH, CAR_WIDTH, WHEELBASE
 from jaxlab.envs.driving.world import DrivingWorld, make_driving
 
 __all__ = [
+    "AGENT_SIZES",
+    "AGENT_TYPES",
     "CAR_LENGTH",
     "CAR_WIDTH",
     "LANE_WIDTH",
+    "LIGHT_STATES",
     "SCENE_TYPES",
     "WHEELBASE",
     "DrivingParams",

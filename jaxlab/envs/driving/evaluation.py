@@ -49,7 +49,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from jaxlab.envs.driving.geometry import plan_steps, project, sat_separation, to_frame
 from jaxlab.envs.driving.scenes import SCENE_TYPES
 from jaxlab.envs.driving.state import DrivingParams, DrivingState
-from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH
+from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH, agent_size
 from jaxlab.envs.driving.world import DrivingWorld
 
 #: a plan step longer than this (m per 0.1 s, 72 km/h over the world's 15 m/s cap) is a jump
@@ -156,7 +156,7 @@ def closed_loop(
         )
         st2 = jax.tree.map(keep, st, st2)
         obs2 = jax.tree.map(keep, obs, obs2)
-        ttc_bad = jax.vmap(_ttc_violation)(jax.vmap(env.agents)(st2), st2.nb_valid)
+        ttc_bad = jax.vmap(_ttc_violation)(jax.vmap(env.agents)(st2), st2.nb_valid, st2.nb_type)
         length, progress = plan_steps(ego_plan)
         rec = {
             "collision": info["collision"] & ~done,
@@ -181,7 +181,7 @@ def closed_loop(
     return _metrics(log, st, dt, expert_progress) | ({"log": log} if record else {})
 
 
-def _ttc_violation(ag: Float[Array, "A 4"], nb_valid) -> Array:
+def _ttc_violation(ag: Float[Array, "A 4"], nb_valid, nb_type) -> Array:
     """Constant-velocity extrapolation of ego and neighbours overlaps within 0.95 s."""
     taus = jnp.arange(1, 10) * 0.1
 
@@ -189,7 +189,7 @@ def _ttc_violation(ag: Float[Array, "A 4"], nb_valid) -> Array:
         vel = ag[:, 3:4] * jnp.stack([jnp.cos(ag[:, 2]), jnp.sin(ag[:, 2])], -1)
         p = ag[:, :2] + tau * vel
         car = jnp.array([[CAR_LENGTH, CAR_WIDTH]])
-        return sat_separation(p[:1], ag[:1, 2], car, p[1:], ag[1:, 2], car)
+        return sat_separation(p[:1], ag[:1, 2], car, p[1:], ag[1:, 2], agent_size(nb_type))
 
     sep = jax.vmap(at)(taus)  # (9, N)
     return jnp.any((sep < 0) & nb_valid[None])

@@ -9,7 +9,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.envs.driving.geometry import point_at, project, to_frame
 from jaxlab.envs.driving.state import DrivingParams, DrivingState, DrivingStatic, agents
-from jaxlab.envs.driving.vehicles import CAR_LENGTH, idm
+from jaxlab.envs.driving.vehicles import CAR_LENGTH, agent_size, idm
 
 
 def expert_plan(
@@ -25,7 +25,7 @@ def expert_plan(
     ag = agents(state)
     oxy = jnp.concatenate([ag[1:, :2], state.static[:, :2]], 0)
     ov = jnp.concatenate([ag[1:, 3], jnp.zeros(static.n_static)])
-    olen = jnp.concatenate([jnp.full(static.n_neighbours, CAR_LENGTH), state.static[:, 3]])
+    olen = jnp.concatenate([agent_size(state.nb_type)[:, 0], state.static[:, 3]])
     ovalid = jnp.concatenate([state.nb_valid, state.static_valid])
     so, do = jax.vmap(lambda q: project(poly, length, q))(oxy)
     ahead = ovalid & (so > s0 - 2.0) & (do < 3.0)

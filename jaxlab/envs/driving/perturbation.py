@@ -154,6 +154,10 @@ def _perturb_one(
     )
     new["lanes"] = jnp.where(scene["lane_valid"][:, None, None], pose(lanes), 0.0)
     new["route"] = jnp.where(scene["route_valid"][:, None, None], pose(route), 0.0)
+    if "lane_boundaries" in scene:  # offsets: rotated, not moved
+        bd = scene["lane_boundaries"]
+        bd = jnp.concatenate([direction(bd[..., :2]), direction(bd[..., 2:])], -1)
+        new["lane_boundaries"] = jnp.where(scene["lane_valid"][:, None, None], bd, 0.0)
     cur = scene["current"]
     valid = jnp.concatenate([jnp.ones((1,), bool), nb_valid])
     cur_nb = jnp.where(valid[1:, None], pose(cur[1:]), 0.0)

@@ -12,7 +12,7 @@ import numpy as np
 from jaxlab.envs.driving.geometry import to_frame
 from jaxlab.envs.driving.scenes import LANE_WIDTH
 from jaxlab.envs.driving.state import DrivingState, neighbour_poses
-from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH
+from jaxlab.envs.driving.vehicles import AGENT_SIZES, CAR_LENGTH, CAR_WIDTH
 
 
 def render_top_view(
@@ -63,7 +63,8 @@ def render_top_view(
     nb_xy, nb_h = jax.device_get(neighbour_poses(state))
     for i in range(len(nb_xy)):
         if st.nb_valid[i]:
-            box(world_to_ego(nb_xy[i]), nb_h[i] - ego[2], CAR_LENGTH, CAR_WIDTH, (230, 140, 30))
+            nb_len, nb_wid = AGENT_SIZES[int(st.nb_type[i])]
+            box(world_to_ego(nb_xy[i]), nb_h[i] - ego[2], nb_len, nb_wid, (230, 140, 30))
     for i in range(st.static.shape[0]):
         if st.static_valid[i]:
             s = st.static[i]

@@ -2,8 +2,15 @@
 
 Each generator returns lanes (6, K, 2), lane_valid (6,), ego routes (3,), their probabilities, the
 ego's start arc length, neighbour lane candidates (N, 3) with probabilities, the neighbours'
-first slot (arc length), parked cars (S, 5) and their validity; :func:`sample_scene` picks one by
-its traced index.
+first slot (arc length), parked cars (S, 5) and their validity, and the lanes' map attributes
+(a tuple: traffic-light state, speed limit in m/s, whether one is known); :func:`sample_scene`
+picks one by its traced index.
+
+Map attributes (the original's per-lane inputs): only the intersection has signals; its phase
+gives the approach (the ego's three routes) and the oncoming lane green, the cross road red, and
+nobody in the scenes drives on the cross road (the world has no stop lines). Lanes without a
+signal read "unknown". The roads' speed limit is 10 m/s (no driver's desired speed exceeds it);
+the intersection's oncoming lane and cross road have no known limit, as map data often lack one.
 """
 
 from __future__ import annotations
@@ -14,6 +21,16 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 SCENE_TYPES: tuple[str, ...] = ("straight", "intersection", "merge")
 LANE_WIDTH = 3.5
+#: traffic-light states, the original's one-hot order
+LIGHT_STATES: tuple[str, ...] = ("green", "yellow", "red", "unknown")
+GREEN, RED, UNKNOWN = 0, 2, 3
+SPEED_LIMIT = 10.0
+
+
+def _lane_info(light, has_limit):
+    """(light (6,) int, speed limit (6,) m/s, has limit (6,) bool) of a scene's six lanes."""
+    has = jnp.asarray(has_limit, bool)
+    return (jnp.asarray(light, jnp.int32), jnp.where(has, SPEED_LIMIT, 0.0), has)
 
 
 def _straight(p0, heading, length, n):
@@ -53,7 +70,8 @@ def _scene_straight(key, n_nb, n_static):
     nb_lanes = jnp.tile(jnp.array([0, 1, 1]), (n_nb, 1))
     nb_probs = jnp.tile(jnp.array([0.5, 0.5, 0.0]), (n_nb, 1))
     routes = jnp.array([0, 2, 2])
-    return lanes, valid, routes, probs, 20.0, nb_lanes, nb_probs, 30.0, static, static_valid
+    info = _lane_info([UNKNOWN] * 6, valid)
+    return lanes, valid, routes, probs, 20.0, nb_lanes, nb_probs, 30.0, static, static_valid, info
 
 
 def _scene_intersection(key, n_nb, n_static):
@@ -97,6 +115,9 @@ def _scene_intersection(key, n_nb, n_static):
         36.0,
         static,
         static_valid,
+        _lane_info(
+            [GREEN, GREEN, GREEN, GREEN, RED, UNKNOWN], [True, True, True, False, False, False]
+        ),
     )
 
 
@@ -123,6 +144,7 @@ def _scene_merge(key, n_nb, n_static):
         62.0,
         static,
         static_valid,
+        _lane_info([UNKNOWN] * 6, valid),
     )
 
 

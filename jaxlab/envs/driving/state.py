@@ -25,6 +25,8 @@ class DrivingStatic:
         lane_dense: points of the internal lane polylines.
         history: past steps of the neighbour tokens (including the current one).
         horizon: future steps of a plan (the action) and of the planner's trajectories.
+        n_route: route lane tokens R: consecutive 60 m windows of the ego's route lane (the
+            original feeds up to 25 route lanes); windows past the route's end are padding.
     """
 
     n_neighbours: int = 4
@@ -34,6 +36,7 @@ class DrivingStatic:
     lane_dense: int = 96
     history: int = 5
     horizon: int = 16
+    n_route: int = 1
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -56,6 +59,12 @@ class DrivingParams:
         route_visible: whether the route token is given to the planner.
         dt: step (s).
         offroad_limit: distance (m) from every lane centre that ends the episode.
+        agent_type_probs: probabilities of a neighbour being a vehicle, a pedestrian or a
+            bicycle (``vehicles.AGENT_TYPES``; sizes and desired speeds per type); all vehicles
+            by default.
+        perception_range: the distance (m) from the ego within which a neighbour is observed at
+            a history step (the per-step validity of its token; a neighbour out of range now is
+            not observed at all); 0 observes every neighbour at every step.
     """
 
     scene_type: int | Array = -1
@@ -63,6 +72,8 @@ class DrivingParams:
     route_visible: bool | Array = True
     dt: float | Array = 0.1
     offroad_limit: float | Array = 6.0
+    agent_type_probs: tuple[float, float, float] | Array = (1.0, 0.0, 0.0)
+    perception_range: float | Array = 0.0
 
 
 @struct.dataclass
@@ -71,13 +82,16 @@ class DrivingState:
 
     Attributes:
         lanes: (L, M, 2) lane polylines; ``lane_len`` (L,) their lengths; ``lane_valid`` (L,).
+        lane_light (L,): traffic-light state (``scenes.LIGHT_STATES``); lane_speed_limit (L,) m/s
+            where ``lane_has_limit`` (L,).
         scene: scene type; ``route`` the ego's route lane; ``route_mode`` its index among the
             scene's ego routes (0 left / keep, 1 straight / change, 2 right).
         ego: (4,) x, y, heading, speed; ``ego_acc``, ``ego_yaw_rate`` the last controls' effect.
         ego_v0, ego_headway: the expert driver's style in this scene (IDM desired speed in
             [6, 10] m/s and time headway in [0.6, 1.8] s; hidden from the observation, so the
             expert's future is uncertain given what a planner sees, as a human driver's is).
-        nb_lane (N,), nb_s (N,), nb_v (N,), nb_v0 (N,) desired speed, nb_valid (N,).
+        nb_lane (N,), nb_s (N,), nb_v (N,), nb_v0 (N,) desired speed, nb_valid (N,), nb_type (N,)
+            agent type (``vehicles.AGENT_TYPES``).
         static: (S, 5) x, y, heading, length, width; ``static_valid`` (S,).
         past: (history, 1 + N, 4) x, y, heading, speed of ego and neighbours, oldest first.
         t: steps taken; ``start_s`` the ego's arc length on its route at reset.
@@ -87,6 +101,9 @@ class DrivingState:
     lanes: Float[Array, "*b L M 2"]
     lane_len: Float[Array, "*b L"]
     lane_valid: Bool[Array, "*b L"]
+    lane_light: Int[Array, "*b L"]
+    lane_speed_limit: Float[Array, "*b L"]
+    lane_has_limit: Bool[Array, "*b L"]
     scene: Int[Array, "*b"]
     route: Int[Array, "*b"]
     route_mode: Int[Array, "*b"]
@@ -100,6 +117,7 @@ class DrivingState:
     nb_v: Float[Array, "*b N"]
     nb_v0: Float[Array, "*b N"]
     nb_valid: Bool[Array, "*b N"]
+    nb_type: Int[Array, "*b N"]
     static: Float[Array, "*b S 5"]
     static_valid: Bool[Array, "*b S"]
     past: Float[Array, "*b H A 4"]

@@ -30,7 +30,14 @@ from jaxlab.envs.driving.state import (
     agents,
     neighbour_poses,
 )
-from jaxlab.envs.driving.vehicles import CAR_LENGTH, CAR_WIDTH, WHEELBASE, idm
+from jaxlab.envs.driving.vehicles import (
+    AGENT_SPEEDS,
+    CAR_LENGTH,
+    CAR_WIDTH,
+    WHEELBASE,
+    agent_size,
+    idm,
+)
 from jaxlab.envs.spaces import Box, Dict
 
 
@@ -81,12 +88,18 @@ class DrivingWorld(Environment):
             jnp.asarray(params.scene_type),
         ).astype(jnp.int32)
         out = sample_scene(ks[1], scene, n_nb, n_st)
-        lanes_k, lvalid, routes, rprobs, ego_s, nb_lanes, nb_probs, nb_first, st, st_valid = out
+        lanes_k, lvalid, routes, rprobs, ego_s, nb_lanes, nb_probs, nb_first, st, st_valid = out[
+            :10
+        ]
+        light, speed_limit, has_limit = out[10]
         lanes, lens = jax.vmap(lambda p: resample(p, sp.lane_dense))(lanes_k)
         pad = sp.n_lanes - 6
         lanes = jnp.concatenate([lanes, jnp.zeros((pad,) + lanes.shape[1:])], 0)
         lens = jnp.concatenate([lens, jnp.ones(pad)])
         lvalid = jnp.concatenate([lvalid, jnp.zeros(pad, bool)])
+        light = jnp.concatenate([light, jnp.full(pad, 3, jnp.int32)])
+        speed_limit = jnp.concatenate([speed_limit, jnp.zeros(pad)])
+        has_limit = jnp.concatenate([has_limit, jnp.zeros(pad, bool)])
         mode = jax.random.categorical(ks[2], jnp.log(rprobs + 1e-12)).astype(jnp.int32)
         route = routes[mode].astype(jnp.int32)
         ego_xy, ego_h = point_at(lanes[route], lens[route], jnp.asarray(ego_s))
@@ -102,11 +115,22 @@ class DrivingWorld(Environment):
         jitter = jax.random.uniform(ks[6], (n_nb,), minval=-1.5, maxval=1.5)
         nb_s = nb_first + 11.0 * jnp.arange(n_nb) + jitter
         nb_v0 = jax.random.uniform(ks[7], (n_nb,), minval=4.0, maxval=9.0)
+        # agent types (a key of their own, so an all-vehicle world draws what it always drew)
+        k_type, k_speed = jax.random.split(jax.random.fold_in(key, 11))
+        type_p = jnp.asarray(params.agent_type_probs, jnp.float32)
+        nb_type = jax.random.categorical(k_type, jnp.log(type_p + 1e-12), shape=(n_nb,))
+        nb_type = nb_type.astype(jnp.int32)
+        lo, hi = (jnp.asarray(AGENT_SPEEDS, jnp.float32)[nb_type, i] for i in (0, 1))
+        other_v0 = lo + (hi - lo) * jax.random.uniform(k_speed, (n_nb,))
+        nb_v0 = jnp.where(nb_type == 0, nb_v0, other_v0)
         start_s, _ = project(lanes[route], lens[route], ego_xy)
         state = DrivingState(
             lanes=lanes.astype(jnp.float32),
             lane_len=lens.astype(jnp.float32),
             lane_valid=lvalid,
+            lane_light=light.astype(jnp.int32),
+            lane_speed_limit=speed_limit.astype(jnp.float32),
+            lane_has_limit=has_limit,
             scene=scene,
             route=route,
             route_mode=mode,
@@ -120,6 +144,7 @@ class DrivingWorld(Environment):
             nb_v=nb_v0.astype(jnp.float32),
             nb_v0=nb_v0.astype(jnp.float32),
             nb_valid=nb_valid,
+            nb_type=nb_type,
             static=st.astype(jnp.float32),
             static_valid=st_valid,
             past=jnp.zeros((sp.history, 1 + n_nb, 4), jnp.float32),
@@ -149,12 +174,13 @@ class DrivingWorld(Environment):
         oxy = jnp.concatenate([xy, state.static[:, :2]], 0)
         ov = jnp.concatenate([v, jnp.zeros(self.static.n_static)])
         ovalid = jnp.concatenate([valid_a, state.static_valid])
-        olen = jnp.concatenate([jnp.full(n_a, CAR_LENGTH), state.static[:, 3]])
+        alen = jnp.concatenate([jnp.full(1, CAR_LENGTH), agent_size(state.nb_type)[:, 0]])
+        olen = jnp.concatenate([alen, state.static[:, 3]])
         fwd, lat = box_axes(h)
         d = oxy[None] - xy[:, None]
         lon = jnp.sum(d * fwd[:, None], -1)
         la = jnp.abs(jnp.sum(d * lat[:, None], -1))
-        gap = lon - 0.5 * (CAR_LENGTH + olen[None])
+        gap = lon - 0.5 * (alen[:, None] + olen[None])
         self_mask = jnp.eye(n_a, oxy.shape[0], dtype=bool)
         ok = (lon > 0) & (la < 2.0) & ovalid[None] & ~self_mask
         gap = jnp.where(ok, gap, 100.0)
@@ -232,7 +258,9 @@ class DrivingWorld(Environment):
         smallest box separation."""
         xy, h = self.neighbour_poses(state)
         car = jnp.array([CAR_LENGTH, CAR_WIDTH])
-        sep_nb = sat_separation(state.ego[None, :2], state.ego[2:3], car[None], xy, h, car[None])
+        sep_nb = sat_separation(
+            state.ego[None, :2], state.ego[2:3], car[None], xy, h, agent_size(state.nb_type)
+        )
         sep_st = sat_separation(
             state.ego[None, :2],
             state.ego[2:3],
@@ -255,22 +283,40 @@ class DrivingWorld(Environment):
         }
 
     # ------------------------------------------------------------------ observation
-    def _lane_tokens(self, poly, length, ego):
+    def _lane_tokens(self, poly, length, ego, start=-10.0):
+        """(P, 8): x, y, cos, sin of P points from ``start`` to ``start`` + 60 m along the lane
+        from the ego's projection, and the offsets (left - centre, right - centre) of the lane's
+        boundaries (half a lane width beside the centre line), all in the ego frame."""
         s0, _ = project(poly, length, ego[:2])
-        s = s0 + jnp.linspace(-10.0, 50.0, self.static.lane_points)
+        s = (s0 + (start + 10.0)) + jnp.linspace(-10.0, 50.0, self.static.lane_points)
         p, hd = point_at(poly, length, s)
         p = to_frame(p, ego[:2], ego[2])
-        return jnp.concatenate([p, jnp.stack([jnp.cos(hd - ego[2]), jnp.sin(hd - ego[2])], -1)], -1)
+        c, sn = jnp.cos(hd - ego[2]), jnp.sin(hd - ego[2])
+        left = 0.5 * LANE_WIDTH * jnp.stack([-sn, c], -1)
+        return jnp.concatenate([p, c[:, None], sn[:, None], left, -left], -1)
 
-    def get_obs(self, state: DrivingState, params: DrivingParams) -> dict:
+    def _neighbour_tokens(self, state: DrivingState, params: DrivingParams):
+        """(N, history, 8) neighbour tokens, their per-step validity (N, history) and agent
+        types (N, 3) one-hot; a neighbour beyond ``perception_range`` of the ego at a step is
+        not observed at that step."""
         ego = state.ego
         past = state.past[:, 1:]  # (H, N, 4)
         pxy = to_frame(past[..., :2], ego[:2], ego[2])
         ph = past[..., 2] - ego[2]
         vel = past[..., 3:4] * jnp.stack([jnp.cos(ph), jnp.sin(ph)], -1)
-        size = jnp.broadcast_to(jnp.array([CAR_LENGTH, CAR_WIDTH]), pxy.shape)
+        size = jnp.broadcast_to(agent_size(state.nb_type)[None], pxy.shape)
         nb = jnp.concatenate([pxy, jnp.cos(ph)[..., None], jnp.sin(ph)[..., None], vel, size], -1)
-        nb = jnp.where(state.nb_valid[None, :, None], nb, 0.0).transpose(1, 0, 2)
+        rng = jnp.asarray(params.perception_range, jnp.float32)
+        dist = jnp.linalg.norm(past[..., :2] - state.past[:, :1, :2], axis=-1)  # (H, N)
+        step_valid = state.nb_valid[None] & ((rng <= 0) | (dist <= rng))
+        nb = jnp.where(step_valid[..., None], nb, 0.0).transpose(1, 0, 2)
+        types = jax.nn.one_hot(state.nb_type, 3) * state.nb_valid[:, None]
+        return nb, step_valid.T, types
+
+    def get_obs(self, state: DrivingState, params: DrivingParams) -> dict:
+        ego = state.ego
+        nb, step_valid, types = self._neighbour_tokens(state, params)
+        nb_valid = step_valid[:, -1]
         cur_nb = nb[:, -1, :4]
         current = jnp.concatenate([jnp.array([[0.0, 0.0, 1.0, 0.0]]), cur_nb], 0)
         sxy = to_frame(state.static[:, :2], ego[:2], ego[2])
@@ -281,19 +327,32 @@ class DrivingWorld(Environment):
         static = jnp.where(state.static_valid[:, None], static, 0.0)
         lanes = jax.vmap(lambda p, n: self._lane_tokens(p, n, ego))(state.lanes, state.lane_len)
         lanes = jnp.where(state.lane_valid[:, None, None], lanes, 0.0)
-        route = lanes[state.route][None]
+        # route lanes: consecutive 60 m windows of the route lane, padding past its end
+        poly, length = state.lanes[state.route], state.lane_len[state.route]
+        starts = -10.0 + 60.0 * jnp.arange(self.static.n_route)
+        route = jax.vmap(lambda a: self._lane_tokens(poly, length, ego, a)[:, :4])(starts)
+        s0, _ = project(poly, length, ego[:2])
         vis = jnp.asarray(params.route_visible, bool)
+        route_valid = vis & (s0 + starts < length)
+        light = jax.nn.one_hot(state.lane_light, 4) * state.lane_valid[:, None]
+        has_limit = state.lane_has_limit & state.lane_valid
         return {
             "ego": jnp.stack([ego[3], state.ego_acc, state.ego_yaw_rate]).astype(jnp.float32),
             "current": current.astype(jnp.float32),
             "neighbours": nb.astype(jnp.float32),
-            "neighbour_valid": state.nb_valid,
+            "neighbour_valid": nb_valid,
+            "neighbour_step_valid": step_valid,
+            "neighbour_types": (types * nb_valid[:, None]).astype(jnp.float32),
             "static": static.astype(jnp.float32),
             "static_valid": state.static_valid,
-            "lanes": lanes.astype(jnp.float32),
+            "lanes": lanes[..., :4].astype(jnp.float32),
             "lane_valid": state.lane_valid,
-            "route": jnp.where(vis, route, 0.0).astype(jnp.float32),
-            "route_valid": jnp.reshape(vis, (1,)),
+            "lane_boundaries": lanes[..., 4:].astype(jnp.float32),
+            "lane_traffic_light": light.astype(jnp.float32),
+            "lane_speed_limit": jnp.where(has_limit, state.lane_speed_limit, 0.0),
+            "lane_speed_limit_valid": has_limit,
+            "route": jnp.where(route_valid[:, None, None], route, 0.0).astype(jnp.float32),
+            "route_valid": route_valid,
         }
 
     def action_space(self, params=None) -> Box:
@@ -308,12 +367,18 @@ class DrivingWorld(Environment):
                 "current": Box(-big, big, (1 + sp.n_neighbours, 4), jnp.float32),
                 "neighbours": Box(-big, big, (sp.n_neighbours, sp.history, 8), jnp.float32),
                 "neighbour_valid": Box(False, True, (sp.n_neighbours,), jnp.bool_),
+                "neighbour_step_valid": Box(False, True, (sp.n_neighbours, sp.history), jnp.bool_),
+                "neighbour_types": Box(0.0, 1.0, (sp.n_neighbours, 3), jnp.float32),
                 "static": Box(-big, big, (sp.n_static, 6), jnp.float32),
                 "static_valid": Box(False, True, (sp.n_static,), jnp.bool_),
                 "lanes": Box(-big, big, (sp.n_lanes, sp.lane_points, 4), jnp.float32),
                 "lane_valid": Box(False, True, (sp.n_lanes,), jnp.bool_),
-                "route": Box(-big, big, (1, sp.lane_points, 4), jnp.float32),
-                "route_valid": Box(False, True, (1,), jnp.bool_),
+                "lane_boundaries": Box(-big, big, (sp.n_lanes, sp.lane_points, 4), jnp.float32),
+                "lane_traffic_light": Box(0.0, 1.0, (sp.n_lanes, 4), jnp.float32),
+                "lane_speed_limit": Box(0.0, big, (sp.n_lanes,), jnp.float32),
+                "lane_speed_limit_valid": Box(False, True, (sp.n_lanes,), jnp.bool_),
+                "route": Box(-big, big, (sp.n_route, sp.lane_points, 4), jnp.float32),
+                "route_valid": Box(False, True, (sp.n_route,), jnp.bool_),
             }
         )
 
@@ -344,15 +409,36 @@ def make_driving(
     n_neighbours=4,
     horizon=16,
     history=5,
+    n_route=1,
+    agent_type_probs=(1.0, 0.0, 0.0),
+    perception_range=0.0,
 ):
     """Registry factory of ``"driving"``: ``(DrivingWorld, DrivingParams)``."""
     if scene_type not in (-1, 0, 1, 2):
         raise ConfigError("scene_type", scene_type, "-1 (random), 0, 1 or 2")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigError("max_steps", max_steps, "an int >= 1")
-    static = DrivingStatic(n_neighbours=n_neighbours, horizon=horizon, history=history)
+    check_world_params(agent_type_probs, perception_range)
+    static = DrivingStatic(
+        n_neighbours=n_neighbours, horizon=horizon, history=history, n_route=n_route
+    )
     env = DrivingWorld(static, auto_reset=auto_reset)
     params = env.default_params.replace(
-        scene_type=scene_type, max_steps=max_steps, route_visible=bool(route_visible)
+        scene_type=scene_type,
+        max_steps=max_steps,
+        route_visible=bool(route_visible),
+        agent_type_probs=tuple(float(p) for p in agent_type_probs),
+        perception_range=float(perception_range),
     )
     return env, params
+
+
+def check_world_params(agent_type_probs, perception_range) -> None:
+    """Raise ``ConfigError`` naming the field for bad agent-type probabilities or range."""
+    probs = tuple(agent_type_probs)
+    if len(probs) != 3 or any(not p >= 0 for p in probs) or not sum(probs) > 0:
+        raise ConfigError(
+            "agent_type_probs", agent_type_probs, "3 floats >= 0 (vehicle, pedestrian, bicycle)"
+        )
+    if not (np.isfinite(perception_range) and perception_range >= 0):
+        raise ConfigError("perception_range", perception_range, "a distance >= 0 (m; 0: all)")
