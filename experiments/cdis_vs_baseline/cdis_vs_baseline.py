@@ -17,7 +17,9 @@ without ``--peer-src`` the peer column is left out.
 
 ``python -m experiments.cdis_vs_baseline.cdis_vs_baseline [--seeds 30] [--seeds-large 30]
 [--sizes 1000,3000,10000] [--test fisherz|rcit] [--nonlinearity linear|sin] [--peer-src DIR
---peer-python PY] [--out MD]`` (JSON lines on stdout, the table in ``--out``).
+--peer-python PY [--peer-test T] [--peer-rows N] [--peer-only]] [--out MD]`` (JSON lines on
+stdout, the table in ``--out``; ``--peer-only`` runs the original alone, its lines merged with
+jaxlab's by ``--from-jsonl``).
 """
 
 from __future__ import annotations
@@ -81,13 +83,24 @@ def marks_from_edges(edges: dict) -> np.ndarray:
 
 
 def run(
-    sizes_seeds, peer_src: str | None, test: str, nonlinearity: str, peer_python: str
+    sizes_seeds,
+    peer_src: str | None,
+    test: str,
+    nonlinearity: str,
+    peer_python: str,
+    peer_test: str | None = None,
+    peer_rows: int = 0,
+    peer_only: bool = False,
 ) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, seeds in sizes_seeds:
             for seed in range(seeds):
                 adj, data = problem(seed, n, nonlinearity)
+                if peer_only:
+                    rows.append({"n": n, "seed": seed})
+                    _save(Path(tmp), n, seed, adj, data)
+                    continue
                 key = jax.random.PRNGKey(10_000 + seed)
                 tests = [make_test(test, data[0], key=key)] + [
                     make_test(test, pool_with_indicator(data[0], x), key=jax.random.fold_in(key, k))
@@ -102,11 +115,7 @@ def run(
                 row["baseline"] = bl
                 rows.append(row)
                 print(json.dumps(row), flush=True)  # jaxlab's side, as it goes
-                np.savez(
-                    Path(tmp) / f"n{n}_s{seed:03d}.npz",
-                    **{f"data{k}": x for k, x in enumerate(data)},
-                )
-                np.save(Path(tmp) / f"n{n}_s{seed:03d}.adj.npy", adj)
+                _save(Path(tmp), n, seed, adj, data)
         if peer_src:
             subprocess.run(
                 [
@@ -119,7 +128,9 @@ def run(
                     "--alpha",
                     str(ALPHA),
                     "--test",
-                    test,
+                    peer_test or test,
+                    "--rows",
+                    str(peer_rows),
                     "--max-cond",
                     str(MAX_COND),
                 ],
@@ -137,6 +148,12 @@ def run(
                 keep = ("n", "seed", "original", "original_error")
                 print(json.dumps({k: row[k] for k in keep if k in row}), flush=True)
     return rows
+
+
+def _save(tmp: Path, n: int, seed: int, adj: np.ndarray, data: list[np.ndarray]) -> None:
+    """A problem's datasets and true DAG, as ``peer_cdis.py`` reads them."""
+    np.savez(tmp / f"n{n}_s{seed:03d}.npz", **{f"data{k}": x for k, x in enumerate(data)})
+    np.save(tmp / f"n{n}_s{seed:03d}.adj.npy", adj)
 
 
 def _cmp(a: float, b: float) -> int:
@@ -195,6 +212,16 @@ def main():
         help="the peer venv's python (numpy, networkx, causal-learn); default: this interpreter",
     )
     p.add_argument("--test", default="fisherz", choices=("fisherz", "rcit"))
+    p.add_argument(
+        "--peer-test",
+        default=None,
+        choices=("fisherz", "rcit", "kci", "fastkci"),
+        help="causal-learn test the original runs with (default: --test)",
+    )
+    p.add_argument("--peer-rows", type=int, default=0, help="the original's rows per dataset")
+    p.add_argument(
+        "--peer-only", action="store_true", help="run only the original (merge with --from-jsonl)"
+    )
     p.add_argument("--nonlinearity", default="linear", choices=("linear", "tanh", "sin"))
     p.add_argument("--sizes", default="1000,3000,10000")
     p.add_argument("--from-jsonl", default=None, help="only write the table of a run's output")
@@ -209,7 +236,18 @@ def main():
         return
     sizes = [int(v) for v in a.sizes.split(",")]
     plan = [(n, a.seeds_large if n >= 10000 else a.seeds) for n in sizes]
-    write_table(run(plan, a.peer_src, a.test, a.nonlinearity, a.peer_python), Path(a.out))
+    rows = run(
+        plan,
+        a.peer_src,
+        a.test,
+        a.nonlinearity,
+        a.peer_python,
+        a.peer_test,
+        a.peer_rows,
+        a.peer_only,
+    )
+    if not a.peer_only:
+        write_table(rows, Path(a.out))
 
 
 if __name__ == "__main__":
