@@ -163,7 +163,10 @@ def _cmp(a: float, b: float) -> int:
 
 
 def write_table(rows: list[dict], path: Path) -> None:
-    methods = [m for m in ("cdis", "cdis_first", "original", "baseline") if m in rows[0]]
+    # the original may have run on some seeds only (a costlier test): each method's rows
+    methods = [
+        m for m in ("cdis", "cdis_first", "original", "baseline") if any(m in r for r in rows)
+    ]
     lines = [
         "| n | seeds | method | precision | recall | F1 | SHD |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -176,7 +179,9 @@ def write_table(rows: list[dict], path: Path) -> None:
     for n in sorted({r["n"] for r in rows}):
         rs = [r for r in rows if r["n"] == n]
         for m in methods:
-            v = np.array([r[m] for r in rs], float)
+            if not any(m in r for r in rs):
+                continue
+            v = np.array([r[m] for r in rs if m in r], float)
             ran = int(np.isfinite(v[:, 3]).sum())  # the original may raise on a dataset
             lines.append(
                 f"| {n} | {ran} | {m} | {np.nanmean(v[:, 0]):.3f} | {np.nanmean(v[:, 1]):.3f} "
@@ -184,10 +189,10 @@ def write_table(rows: list[dict], path: Path) -> None:
             )
         cells = []
         for k, other in ((0, "baseline"), (2, "baseline"), (2, "original")):
-            if other not in rs[0]:
+            if not any(other in r and "cdis" in r for r in rs):
                 cells.append("-")
                 continue
-            c = [_cmp(r["cdis"][k], r[other][k]) for r in rs]
+            c = [_cmp(r["cdis"][k], r[other][k]) for r in rs if other in r and "cdis" in r]
             defined = sum(x != 2 for x in c)
             if not defined:
                 cells.append("- (0)")
