@@ -17,7 +17,9 @@ without ``--peer-src`` the peer column is left out.
 
 ``python -m experiments.cdis_vs_baseline.cdis_vs_baseline [--seeds 30] [--seeds-large 30]
 [--sizes 1000,3000,10000] [--test fisherz|rcit] [--nonlinearity linear|sin] [--peer-src DIR
---peer-python PY] [--out MD]`` (JSON lines on stdout, the table in ``--out``).
+--peer-python PY [--peer-test T] [--peer-rows N] [--peer-only]] [--out MD]`` (JSON lines on
+stdout, the table in ``--out``; ``--peer-only`` runs the original alone, its lines merged with
+jaxlab's by ``--from-jsonl``).
 """
 
 from __future__ import annotations
@@ -81,13 +83,24 @@ def marks_from_edges(edges: dict) -> np.ndarray:
 
 
 def run(
-    sizes_seeds, peer_src: str | None, test: str, nonlinearity: str, peer_python: str
+    sizes_seeds,
+    peer_src: str | None,
+    test: str,
+    nonlinearity: str,
+    peer_python: str,
+    peer_test: str | None = None,
+    peer_rows: int = 0,
+    peer_only: bool = False,
 ) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, seeds in sizes_seeds:
             for seed in range(seeds):
                 adj, data = problem(seed, n, nonlinearity)
+                if peer_only:
+                    rows.append({"n": n, "seed": seed})
+                    _save(Path(tmp), n, seed, adj, data)
+                    continue
                 key = jax.random.PRNGKey(10_000 + seed)
                 tests = [make_test(test, data[0], key=key)] + [
                     make_test(test, pool_with_indicator(data[0], x), key=jax.random.fold_in(key, k))
@@ -102,11 +115,7 @@ def run(
                 row["baseline"] = bl
                 rows.append(row)
                 print(json.dumps(row), flush=True)  # jaxlab's side, as it goes
-                np.savez(
-                    Path(tmp) / f"n{n}_s{seed:03d}.npz",
-                    **{f"data{k}": x for k, x in enumerate(data)},
-                )
-                np.save(Path(tmp) / f"n{n}_s{seed:03d}.adj.npy", adj)
+                _save(Path(tmp), n, seed, adj, data)
         if peer_src:
             subprocess.run(
                 [
@@ -119,7 +128,9 @@ def run(
                     "--alpha",
                     str(ALPHA),
                     "--test",
-                    test,
+                    peer_test or test,
+                    "--rows",
+                    str(peer_rows),
                     "--max-cond",
                     str(MAX_COND),
                 ],
@@ -139,6 +150,12 @@ def run(
     return rows
 
 
+def _save(tmp: Path, n: int, seed: int, adj: np.ndarray, data: list[np.ndarray]) -> None:
+    """A problem's datasets and true DAG, as ``peer_cdis.py`` reads them."""
+    np.savez(tmp / f"n{n}_s{seed:03d}.npz", **{f"data{k}": x for k, x in enumerate(data)})
+    np.save(tmp / f"n{n}_s{seed:03d}.adj.npy", adj)
+
+
 def _cmp(a: float, b: float) -> int:
     if np.isnan(a) or np.isnan(b):
         return 2
@@ -146,7 +163,10 @@ def _cmp(a: float, b: float) -> int:
 
 
 def write_table(rows: list[dict], path: Path) -> None:
-    methods = [m for m in ("cdis", "cdis_first", "original", "baseline") if m in rows[0]]
+    # the original may have run on some seeds only (a costlier test): each method's rows
+    methods = [
+        m for m in ("cdis", "cdis_first", "original", "baseline") if any(m in r for r in rows)
+    ]
     lines = [
         "| n | seeds | method | precision | recall | F1 | SHD |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -159,7 +179,9 @@ def write_table(rows: list[dict], path: Path) -> None:
     for n in sorted({r["n"] for r in rows}):
         rs = [r for r in rows if r["n"] == n]
         for m in methods:
-            v = np.array([r[m] for r in rs], float)
+            if not any(m in r for r in rs):
+                continue
+            v = np.array([r[m] for r in rs if m in r], float)
             ran = int(np.isfinite(v[:, 3]).sum())  # the original may raise on a dataset
             lines.append(
                 f"| {n} | {ran} | {m} | {np.nanmean(v[:, 0]):.3f} | {np.nanmean(v[:, 1]):.3f} "
@@ -167,10 +189,10 @@ def write_table(rows: list[dict], path: Path) -> None:
             )
         cells = []
         for k, other in ((0, "baseline"), (2, "baseline"), (2, "original")):
-            if other not in rs[0]:
+            if not any(other in r and "cdis" in r for r in rs):
                 cells.append("-")
                 continue
-            c = [_cmp(r["cdis"][k], r[other][k]) for r in rs]
+            c = [_cmp(r["cdis"][k], r[other][k]) for r in rs if other in r and "cdis" in r]
             defined = sum(x != 2 for x in c)
             if not defined:
                 cells.append("- (0)")
@@ -195,6 +217,16 @@ def main():
         help="the peer venv's python (numpy, networkx, causal-learn); default: this interpreter",
     )
     p.add_argument("--test", default="fisherz", choices=("fisherz", "rcit"))
+    p.add_argument(
+        "--peer-test",
+        default=None,
+        choices=("fisherz", "rcit", "kci", "fastkci"),
+        help="causal-learn test the original runs with (default: --test)",
+    )
+    p.add_argument("--peer-rows", type=int, default=0, help="the original's rows per dataset")
+    p.add_argument(
+        "--peer-only", action="store_true", help="run only the original (merge with --from-jsonl)"
+    )
     p.add_argument("--nonlinearity", default="linear", choices=("linear", "tanh", "sin"))
     p.add_argument("--sizes", default="1000,3000,10000")
     p.add_argument("--from-jsonl", default=None, help="only write the table of a run's output")
@@ -209,7 +241,18 @@ def main():
         return
     sizes = [int(v) for v in a.sizes.split(",")]
     plan = [(n, a.seeds_large if n >= 10000 else a.seeds) for n in sizes]
-    write_table(run(plan, a.peer_src, a.test, a.nonlinearity, a.peer_python), Path(a.out))
+    rows = run(
+        plan,
+        a.peer_src,
+        a.test,
+        a.nonlinearity,
+        a.peer_python,
+        a.peer_test,
+        a.peer_rows,
+        a.peer_only,
+    )
+    if not a.peer_only:
+        write_table(rows, Path(a.out))
 
 
 if __name__ == "__main__":

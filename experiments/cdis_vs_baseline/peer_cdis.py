@@ -4,7 +4,8 @@ Runs in its own process with the original checkout on ``sys.path`` (``--src``; i
 networkx and causal-learn only) and imports nothing from jaxlab. For every ``*.npz`` in
 ``--data`` (arrays ``data0``, ``data1``, ... observational first) it calls
 ``cdis_from_data(data_list, test, alpha, max_cond_set_size)`` (``--test``: causal-learn's
-``fisherz`` or ``rcit``) and writes the final PAG's
+``fisherz``, ``rcit``, ``kci`` or ``fastkci``; ``--rows N``: the first N rows of each dataset
+only) and writes the final PAG's
 edges as ``<name>.json`` (``{"->": [[i, j], ...], "<->": ..., ...}``, or ``{"error": ...}``
 when the original raises).
 """
@@ -28,13 +29,14 @@ def main():
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--max-cond", type=int, default=3)
     p.add_argument("--test", default="fisherz", help="causal-learn CIT method")
+    p.add_argument("--rows", type=int, default=0, help="first rows of each dataset (0: all)")
     a = p.parse_args()
     sys.path.insert(0, a.src)
     from main import cdis_from_data  # the original's entry point
 
     for f in sorted(Path(a.data).glob("*.npz")):
         z = np.load(f)
-        data = [z[f"data{k}"] for k in range(len(z.files))]
+        data = [z[f"data{k}"][: a.rows or None] for k in range(len(z.files))]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 res = cdis_from_data(

@@ -32,7 +32,7 @@ graph (:func:`jaxlab.causal.graphs.twin_graph`) given the selection nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import numpy as np
@@ -53,13 +53,17 @@ from jaxlab.causal.scm import pool_with_indicator
 class CDISResult:
     """``final`` and ``observational`` are (d, d) marks (``m[i, j]`` = mark at j);
     ``interventional`` the K pooled PAGs over ``d + 1`` variables (``zeta`` last); ``changed[k]``
-    the variables the k-th intervention changes; ``rounds`` the number of transfer rounds."""
+    the variables the k-th intervention changes; ``rounds`` the number of transfer rounds;
+    ``ambiguous`` the ambiguous triples ``(a, b, c)``, ``a < c``, of each adjacency search
+    (observational first, then each pooled one with ``zeta = d``; empty unless the separating-set
+    rule is ``"majority"``)."""
 
     final: np.ndarray
     observational: np.ndarray
     interventional: list[np.ndarray]
     changed: list[set[int]]
     rounds: int
+    ambiguous: list[frozenset] = field(default_factory=list)
 
 
 def _outer_set(m: np.ndarray, i: int, j: int, at_i, at_j) -> None:
@@ -152,7 +156,8 @@ def cdis_core(
             if (TAIL, ARROW) in kinds and (ARROW, TAIL) in kinds:
                 _outer_set(new, n1, n2, TAIL, TAIL)
         if np.array_equal(new, p0):
-            return CDISResult(p0, observational, pks, changed, rounds)
+            ambiguous = [sk0.ambiguous, *(sk.ambiguous for sk in sks)]
+            return CDISResult(p0, observational, pks, changed, rounds, ambiguous)
         p0 = new
     raise RuntimeError(f"CDIS did not reach a fixpoint in {max_rounds} rounds")
 

@@ -7,7 +7,7 @@ with the CI test ``--test`` (``fisherz``; ``rcit``, random-feature kernel; ``kci
 small n; ``chisq`` / ``gsq`` for discrete columns) and the separating-set rule
 ``--sepset-rule``; the PAG's edges are printed with their meaning, and the output directory
 (``--out``, default ``<csv stem>_causal``) receives ``pag.png`` and, last, ``result.json`` (the
-marks, the edges and the options). The directory is locked for the run
+marks, the edges, the ambiguous triples of the majority rule and the options). The directory is locked for the run
 (:mod:`jaxlab.core.run_lock`: a second run on it is refused), and a finished result is not
 overwritten without ``--overwrite``.
 
@@ -133,6 +133,15 @@ def describe(marks: np.ndarray, names: list[str]) -> list[str]:
     return lines
 
 
+def ambiguous_triples(res, names: list[str], context: str) -> list[list[str]]:
+    """The majority rule's ambiguous triples of every adjacency search (observational and pooled),
+    once each, as ``[a, b, c]`` column names (``a`` before ``c`` in the header); the pooled
+    searches' context indicator is named by the context column."""
+    full = [*names, context]
+    triples = sorted(set().union(*res.ambiguous)) if res.ambiguous else []
+    return [[full[v] for v in t] for t in triples]
+
+
 def draw_pag(marks: np.ndarray, names: list[str], path: Path) -> None:
     """PNG of the PAG (through :func:`jaxlab.media.plot_graph`): nodes on a circle, arrowheads,
     circles and tails at the edge ends; directed edges blue, selection (tail-tail) edges red."""
@@ -165,7 +174,9 @@ def output_dir(args: argparse.Namespace, csv_path: Path) -> Path:
     return out
 
 
-def write_result(out: Path, res, names: list[str], lines: list[str], args, order) -> None:
+def write_result(
+    out: Path, res, names: list[str], lines: list[str], ambiguous: list[list[str]], args, order
+) -> None:
     """``pag.png``, then ``result.json`` (written to a temporary name and renamed: a reader sees
     a whole result or none)."""
     draw_pag(res.final, names, out / "pag.png")
@@ -173,6 +184,7 @@ def write_result(out: Path, res, names: list[str], lines: list[str], args, order
         "variables": names,
         "marks": res.final.tolist(),
         "edges": lines,
+        "ambiguous_triples": ambiguous,
         "rounds": res.rounds,
         "contexts": {args.context_column: [float(v) for v in order]},
         "test": args.test,
@@ -229,7 +241,9 @@ def discover(args: argparse.Namespace) -> int:
         print(f"PAG ({len(lines)} edges, {res.rounds} rounds):")
         for line in lines:
             print("  " + line)
-        write_result(out, res, names, lines, args, order)
+        ambiguous = ambiguous_triples(res, names, args.context_column)
+        print(f"ambiguous triples (neither colliders nor non-colliders): {len(ambiguous)}")
+        write_result(out, res, names, lines, ambiguous, args, order)
     print(f"wrote {out / 'pag.png'} and {out / RESULT}")
     return 0
 

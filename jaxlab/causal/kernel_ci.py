@@ -23,7 +23,10 @@
 
 Both take ``z`` padded to a fixed width with a column mask (masked columns are zero and count for
 nothing), so one compiled program serves conditioning sets of every size up to the width, and
-both ``vmap`` (the linear algebra goes through :mod:`jaxlab.core.linalg`). Call them with float64
+both ``vmap`` (the linear algebra goes through :mod:`jaxlab.core.linalg`). For a batch of RCIT
+queries, :func:`rcit_pvalues_by_set` computes the same p-values with the features of x and y
+computed once per column (:func:`rcit_column_features`) and the conditioning set's part (its
+bandwidth, features and Cholesky factor: most of a query's cost) once per distinct set. Call them with float64
 inputs under ``jax.enable_x64(True)`` (the :class:`~jaxlab.causal.ci_tests.CITest` classes do).
 """
 
@@ -34,7 +37,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from jaxlab.core import linalg
 
@@ -62,6 +65,40 @@ def _rff(key: PRNGKeyArray, v: Float[Array, "n k"], num: int, sigma) -> Float[Ar
     return _standardise(jnp.sqrt(2.0) * jnp.cos(v @ w / sigma + b[None, :]))
 
 
+def _rcit_xy_features(key: PRNGKeyArray, v: Float[Array, " n"], num: int, rows: int):
+    """Random features (n, num) of one standardised variable, x or y of a query."""
+    vs = _standardise(v[:, None])
+    return _rff(key, vs, num, _median_distance(vs, rows, False))
+
+
+def _rcit_z_part(key: PRNGKeyArray, z, zmask, num_z: int, rows: int, ridge: float):
+    """What RCIT computes from the conditioning set alone: its random features ``fz`` (n, num_z),
+    zero for an empty set, and the Cholesky factor of their ridge-regularised second moment."""
+    zs = _standardise(z) * zmask[None, :]
+    fz = _rff(key, zs, num_z, _median_distance(zs, rows, False))
+    has_z = jnp.any(zmask)
+    fz = jnp.where(has_z, fz, 0.0)
+    czz = fz.T @ fz / z.shape[0] + ridge * jnp.eye(num_z, dtype=fz.dtype)
+    return fz, linalg.cholesky(czz), has_z
+
+
+def _rcit_from_features(fx, fy, fz, chol, has_z) -> Float[Array, ""]:
+    """RCIT's p-value from the features of x (n, a), of y (n, b) and the set's z part."""
+    n, num_xy = fx.shape
+    fxy = jnp.concatenate([fx, fy], axis=1)
+    rhs = fz.T @ fxy / n
+    beta = jax.scipy.linalg.cho_solve((chol, True), rhs)
+    rxy = fxy - fz @ jnp.where(has_z, beta, 0.0)
+    rx, ry = rxy[:, :num_xy], rxy[:, num_xy:]
+    c = rx.T @ ry / n
+    stat = n * jnp.sum(c * c)
+    prod = (rx[:, :, None] * ry[:, None, :]).reshape(n, -1)
+    sigma = prod.T @ prod / n
+    mean = jnp.trace(sigma)
+    var = 2.0 * jnp.sum(sigma * sigma)
+    return jax.scipy.special.gammaincc(mean * mean / var, stat * mean / var)
+
+
 @partial(jax.jit, static_argnames=("num_xy", "num_z", "rows"))
 def rcit_pvalue(
     key: PRNGKeyArray,
@@ -76,30 +113,60 @@ def rcit_pvalue(
     ridge: float = 1e-10,
 ) -> Float[Array, ""]:
     """RCIT p-value of ``x _||_ y | z[:, zmask]`` (see the module docstring)."""
-    n = x.shape[0]
     kx, ky, kz = jax.random.split(key, 3)
-    xs = _standardise(x[:, None])
-    ys = _standardise(y[:, None])
-    zs = _standardise(z) * zmask[None, :]
-    fx = _rff(kx, xs, num_xy, _median_distance(xs, rows, False))
-    fy = _rff(ky, ys, num_xy, _median_distance(ys, rows, False))
-    fz = _rff(kz, zs, num_z, _median_distance(zs, rows, False))
-    has_z = jnp.any(zmask)
-    fz = jnp.where(has_z, fz, 0.0)
-    czz = fz.T @ fz / n + ridge * jnp.eye(num_z, dtype=fz.dtype)
-    chol = linalg.cholesky(czz)
-    fxy = jnp.concatenate([fx, fy], axis=1)
-    rhs = fz.T @ fxy / n
-    beta = jax.scipy.linalg.cho_solve((chol, True), rhs)
-    rxy = fxy - fz @ jnp.where(has_z, beta, 0.0)
-    rx, ry = rxy[:, :num_xy], rxy[:, num_xy:]
-    c = rx.T @ ry / n
-    stat = n * jnp.sum(c * c)
-    prod = (rx[:, :, None] * ry[:, None, :]).reshape(n, -1)
-    sigma = prod.T @ prod / n
-    mean = jnp.trace(sigma)
-    var = 2.0 * jnp.sum(sigma * sigma)
-    return jax.scipy.special.gammaincc(mean * mean / var, stat * mean / var)
+    fx = _rcit_xy_features(kx, x, num_xy, rows)
+    fy = _rcit_xy_features(ky, y, num_xy, rows)
+    return _rcit_from_features(fx, fy, *_rcit_z_part(kz, z, zmask, num_z, rows, ridge))
+
+
+@partial(jax.jit, static_argnames=("num_xy", "rows"))
+def rcit_column_features(
+    key: PRNGKeyArray, data: Float[Array, "n d"], *, num_xy: int = 5, rows: int = 500
+) -> tuple[Float[Array, "d n k"], Float[Array, "d n k"]]:
+    """The x- and y-features :func:`rcit_pvalue` draws with ``key`` for each column of ``data``
+    as x and as y (they depend on the column only, so a batch of queries computes them once)."""
+    kx, ky, _ = jax.random.split(key, 3)
+    cols = data.T
+    fx = jax.vmap(lambda v: _rcit_xy_features(kx, v, num_xy, rows))(cols)
+    fy = jax.vmap(lambda v: _rcit_xy_features(ky, v, num_xy, rows))(cols)
+    return fx, fy
+
+
+@partial(jax.jit, static_argnames=("num_z", "rows"))
+def rcit_pvalues_by_set(
+    key: PRNGKeyArray,
+    data: Float[Array, "n d"],
+    fx: Float[Array, "d n k"],
+    fy: Float[Array, "d n k"],
+    sets: Int[Array, "r m"],
+    smask: Bool[Array, "r m"],
+    valid: Bool[Array, " r"],
+    qx: Int[Array, "r s"],
+    qy: Int[Array, "r s"],
+    *,
+    num_z: int = 100,
+    rows: int = 500,
+    ridge: float = 1e-10,
+) -> Float[Array, "r s"]:
+    """:func:`rcit_pvalue` of ``qx[i, t] _||_ qy[i, t] | data[:, sets[i]][:, smask[i]]`` for
+    every row i and slot t, ``fx``/``fy`` from :func:`rcit_column_features` with the same key.
+
+    The z part (the bandwidth median, random features and Cholesky factor of the conditioning
+    set), which costs most of a query, is computed once per row and shared by the row's ``s``
+    queries; rows run one after another and an invalid row (padding) is skipped (p = 1).
+    """
+    kz = jax.random.split(key, 3)[2]
+
+    def row(args):
+        s, sm, ok, xs, ys = args
+
+        def compute(_):
+            part = _rcit_z_part(kz, data[:, s], sm, num_z, rows, ridge)
+            return jax.vmap(lambda a, b: _rcit_from_features(fx[a], fy[b], *part))(xs, ys)
+
+        return jax.lax.cond(ok, compute, lambda _: jnp.ones(xs.shape, data.dtype), None)
+
+    return jax.lax.map(row, (sets, smask, valid, qx, qy))
 
 
 def _gram(v: Float[Array, "n k"], rows: int) -> Float[Array, "n n"]:

@@ -53,7 +53,9 @@ def test_discover_prints_selection_edge_and_writes_png(selection_csv, capsys):
     assert jaxlab_main(args) == 2
     assert "holds a finished result" in capsys.readouterr().err
     assert jaxlab_main([*args, "--overwrite", "--sepset-rule", "majority"]) == 0
-    assert json.loads((out / "result.json").read_text())["sepset_rule"] == "majority"
+    assert "ambiguous triples (neither colliders nor non-colliders): 0" in capsys.readouterr().out
+    result = json.loads((out / "result.json").read_text())
+    assert result["sepset_rule"] == "majority" and result["ambiguous_triples"] == []
 
 
 def test_a_locked_output_directory_is_refused(selection_csv, capsys):

@@ -2,6 +2,8 @@
 the random-feature kernel test's level and power, chi-square, G^2 and exact KCI against causal-learn,
 the oracle, capacity errors, non-finite p-values."""
 
+from functools import partial
+
 import jax
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from jaxlab.causal.ci_tests import (
     RandomFeatureCI,
 )
 from jaxlab.causal.graphs import selection_graph
+from jaxlab.causal.kernel_ci import rcit_pvalue
 
 
 def _fisher_z_reference(data, x, y, s):
@@ -86,6 +89,30 @@ def test_random_feature_test_level_and_power_on_nonlinear_data():
     nulls += [(4 + a, 4 + b, ()) for a in range(6) for b in range(a + 1, 6)]
     pn = t.pvalues(*zip(*nulls, strict=True))
     assert (pn < 0.05).mean() <= 0.2
+
+
+def test_random_feature_batch_grouped_by_set_equals_one_query_at_a_time():
+    """The batch shares each conditioning set's part among its queries (more queries of the
+    empty set and of {2} than fit in one row, a set of each size, a repeated query): every
+    p-value equals :func:`rcit_pvalue` on that query alone, to round-off."""
+    rng = np.random.default_rng(4)
+    data = rng.normal(size=(120, 6))
+    data[:, 1] += np.sin(2 * data[:, 0])
+    t = RandomFeatureCI(jax.random.PRNGKey(3), data, num_z=10, rows=50)
+    pairs = [(a, b) for a in range(6) for b in range(a + 1, 6)]
+    triples = [(a, b, ()) for a, b in pairs]
+    triples += [(a, b, (2,)) for a, b in pairs if 2 not in (a, b)]
+    triples += [(0, 1, (2, 3)), (0, 1, (3, 4, 5)), (4, 5, (0, 1, 2)), (1, 0, (2,))]
+    p = t.pvalues(*zip(*triples, strict=True))
+    one = partial(rcit_pvalue, num_z=10, rows=50)
+    with jax.enable_x64(True):
+        for (a, b, s), got in zip(triples, p, strict=True):
+            a, b = min(a, b), max(a, b)
+            z = np.zeros((120, 4))
+            z[:, : len(s)] = t.data[:, list(s)]
+            mask = np.arange(4) < len(s)
+            want = one(t.key, t.data[:, a], t.data[:, b], z, mask)
+            np.testing.assert_allclose(got, float(want), rtol=1e-9, atol=1e-12)
 
 
 def test_oracle_and_capacity_errors():

@@ -2,7 +2,9 @@
 
 import numpy as np
 
+from jaxlab.causal.cdis import cdis_core
 from jaxlab.causal.ci_tests import OracleCI
+from jaxlab.causal.cli import ambiguous_triples
 from jaxlab.causal.fci import fci
 from jaxlab.causal.graphs import ARROW, CIRCLE
 
@@ -37,3 +39,24 @@ def test_majority_ambiguous_triples_are_neither_colliders_nor_non_colliders():
     assert m[1, 2] == CIRCLE and m[2, 1] == CIRCLE  # 1 o-o 2: neither collider nor R1
     union = fci(_TableFacts(4, facts.indep), alpha=0.5, sepset_rule="union", refine=False).marks
     assert union[2, 1] == ARROW  # the union rule (set {} at depth 0) makes 2 *-> 1
+
+
+def test_cdis_reports_every_searchs_ambiguous_triples_by_column_name():
+    """Ties in the observational search (4 variables) and in the pooled one, where the context
+    indicator 4 is in one of the two separating sets of (0, 2): CDIS's result keeps each
+    search's ambiguous triples, and the command names them once each, in header order, the
+    indicator by the context column."""
+    e, one, zeta = frozenset(), frozenset({1}), frozenset({4})
+    obs = {(0, 3): {e}, (0, 2): {e, one}, (2, 3): {e, one}}
+    pooled = {(0, 3): {e}, (0, 2): {e, zeta}, (2, 3): {e, one}}
+    tests = [_TableFacts(4, obs), _TableFacts(5, pooled)]
+    res = cdis_core(tests, alpha=0.5, max_cond=2, sepset_rule="majority")
+    assert res.ambiguous == [{(0, 1, 2), (2, 1, 3)}, {(0, 4, 2), (2, 1, 3)}]
+    names = ["a", "b", "c", "d"]
+    assert ambiguous_triples(res, names, "ctx") == [
+        ["a", "b", "c"],
+        ["a", "ctx", "c"],
+        ["c", "b", "d"],
+    ]
+    union = cdis_core([_TableFacts(4, obs), _TableFacts(5, pooled)], alpha=0.5, max_cond=2)
+    assert ambiguous_triples(union, names, "ctx") == []
