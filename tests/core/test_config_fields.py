@@ -45,6 +45,7 @@ BAD: dict[str, Any] = {
     "reference.mesh.expert": 0,
     "graph.phi": 2.0,  # the cSBM angle lies in [-1, 1]
     "scene_type": 3,  # -1 means all three scene types
+    "ptq.group_size": 0,  # -1 means one scale per output channel
 }
 
 

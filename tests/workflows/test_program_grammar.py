@@ -55,7 +55,7 @@ def test_every_reply_the_grammar_admits_parses_and_every_operator_occurs(dfa):
 
 BODY = '    answer = generate(problem, prompt="plain")\n'
 PRINTED = [
-    Workflow((Step.make("custom", instruction="Brief."),)),
+    Workflow((Step.make("custom", instruction="Terse."),)),
     Workflow(
         (
             Step.make("md_ensemble", solver="programmer", n=9, prompt="careful"),
